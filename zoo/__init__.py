@@ -1,0 +1,53 @@
+"""A zoo of matched models in Equinox, Flax Linen and Flax NNX (and a PyTorch reference).
+
+    model = zoo.create("cnn", "nnx", seed=0)          # same seed -> same numbers everywhere
+    module, variables = zoo.create("cnn", "linen", seed=0)
+    model, state = zoo.create("cnn", "eqx", seed=0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from zoo.configs import CNNConfig, Config, ConfigError, Decoder3DConfig, MLPConfig
+from zoo.init import canonical_init
+from zoo.interface import Interface, interface
+from zoo.registry import (
+    ARCHS,
+    IMPLS,
+    JAX_IMPLS,
+    example_input,
+    list_models,
+    make_config,
+    model_class,
+)
+
+__all__ = [
+    "ARCHS", "IMPLS", "JAX_IMPLS", "CNNConfig", "Config", "ConfigError", "Decoder3DConfig",
+    "Interface", "MLPConfig", "canonical_init", "create", "example_input", "interface",
+    "list_models", "make_config", "model_class",
+]
+
+
+def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonical",
+           dtype: Any = "float32", **config: Any) -> Any:
+    """A ready model of `arch` in library `impl`.
+
+    Returns the library's native objects: Equinox `model` (or `(model, state)` for architectures
+    with state), Linen `(module, variables)`, NNX `model`, PyTorch `nn.Module`.
+
+    `init="canonical"` (default) draws the documented canonical initialisation (`zoo.init`) from
+    `seed` and converts it, so one seed gives numerically identical models in every library.
+    `init="native"` uses the library's own initialisers instead.
+    """
+    from converters.core import from_canonical
+    from zoo.registry import native_init
+
+    cfg = make_config(arch, **config)
+    if init == "canonical":
+        return from_canonical(canonical_init(cfg, seed, dtype), cfg, impl)
+    if init == "native":
+        return native_init(cfg, impl, jax.random.key(seed), dtype)
+    raise ValueError(f"init must be 'canonical' or 'native', got {init!r}")

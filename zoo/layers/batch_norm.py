@@ -1,0 +1,96 @@
+"""An Equinox BatchNorm with Flax/PyTorch semantics.
+
+`eqx.nn.BatchNorm` has two modes and neither equals Flax or PyTorch (see docs/conventions.md):
+"ema" normalises training outputs with the freshly updated running statistics, "batch"
+zero-debiases the stored statistics at inference. This layer does what Flax does:
+
+- training: normalise with the biased batch statistics, then update
+  ``running = momentum * running + (1 - momentum) * batch`` (biased variance stored);
+- inference (``inference=True``, e.g. via ``eqx.nn.inference_mode``): normalise with the running
+  statistics as stored.
+
+Like every Equinox BatchNorm it is called per sample inside ``jax.vmap(..., axis_name=...)`` and
+keeps its running statistics in an ``eqx.nn.State``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+
+class BatchNorm(eqx.Module):
+    """Batch normalisation over all axes but the first (channels) of one sample.
+
+    **Arguments:**
+    - `num_features`: number of channels.
+    - `axis_name`: the `vmap` axis name carrying the batch.
+    - `momentum`: weight of the old running value (Flax convention; PyTorch's is `1 - momentum`).
+    - `eps`: added to the variance inside the square root.
+    - `inference`: use the running statistics instead of the batch's.
+    - `dtype`: parameter and running-statistics dtype.
+    """
+
+    weight: Array
+    bias: Array
+    state_index: eqx.nn.StateIndex[tuple[Array, Array]]
+    axis_name: str = eqx.field(static=True)
+    momentum: float = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+    inference: bool
+
+    def __init__(
+        self,
+        num_features: int,
+        axis_name: str = "batch",
+        momentum: float = 0.99,
+        eps: float = 1e-5,
+        inference: bool = False,
+        dtype: jnp.dtype | None = None,
+    ) -> None:
+        dtype = jnp.float32 if dtype is None else dtype
+        self.weight = jnp.ones((num_features,), dtype)
+        self.bias = jnp.zeros((num_features,), dtype)
+        self.state_index = eqx.nn.StateIndex(
+            (jnp.zeros((num_features,), dtype), jnp.ones((num_features,), dtype))
+        )
+        self.axis_name = axis_name
+        self.momentum = momentum
+        self.eps = eps
+        self.inference = inference
+
+    def __call__(
+        self, x: Array, state: eqx.nn.State, *, key: Array | None = None
+    ) -> tuple[Array, eqx.nn.State]:
+        """Normalise one sample `x` of shape `(C, *spatial)`; returns `(y, state)`."""
+        del key
+        if x.shape[0] != self.weight.shape[0]:
+            raise ValueError(
+                f"BatchNorm expects {self.weight.shape[0]} channels on axis 0, got shape {x.shape}"
+            )
+        spatial = tuple(range(1, x.ndim))
+        if self.inference:
+            mean, var = state.get(self.state_index)
+        else:
+            # Statistics in float32 (as Flax does), two-pass variance (no E[x^2] - E[x]^2).
+            x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+            mean = jax.lax.pmean(jnp.mean(x32, spatial), self.axis_name)
+            centred = x32 - mean.reshape(-1, *(1,) * len(spatial))
+            var = jax.lax.pmean(jnp.mean(jnp.square(centred), spatial), self.axis_name)
+            old_mean, old_var = state.get(self.state_index)
+            m = self.momentum
+            state = state.set(
+                self.state_index,
+                (
+                    (m * old_mean + (1 - m) * mean).astype(old_mean.dtype),
+                    (m * old_var + (1 - m) * var).astype(old_var.dtype),
+                ),
+            )
+        shape = (-1, *(1,) * len(spatial))
+        mean32 = mean.astype(jnp.float32).reshape(shape)
+        scale = (self.weight.astype(jnp.float32) * jax.lax.rsqrt(var.astype(jnp.float32) + self.eps))
+        y = (x.astype(jnp.float32) - mean32) * scale.reshape(shape)
+        y = y + self.bias.astype(jnp.float32).reshape(shape)
+        return y.astype(jnp.result_type(x.dtype, self.weight.dtype)), state

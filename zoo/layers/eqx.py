@@ -1,0 +1,51 @@
+"""Equinox layers of the zoo: a Flax-semantics BatchNorm and a conv-transpose with a method switch."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
+
+from zoo.layers.batch_norm import BatchNorm
+from zoo.layers.conv_transpose import METHODS, conv_transpose
+
+__all__ = ["BatchNorm", "ConvTranspose"]
+
+
+class ConvTranspose(eqx.nn.ConvTranspose):
+    """`eqx.nn.ConvTranspose` with a choice of exactly-equal formulations (`method`).
+
+    Same fields, parameter layout and PyTorch-style arguments as `eqx.nn.ConvTranspose`, so
+    checkpoints and converters treat both alike. `method` is one of `zoo.layers.METHODS` or
+    "auto" (see `zoo.layers.conv_transpose.choose_method`). Zero padding and groups=1 only.
+    """
+
+    method: str = eqx.field(static=True)
+
+    def __init__(self, *args, method: str = "auto", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if method not in (*METHODS, "auto"):
+            raise ValueError(f"unknown conv-transpose method {method!r}; use one of "
+                             f"{(*METHODS, 'auto')}")
+        if self.groups != 1 or self.padding_mode != "ZEROS" or isinstance(self.padding, str):
+            raise ValueError("zoo ConvTranspose supports groups=1, zero, explicit padding only")
+        if any(lo != hi for lo, hi in self.padding):
+            raise ValueError(f"zoo ConvTranspose needs symmetric padding, got {self.padding}")
+        self.method = method
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """Apply to one sample `x` of shape `(in_channels, *spatial)`."""
+        del key
+        n = self.num_spatial_dims
+        if x.ndim != n + 1:
+            raise ValueError(f"ConvTranspose expects rank {n + 1} input, got shape {x.shape}")
+        sp = "DHW"[-n:] if n <= 3 else "".join(chr(ord("a") + i) for i in range(n))
+        y = conv_transpose(
+            x[None], self.weight, stride=self.stride,
+            padding=tuple(lo for lo, _ in self.padding), output_padding=self.output_padding,
+            dilation=self.dilation, dimension_numbers=("NC" + sp, "OI" + sp, "NC" + sp),
+            method=self.method,
+        )[0]
+        if self.use_bias:
+            y = y + jnp.asarray(self.bias)
+        return y

@@ -1,0 +1,1 @@
+"""Model definitions: one package per architecture, one module per library."""

@@ -1,0 +1,22 @@
+"""Small pieces shared by the JAX implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": jax.nn.relu,
+    "gelu": partial(jax.nn.gelu, approximate=False),  # exact erf form, as torch.nn.GELU()
+}
+
+
+def activation(name: str) -> Callable[[jax.Array], jax.Array]:
+    return ACTIVATIONS[name]
+
+
+def dtype_of(dtype: str | jnp.dtype | None) -> jnp.dtype:
+    return jnp.dtype("float32" if dtype is None else dtype)

@@ -1,0 +1,38 @@
+"""Decoder3D in Equinox: per-sample `(C, D, H, W)` latent."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+from jaxtyping import Array, PRNGKeyArray
+
+from zoo.configs import Decoder3DConfig
+from zoo.layers.eqx import ConvTranspose
+from zoo.models.common import dtype_of
+
+
+def _layer(spec: dict, method: str, key: PRNGKeyArray, dtype) -> ConvTranspose:
+    return ConvTranspose(
+        3, spec["in_channels"], spec["out_channels"], (spec["kernel_size"],) * 3,
+        stride=spec["stride"], padding=spec["padding"], output_padding=spec["output_padding"],
+        dilation=spec["dilation"], method=method, key=key, dtype=dtype,
+    )
+
+
+class Decoder3D(eqx.Module):
+    up1: ConvTranspose
+    up2: ConvTranspose
+    up3: ConvTranspose
+    head: ConvTranspose
+    config: Decoder3DConfig = eqx.field(static=True)
+
+    def __init__(self, config: Decoder3DConfig, *, key: PRNGKeyArray, dtype=None) -> None:
+        keys = jax.random.split(key, 4)
+        self.config = config
+        for spec, k in zip(config.layers(), keys, strict=True):
+            setattr(self, spec["name"], _layer(spec, config.conv_method, k, dtype_of(dtype)))
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        for up in (self.up1, self.up2, self.up3):
+            x = jax.nn.relu(up(x))
+        return self.head(x)

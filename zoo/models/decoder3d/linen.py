@@ -1,0 +1,34 @@
+"""Decoder3D in Flax Linen: batched `(N, D, H, W, C)` latent."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+from zoo.configs import Decoder3DConfig
+from zoo.layers.conv_transpose import torch_padding
+from zoo.layers.linen import ConvTranspose
+from zoo.models.common import dtype_of
+
+
+def _layer(spec: dict, method: str, dtype) -> ConvTranspose:
+    k, s, d = (spec["kernel_size"],) * 3, (spec["stride"],) * 3, (spec["dilation"],) * 3
+    pad = torch_padding(k, s, (spec["padding"],) * 3, (spec["output_padding"],) * 3, d)
+    return ConvTranspose(spec["out_channels"], k, strides=s, padding=pad, kernel_dilation=d,
+                         method=method, param_dtype=dtype)
+
+
+class Decoder3D(nn.Module):
+    config: Decoder3DConfig
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        up1, up2, up3, head = (_layer(spec, self.config.conv_method, dtype_of(self.param_dtype))
+                               for spec in self.config.layers())
+        self.up1, self.up2, self.up3, self.head = up1, up2, up3, head
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """`train` is accepted for a uniform signature: the decoder has no train-only layers."""
+        for up in (self.up1, self.up2, self.up3):
+            x = nn.relu(up(x))
+        return self.head(x)

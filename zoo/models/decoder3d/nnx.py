@@ -1,0 +1,32 @@
+"""Decoder3D in Flax NNX: batched `(N, D, H, W, C)` latent."""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from zoo.configs import Decoder3DConfig
+from zoo.layers.conv_transpose import torch_padding
+from zoo.layers.nnx import ConvTranspose
+from zoo.models.common import dtype_of
+
+
+def _layer(spec: dict, method: str, dtype, rngs: nnx.Rngs) -> ConvTranspose:
+    k, s, d = (spec["kernel_size"],) * 3, (spec["stride"],) * 3, (spec["dilation"],) * 3
+    pad = torch_padding(k, s, (spec["padding"],) * 3, (spec["output_padding"],) * 3, d)
+    return ConvTranspose(spec["in_channels"], spec["out_channels"], k, s, padding=pad,
+                         kernel_dilation=d, method=method, param_dtype=dtype, rngs=rngs)
+
+
+class Decoder3D(nnx.Module):
+    def __init__(self, config: Decoder3DConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
+        self.config = config
+        self.up1, self.up2, self.up3, self.head = (
+            _layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
+            for spec in config.layers()
+        )
+
+    def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        for up in (self.up1, self.up2, self.up3):
+            x = nnx.relu(up(x))
+        return self.head(x)

@@ -1,0 +1,29 @@
+"""Decoder3D in PyTorch: the reference implementation (batched `(N, C, D, H, W)`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.configs import Decoder3DConfig
+
+
+def _layer(spec: dict) -> nn.ConvTranspose3d:
+    return nn.ConvTranspose3d(
+        spec["in_channels"], spec["out_channels"], spec["kernel_size"], stride=spec["stride"],
+        padding=spec["padding"], output_padding=spec["output_padding"],
+        dilation=spec["dilation"],
+    )
+
+
+class Decoder3D(nn.Module):
+    def __init__(self, config: Decoder3DConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.up1, self.up2, self.up3, self.head = (_layer(spec) for spec in config.layers())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for up in (self.up1, self.up2, self.up3):
+            x = F.relu(up(x))
+        return self.head(x)

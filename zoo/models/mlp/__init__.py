@@ -1,0 +1,1 @@
+"""3-layer MLP: fc1 -> act -> fc2 -> act -> fc3."""
