@@ -1,0 +1,27 @@
+"""Converters between Equinox, Flax Linen, Flax NNX and PyTorch parameters.
+
+Everything goes through one neutral layout, the canonical state: PyTorch's ``state_dict`` names
+and layouts as a flat ``{name: array}`` dict.
+
+    state = converters.to_canonical(model, "nnx")
+    module, variables = converters.from_canonical(state, "cnn", "linen")
+    model, eqx_state = converters.convert(nnx_model, "nnx", "eqx")
+"""
+
+from converters.core import (
+    ConversionError,
+    as_numpy_state,
+    canonical_layers,
+    canonical_spec,
+    config_of,
+    convert,
+    from_canonical,
+    to_canonical,
+    validate,
+)
+from converters.rules import KINDS, Layer
+
+__all__ = [
+    "KINDS", "ConversionError", "Layer", "as_numpy_state", "canonical_layers", "canonical_spec",
+    "config_of", "convert", "from_canonical", "to_canonical", "validate",
+]
