@@ -25,3 +25,25 @@ __all__ = [
     "KINDS", "ConversionError", "Layer", "as_numpy_state", "canonical_layers", "canonical_spec",
     "config_of", "convert", "from_canonical", "to_canonical", "validate",
 ]
+
+# Checkpoint files (issue 4): formats eqx / linen / nnx / canonical / torch, `python -m converters`.
+from converters.checkpoints import (
+    FORMATS,
+    Checkpoint,
+    CheckpointError,
+    convert_file,
+    detect,
+    inspect_checkpoint,
+    load,
+    load_canonical,
+    read,
+    save,
+    save_canonical,
+    write,
+)
+from converters.optim import CanonicalOptState
+
+__all__ += [
+    "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "convert_file", "detect",
+    "inspect_checkpoint", "load", "load_canonical", "read", "save", "save_canonical", "write",
+]

@@ -88,9 +88,8 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.
         if jnp.issubdtype(want.dtype, jnp.integer) and not jnp.issubdtype(got_dtype, jnp.integer):
             problems.append(f"{k!r}: expected an integer counter, found dtype {got_dtype}")
     if problems:
-        missing = sum(p.startswith("missing") for p in problems)
         hint = (f"\n(most keys do not match: is this a {config.arch} checkpoint with this config?)"
-                if missing > len(spec) // 2 else "")
+                if len(problems) > len(spec) // 2 else "")
         raise ConversionError(
             f"state does not fit {config.arch} {config.to_json()}: {len(problems)} problem(s):\n  - "
             + "\n  - ".join(sorted(problems)) + hint

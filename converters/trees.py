@@ -244,7 +244,7 @@ class NNXTree(Tree):
         m = self._module(model, layer.name)
         names = ("scale", "bias", "mean", "var") if layer.kind == "batch_norm" else (
             ("kernel", "bias") if layer.has_bias else ("kernel",))
-        return {k: getattr(m, k).value for k in names}
+        return {k: getattr(m, k)[...] for k in names}
 
     @staticmethod
     def _module(model: Any, name: str) -> Any:
@@ -257,7 +257,7 @@ class NNXTree(Tree):
         for layer in layers:
             m = self._module(skeleton, layer.name)
             for k, v in arrays[layer.name].items():
-                getattr(m, k).value = v
+                getattr(m, k).set_value(v)
         return skeleton
 
 

@@ -24,6 +24,7 @@ class Config:
     """Base class: validation and JSON round trips shared by every architecture config."""
 
     arch: ClassVar[str]
+    TINY: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -49,6 +50,11 @@ class Config:
     def flatten_shapes(self) -> dict[str, tuple[int, ...]]:
         """Layers whose input is a flattened feature map, with that map's (C, *spatial) shape."""
         return {}
+
+    @classmethod
+    def tiny(cls, **overrides: Any) -> Self:
+        """A small config of this architecture, for tests and the CI benchmark preset."""
+        return cls(**{**cls.TINY, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, **dataclasses.asdict(self)}
@@ -81,6 +87,7 @@ class MLPConfig(Config):
     """Three linear layers: in -> hidden[0] -> hidden[1] -> out, activation between them."""
 
     arch: ClassVar[str] = "mlp"
+    TINY: ClassVar[dict[str, Any]] = {"in_features": 12, "hidden": (16, 8), "out_features": 5}
     in_features: int = 784
     hidden: tuple[int, int] = (512, 512)
     out_features: int = 10
@@ -103,6 +110,8 @@ class CNNConfig(Config):
     """The Flax MNIST CNN: two conv3x3 [BN] relu avgpool2 stages, dense [dropout] relu, dense."""
 
     arch: ClassVar[str] = "cnn"
+    TINY: ClassVar[dict[str, Any]] = {"in_channels": 2, "input_size": (10, 9), "features": (4, 6),
+                                      "hidden": 16, "num_classes": 5}
     in_channels: int = 1
     input_size: tuple[int, int] = (28, 28)
     features: tuple[int, int] = (32, 64)
@@ -150,6 +159,8 @@ class Decoder3DConfig(Config):
     """
 
     arch: ClassVar[str] = "decoder3d"
+    TINY: ClassVar[dict[str, Any]] = {"latent_channels": 6, "latent_size": (2, 3, 2),
+                                      "channels": (5, 4, 3), "out_channels": 2}
     latent_channels: int = 32
     latent_size: tuple[int, int, int] = (8, 8, 8)
     channels: tuple[int, int, int] = (16, 8, 4)

@@ -73,6 +73,9 @@ class EqxInterface(Interface):
         if not train:
             model = eqx.nn.inference_mode(model)
         keys = None if key is None else jax.random.split(key, x.shape[0])
+        if state is not None:  # a fresh handle: the caller's state stays usable (pure apply)
+            leaves, treedef = jax.tree.flatten(state)
+            state = jax.tree.unflatten(treedef, leaves)
         if state is None:
             y = jax.vmap(lambda xi, ki: model(xi, key=ki))(x, keys)
             return y, None
@@ -116,7 +119,7 @@ class NNXInterface(Interface):
         return nnx.merge(static, params, state)
 
     def apply(self, static, params, state, x, *, train=False, key=None):
-        model = nnx.merge(static, params, state)
+        model = nnx.merge(static, params, state, copy=True)  # never mutate the caller's state
         model.train() if train else model.eval()
         y = model(x) if key is None else model(x, rngs=key)
         return y, nnx.split(model, nnx.Param, ...)[2]

@@ -1,0 +1,166 @@
+"""zoo.fast computes what the plain interface computes, for every JAX library, and donates."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import zoo
+from zoo import fast
+from zoo.bench.presets import find_preset
+from zoo.bench.subjects import JAX_LOSSES, build_models, make_task
+
+ARCHS = zoo.ARCHS
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def tiny(arch: str, **overrides):
+    return zoo.make_config(arch, **{**find_preset("tiny", arch).config, **overrides})
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def case(request):
+    """(config, task, native models of every JAX impl from one canonical state)."""
+    config = tiny(request.param)
+    task = make_task(config, 3, seed=1)
+    return config, task, build_models(config, zoo.JAX_IMPLS, seed=0)
+
+
+def reference_step(model, impl, optimizer, loss_fn, x, target, key=None):
+    """One training step written directly with the interface (no flattening, no donation)."""
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    opt_state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, opt_state, state):
+        def objective(params):
+            y, new_state = api.apply(static, params, state, x, train=True, key=key)
+            return loss_fn(y, target), new_state
+
+        (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, new_state, loss
+
+    return step(params, opt_state, state)
+
+
+def jitted_apply(model, impl, train=False):
+    """The plain interface's apply, jitted (an eager apply compiles op by op: slow)."""
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    return jax.jit(lambda x: api.apply(static, params, state, x, train=train))
+
+
+def assert_trees_close(a, b, **tol):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb)
+    for u, v in zip(la, lb, strict=True):
+        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32), **tol)
+
+
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+def test_forward_matches_interface(case, impl):
+    _, task, models = case
+    api = zoo.interface(impl)
+    x = api.to_native(task.x)
+    want, _ = jitted_apply(models[impl], impl)(x)
+    fwd = fast.forward(models[impl], impl)
+    assert isinstance(fwd, fast.Forward) and fwd.impl == impl and not fwd.train
+    # `lower` gives exactly the program a call runs.
+    compiled = fwd.lower(x).compile()
+    np.testing.assert_allclose(fwd(x), want, **TOL)
+    np.testing.assert_allclose(compiled(*fwd.args, x), want, **TOL)
+
+
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+def test_train_step_matches_reference_and_donates(case, impl):
+    _, task, models = case
+    api = zoo.interface(impl)
+    x = api.to_native(task.x)
+    target = task.target if task.loss == "cross_entropy" else api.to_native(task.target)
+    loss_fn, opt = JAX_LOSSES[task.loss], optax.adam(1e-2)
+    model = models[impl]
+    before = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
+
+    step = fast.train_step(model, impl, opt, loss_fn)
+    held = step.leaves[0][0]
+    loss = step(x, target)
+    params, opt_state, state, want_loss = reference_step(model, impl, opt, loss_fn, x, target)
+
+    np.testing.assert_allclose(loss, want_loss, **TOL)
+    assert_trees_close(step.params, params, **TOL)
+    assert_trees_close(step.opt_state, opt_state, **TOL)
+    assert_trees_close(step.state, state, **TOL)
+    # Donation: the held buffers were given to the step; the caller's model is untouched.
+    assert held.is_deleted()
+    after = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    # The trained model comes back as a native model computing with the new arrays.
+    trained = step.model()
+    assert type(trained) is type(model)
+    assert_trees_close(api.split(trained)[1], params, **TOL)
+
+
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+def test_train_forward_returns_state(impl):
+    """Training-mode forward: batch statistics used and returned (the CNN has BatchNorm)."""
+    config = tiny("cnn")
+    task = make_task(config, 3)
+    model = build_models(config, (impl,))[impl]
+    api = zoo.interface(impl)
+    x = api.to_native(task.x)
+    want_y, want_state = jitted_apply(model, impl, train=True)(x)
+    y, new_state = fast.forward(model, impl, train=True)(x)
+    assert len(jax.tree.leaves(new_state)) == 4
+    np.testing.assert_allclose(y, want_y, **TOL)
+    assert_trees_close(new_state, want_state, **TOL)
+
+
+def test_libraries_train_identically():
+    """Three steps of zoo.fast.train_step give the same losses in every library (CNN: BN)."""
+    config = tiny("cnn")
+    task = make_task(config, 4)
+    models = build_models(config, zoo.JAX_IMPLS)
+    losses = {}
+    for impl, model in models.items():
+        api = zoo.interface(impl)
+        step = fast.train_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss])
+        losses[impl] = [float(step(api.to_native(task.x), task.target)) for _ in range(3)]
+    assert losses["eqx"][0] != losses["eqx"][2]
+    for impl in zoo.JAX_IMPLS:
+        np.testing.assert_allclose(losses[impl], losses["eqx"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["nnx"])
+def test_dropout_key(impl):
+    config = tiny("cnn", dropout=0.5)
+    task = make_task(config, 3)
+    assert task.key is not None
+    model = build_models(config, (impl,))[impl]
+    api = zoo.interface(impl)
+    x = api.to_native(task.x)
+    step = fast.train_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss], donate=False)
+    loss = step(x, task.target, task.key)
+    *_, want = reference_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss], x,
+                              task.target, task.key)
+    np.testing.assert_allclose(loss, want, **TOL)
+
+
+def test_bfloat16_and_non_zoo_models():
+    """Any model the interface can split works, in any dtype (here a bare NNX layer)."""
+    from flax import nnx
+
+    layer = nnx.Linear(3, 2, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    x = jnp.ones((4, 3), jnp.bfloat16)
+    assert fast.forward(layer, "nnx")(x).dtype == jnp.bfloat16
+    step = fast.train_step(layer, "nnx", optax.sgd(0.1), lambda y, t: jnp.mean((y - t) ** 2))
+    assert np.isfinite(float(step(x, jnp.zeros((4, 2), jnp.bfloat16))))
+
+
+def test_rejects_torch():
+    with pytest.raises(ValueError, match="no functional interface"):
+        fast.forward(object(), "torch")

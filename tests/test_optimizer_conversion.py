@@ -1,0 +1,206 @@
+"""Training checkpoints: parameters, BatchNorm statistics, optax state and step change library.
+
+The training step is written once, for every library, with `zoo.interface(impl)`; the loss is
+computed in the canonical layout (`api.to_canonical(y)`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+import converters
+import zoo
+from converters import ConversionError, convert_file, read
+from converters.core import canonical_spec, from_canonical, to_canonical
+from converters.optim import to_canonical_opt
+from zoo.registry import skeleton
+
+CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
+# Tolerance of "3 steps in Equinox + 3 in NNX == 6 in NNX", float32 on CPU. The first three steps
+# run in a different library, so they agree to float rounding only (~1e-7 on the parameters).
+# Adam's eps is 1e-4 because conv1/conv2 feed BatchNorm: their biases have a true gradient of
+# zero, and Adam with eps=1e-8 would scale the ~1e-9 float noise of that gradient (which differs
+# between libraries) into updates of ~lr. The MLP case keeps optax's defaults.
+ATOL = 1e-5
+CASES = {
+    "cnn": (CFG, optax.adam(1e-3, eps=1e-4)),
+    "mlp": (zoo.make_config("mlp", in_features=64, hidden=(32, 32), out_features=10),
+            optax.adam(1e-3)),
+}
+
+
+def start_state(config: zoo.Config, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, s in canonical_spec(config).items():
+        if k.endswith("num_batches_tracked"):
+            out[k] = np.zeros((), np.int64)
+        elif k.endswith("running_var"):
+            out[k] = np.ones(s.shape, np.float32)
+        elif k.endswith("running_mean"):
+            out[k] = np.zeros(s.shape, np.float32)
+        else:
+            fan_in = int(np.prod(s.shape[1:])) if len(s.shape) > 1 else 16
+            out[k] = (rng.uniform(-1, 1, s.shape) / np.sqrt(fan_in)).astype(np.float32)
+    return out
+
+
+def batch(config: zoo.Config, seed: int = 1) -> tuple[jax.Array, jax.Array]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((32, *config.input_shape)).astype(np.float32)
+    return jnp.asarray(x), jnp.asarray(rng.integers(0, 10, 32))
+
+
+def make_step(impl: str, static, tx):
+    """One jitted training step for library `impl`, written once for all of them."""
+    api = zoo.interface(impl)
+
+    def loss_fn(params, state, x, y):
+        out, state = api.apply(static, params, state, api.to_native(x), train=True)
+        logits = api.to_canonical(out)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
+
+    @jax.jit
+    def step(params, state, opt_state, x, y):
+        (_, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), state, opt_state
+
+    return step
+
+
+_STEPS: dict = {}  # (impl, config, tx) -> (static, step): compile once per library
+
+
+def train(impl: str, model, tx, opt_state, steps: int, x, y):
+    """`steps` optimizer steps with `zoo.interface(impl)`; returns (model, opt_state)."""
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    key = (impl, converters.config_of(model, impl), id(tx))
+    if key not in _STEPS:
+        _STEPS[key] = (static, make_step(impl, static, tx))
+    static, step = _STEPS[key]  # an equal static part: same config, same library
+    if opt_state is None:
+        opt_state = tx.init(params)
+    for _ in range(steps):
+        params, state, opt_state = step(params, state, opt_state, x, y)
+    return api.merge(static, params, state), opt_state
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max(float(np.max(np.abs(np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64))))
+               for k in a)
+
+
+@pytest.mark.parametrize("arch", list(CASES))
+def test_three_eqx_steps_then_three_nnx_or_linen_steps_equal_six(arch, tmp_path):
+    config, tx = CASES[arch]
+    start = start_state(config)
+    x, y = batch(config)
+    model, opt_state = train("eqx", from_canonical(start, config, "eqx"), tx, None, 3, x, y)
+    src = converters.save(model, tmp_path / "run.eqx", "eqx", opt_state=opt_state, step=3)
+    for impl in ("nnx", "linen"):
+        dst = tmp_path / f"run_{impl}"
+        convert_file(src, dst, to=impl)  # through a checkpoint file in the target's format
+        resumed, resumed_opt, step = converters.load(dst, impl, optimizer=tx)
+        assert step == 3 and int(resumed_opt[0].count) == 3
+        resumed, _ = train(impl, resumed, tx, resumed_opt, 3, x, y)
+        reference, _ = train(impl, from_canonical(start, config, impl), tx, None, 6, x, y)
+        got, want = to_canonical(resumed, impl), to_canonical(reference, impl)
+        assert max_diff(got, want) < ATOL, impl
+        assert max_diff(got, start) > 100 * ATOL  # it did train
+
+
+def test_optimizer_state_round_trips_bitwise_through_every_format(tmp_path):
+    tx = optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3))
+    x, y = batch(CFG)
+    model, opt_state = train("nnx", from_canonical(start_state(CFG), CFG, "nnx"), tx, None, 2,
+                             x, y)
+    ck = converters.Checkpoint(CFG, {k: np.asarray(v) for k, v in
+                                     to_canonical(model, "nnx").items()},
+                               to_canonical_opt(opt_state, model, "nnx"), step=2)
+    assert ck.optimizer.arrays["1/hyperparams/learning_rate"].dtype == np.float32
+    path = converters.write(ck, tmp_path / "a_nnx", "nnx")
+    for fmt, name in (("eqx", "b.eqx"), ("linen", "c_linen"), ("canonical", "d.safetensors"),
+                      ("nnx", "e_nnx")):
+        convert_file(path, tmp_path / name, to=fmt)
+        path = tmp_path / name
+        got = read(path)
+        assert got.step == 2 and got.optimizer.layout == ck.optimizer.layout
+        assert got.optimizer.arrays.keys() == ck.optimizer.arrays.keys()
+        for k, v in ck.optimizer.arrays.items():
+            assert got.optimizer.arrays[k].dtype == v.dtype
+            assert got.optimizer.arrays[k].tobytes() == v.tobytes(), (fmt, k)
+    # and the restored state plugs into the optimizer again, in each library
+    for impl in ("eqx", "linen", "nnx"):
+        model, opt, step = converters.load(path, impl, optimizer=tx)
+        params = zoo.interface(impl).split(model)[1]
+        assert jax.tree.structure(opt) == jax.tree.structure(tx.init(params))
+        mu = to_canonical(zoo.interface(impl).merge(*_with_params(model, impl, opt[1].inner_state
+                                                                    [0].mu)), impl)
+        np.testing.assert_array_equal(mu["fc1.weight"], ck.optimizer.arrays["1/inner_state/0/mu/"
+                                                                            "fc1.weight"])
+
+
+def _with_params(model, impl, params):
+    static, _, state = zoo.interface(impl).split(model)
+    return static, params, state
+
+
+def test_written_training_checkpoints_restore_with_orbax_and_equinox_directly(tmp_path):
+    import equinox as eqx
+
+    tx = optax.adam(1e-3)
+    ck = converters.Checkpoint(CFG, start_state(CFG))
+    model = from_canonical(ck.state, CFG, "nnx")
+    opt_state = tx.init(zoo.interface("nnx").split(model)[1])
+    converters.save(model, tmp_path / "t_nnx", "nnx", opt_state=opt_state, step=5)
+    for fmt, name in (("linen", "t_linen"), ("eqx", "t.eqx")):
+        convert_file(tmp_path / "t_nnx", tmp_path / name, to=fmt)
+    # NNX: restore into {"model": abstract state, "opt_state": abstract tx.init, "step": 0}
+    from flax import nnx
+
+    graphdef, abstract_state = nnx.split(skeleton(CFG, "nnx"))
+    abstract_params = nnx.split(skeleton(CFG, "nnx"), nnx.Param, ...)[1]
+    target = {"model": abstract_state, "opt_state": jax.eval_shape(tx.init, abstract_params),
+              "step": 0}
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore((tmp_path / "t_nnx").absolute(), target)
+    assert restored["step"] == 5 and int(restored["opt_state"][0].count) == 0
+    assert to_canonical(nnx.merge(graphdef, restored["model"]), "nnx").keys() == ck.state.keys()
+    # Linen: a TrainState-like dict {params, batch_stats, opt_state, step}
+    module, variables = skeleton(CFG, "linen")
+    target = {**variables, "opt_state": jax.eval_shape(tx.init, variables["params"]), "step": 0}
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore((tmp_path / "t_linen").absolute(), target)
+    assert restored["step"] == 5 and set(restored) == {"params", "batch_stats", "opt_state",
+                                                       "step"}
+    # Equinox: (model, opt_state, step) in one leaf file
+    eq_model = skeleton(CFG, "eqx")
+    eq_params = eqx.filter(from_canonical(ck.state, CFG, "eqx")[0], eqx.is_inexact_array)
+    like = (eq_model, tx.init(eq_params), 0)
+    with open(tmp_path / "t.eqx", "rb") as f:
+        (m, state), opt, step = eqx.tree_deserialise_leaves(f, like)
+    assert step == 5 and int(opt[0].count) == 0
+    assert to_canonical((m, state), "eqx").keys() == ck.state.keys()
+
+
+def test_unsupported_and_mismatched_optimizer_states(tmp_path):
+    model = from_canonical(start_state(CFG), CFG, "linen")
+    params = zoo.interface("linen").split(model)[1]
+    with pytest.raises(ConversionError, match="neither a scalar"):
+        to_canonical_opt({"noise": jnp.zeros((3, 4))}, model, "linen")
+    converters.save(model, tmp_path / "sgd.safetensors", "canonical",
+                    opt_state=optax.sgd(0.1, momentum=0.9).init(params), step=1)
+    with pytest.raises(ConversionError, match="layout differs"):
+        converters.load(tmp_path / "sgd.safetensors", "linen", optimizer=optax.adam(1e-3))
+    model_only = converters.load(tmp_path / "sgd.safetensors", "linen", model_only=True)
+    assert set(model_only[1]) == {"params", "batch_stats"}
+    with pytest.raises(converters.CheckpointError, match="no optimizer state"):
+        converters.load(tmp_path / "sgd.safetensors", model_only=True).opt_state("nnx")

@@ -1,0 +1,221 @@
+"""`python -m zoo.bench`: the command line (see `--help` and docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PRESETS, PresetError, \
+    find_preset
+from zoo.layers.conv_transpose import METHODS
+
+RESULTS_DIR = os.path.join("bench", "results")
+EXIT_UNFAIR = 3
+
+USAGE_EPILOG = """\
+other commands:
+  python -m zoo.bench dispatch [--impl ...] [--json PATH] [--record]   per-call overhead suite
+  python -m zoo.bench report [--results DIR]     render bench/README.md and bench/plots/
+  python -m zoo.bench presets                    list the named shapes
+
+call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
+  nnx: nnx_jit, cached_partial, jit_partial, split, fast; torch: eager, compile.
+  "default" = each library's fastest (fast, torch eager); "all" = every style installed.
+exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
+"""
+
+
+def _impls(value: str) -> tuple[str, ...]:
+    import zoo
+
+    available = tuple(i for i in zoo.IMPLS if i in {i for _, i in zoo.list_models()})
+    if value == "all":
+        return available
+    impls = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [i for i in impls if i not in zoo.IMPLS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown impl {bad}; choose from all, {zoo.IMPLS}")
+    missing = [i for i in impls if i not in available]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{missing} not installed (PyTorch missing?)")
+    return impls
+
+
+def resolve_calls(value: str, impls: tuple[str, ...], *,
+                  torch_compile: bool = False) -> dict[str, list[str]]:
+    """--call value -> impl -> styles. Names a library lacks are skipped for that library."""
+    from zoo.bench.styles import DEFAULT_STYLE, available_styles
+
+    out: dict[str, list[str]] = {}
+    wanted = [v.strip() for v in value.split(",") if v.strip()]
+    for impl in impls:
+        avail = available_styles(impl, torch_compile=torch_compile)
+        if value == "all":
+            calls = avail
+        elif value == "default":
+            calls = [DEFAULT_STYLE[impl]]
+            if impl == "torch" and torch_compile:
+                calls.append("compile")
+        else:
+            calls = [c for c in wanted if c in avail]
+            if impl == "torch" and torch_compile and "compile" not in calls:
+                calls.append("compile")
+        if not calls:
+            raise ValueError(f"no call style {wanted} for {impl}; it has {avail}")
+        out[impl] = calls
+    return out
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m zoo.bench", description="Fair benchmarks of the zoo's models in "
+        "Equinox, Flax Linen, Flax NNX and PyTorch (same weights, checked before timing).",
+        epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("arch", nargs="?", choices=ARCHS,
+                   help=f"architecture ({LAYER_ARCH!r} = one 3-D conv-transpose layer); "
+                        "may be omitted when --preset names a unique shape")
+    p.add_argument("--impl", default="all", help="all or a comma list of eqx,linen,nnx,torch")
+    p.add_argument("--mode", choices=("forward", "train", "both"), default=None,
+                   help="forward (inference), train (loss, gradients, optax update, BN state) "
+                        "or both (default: the preset's modes, else both)")
+    p.add_argument("--call", default="default",
+                   help="default | all | comma list of call styles (see below)")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None)
+    p.add_argument("--preset", default=None, help="named shape (python -m zoo.bench presets)")
+    p.add_argument("--config", default=None, metavar="JSON",
+                   help='config overrides, e.g. \'{"hidden": [1024, 1024]}\'')
+    p.add_argument("--method", choices=(*METHODS, "auto"), default="auto",
+                   help="conv-transpose formulation (Decoder3D conv_method, convt layers)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--json", default=None, metavar="PATH", help="write the run's JSON record")
+    p.add_argument("--record", action="store_true",
+                   help=f"also write it to {RESULTS_DIR}/<device>/<name>.json")
+    p.add_argument("--results-dir", default=RESULTS_DIR, help=argparse.SUPPRESS)
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="jax.profiler trace of a few extra steps per style (Perfetto)")
+    p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from zoo.bench.runner import BenchConfig
+
+    preset = find_preset(args.preset, args.arch) if args.preset else None
+    arch = preset.arch if preset else args.arch
+    if arch is None:
+        raise PresetError("name an architecture or a preset")
+    overrides = dict(preset.config) if preset else {}
+    if args.config:
+        overrides.update(json.loads(args.config))
+    if args.mode is not None:
+        modes = ("forward", "train") if args.mode == "both" else (args.mode,)
+    else:
+        modes = preset.modes if preset else ("forward", "train")
+    impls = _impls(args.impl)
+    return BenchConfig(
+        arch=arch, impls=impls,
+        calls=resolve_calls(args.call, impls, torch_compile=args.torch_compile),
+        modes=tuple(modes), batch=args.batch or (preset.batch if preset else DEFAULT_BATCH[arch]),
+        dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
+        preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
+        repeat=args.repeat, seed=args.seed, torch_compile=args.torch_compile,
+        profile=args.profile)
+
+
+def record_name(record: dict[str, Any]) -> str:
+    cfg = record["config"]
+    tag = cfg["preset"] or f"b{cfg['batch']}"
+    modes = "both" if len(cfg["modes"]) == 2 else cfg["modes"][0]
+    method = "" if cfg["method"] == "auto" else f"-{cfg['method']}"
+    return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}.json"
+
+
+def write_json(record: dict[str, Any], path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1, default=_jsonable)
+        f.write("\n")
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, tuple | set):
+        return list(o)
+    return str(o)
+
+
+def save(record: dict[str, Any], args: argparse.Namespace, name: str, console: Any) -> None:
+    paths = [args.json] if args.json else []
+    if args.record:
+        paths.append(os.path.join(args.results_dir, record["device"]["slug"], name))
+    for path in paths:
+        write_json(record, path)
+        console.print(f"wrote {path}")
+
+
+def make_console() -> Any:
+    """A rich console; wide enough for the tables when the output is not a terminal."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def bench_main(argv: list[str]) -> int:
+    from rich.console import Console
+
+    from zoo.bench.display import print_model_record
+    from zoo.bench.fairness import FairnessError
+    from zoo.bench.runner import run
+
+    parser = bench_parser()
+    args = parser.parse_args(argv)
+    console = make_console()
+    try:
+        cfg = config_from_args(args)
+    except (PresetError, ValueError, argparse.ArgumentTypeError) as e:
+        parser.error(str(e))
+    try:
+        record = run(cfg, console=console, progress=not args.no_progress)
+    except FairnessError as e:
+        Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
+        return EXIT_UNFAIR
+    print_model_record(record, console)
+    save(record, args, record_name(record), console)
+    return 0
+
+
+def presets_main(argv: list[str]) -> int:
+    from rich.table import Table
+
+    table = Table(title="presets (python -m zoo.bench ARCH --preset NAME)", title_justify="left")
+    for col in ("arch", "name", "batch", "dtype", "modes", "shape"):
+        table.add_column(col)
+    for p in PRESETS:
+        table.add_row(p.arch, p.name, str(p.batch), p.dtype, ",".join(p.modes), p.doc)
+    make_console().print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "dispatch":
+        from zoo.bench.dispatch import dispatch_main
+
+        return dispatch_main(argv[1:])
+    if argv and argv[0] == "report":
+        from zoo.bench.report import report_main
+
+        return report_main(argv[1:])
+    if argv and argv[0] == "presets":
+        return presets_main(argv[1:])
+    return bench_main(argv)

@@ -1,0 +1,256 @@
+"""`python -m zoo.bench dispatch`: the per-call overhead of every call style against the floor.
+
+Three workloads where the work per call is small, so that what is measured is the cost of
+reaching the compiled program:
+
+- `identity`: `y = x * scale` on a (1, 16) input (one parameter);
+- `mlp`: the default zoo MLP (784-512-512-10) at batch 1;
+- `static10k`: the identity carrying 10,000 static leaves (a tuple of ints held by the module:
+  a plain Equinox field, a Linen attribute, an NNX attribute, a PyTorch attribute).
+
+The floor is a raw `jax.jit` on pre-flattened arrays of a hand-written `jax.numpy` function of
+the same computation (MLP kernels in (in, out) layout), called directly. Every style is timed
+call by call (`block_until_ready` after each), interleaved round-robin with the others so that
+machine noise hits all of them alike; the table gives medians and the ratio to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import zoo
+from zoo.bench.subjects import Subject, Task, make_task
+from zoo.bench.timing import Prepared, summarize
+
+WORKLOADS: dict[str, str] = {
+    "identity": "identity, batch 1",
+    "mlp": "MLP 784-512-512-10, batch 1",
+    "static10k": "identity + 10,000 static leaves",
+}
+TARGET_RATIO = 1.1
+N_STATIC = 10_000
+FEATURES = 16
+
+
+class EqxIdentity(eqx.Module):
+    """`x * scale`; `table` is a plain field (Equinox sees its ints as leaves)."""
+
+    scale: jax.Array
+    table: tuple
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return x * self.scale
+
+
+class LinenIdentity(nn.Module):
+    table: tuple = ()
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        return x * self.param("scale", nn.initializers.ones, ())
+
+
+class NNXIdentity(nnx.Module):
+    def __init__(self, table: tuple = ()) -> None:
+        self.scale = nnx.Param(jnp.ones(()))
+        self.table = table
+
+    def __call__(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
+        return x * self.scale[...]
+
+
+def _torch_identity(table: tuple) -> Any:
+    import torch
+
+    class TorchIdentity(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(()))
+            self.table = table
+
+        def forward(self, x: Any) -> Any:
+            return x * self.scale
+
+    return TorchIdentity()
+
+
+def _identity(impl: str, table: tuple) -> Any:
+    if impl == "eqx":
+        return EqxIdentity(jnp.ones(()), table)
+    if impl == "linen":
+        return LinenIdentity(table), {"params": {"scale": jnp.ones(())}}
+    if impl == "nnx":
+        return NNXIdentity(table)
+    return _torch_identity(table)
+
+
+def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Prepared]:
+    """The subjects of a workload (one per impl) and its floor."""
+    if name == "mlp":
+        config = zoo.make_config("mlp")
+        task = make_task(config, 1)
+        state = zoo.canonical_init(config, 0)
+        natives = {impl: zoo.create(config, impl) for impl in impls}
+        leaves = []
+        for layer in ("fc1", "fc2", "fc3"):
+            leaves += [jnp.asarray(state[f"{layer}.weight"].T), jnp.asarray(state[f"{layer}.bias"])]
+
+        def mlp(leaves: list[jax.Array], x: jax.Array) -> jax.Array:
+            h = jax.nn.relu(x @ leaves[0] + leaves[1][None])
+            h = jax.nn.relu(h @ leaves[2] + leaves[3][None])
+            return h @ leaves[4] + leaves[5][None]
+
+        floor = Prepared(jax.jit(mlp), (leaves, task.x))
+    else:
+        table = tuple(range(N_STATIC)) if name == "static10k" else ()
+        x = jax.random.normal(jax.random.key(0), (1, FEATURES))
+        task = Task(x, x, "mse")
+        natives = {impl: _identity(impl, table) for impl in impls}
+        floor = Prepared(jax.jit(lambda leaves, x: x * leaves[0]), ([jnp.ones(())], x))
+    return {impl: Subject(impl, natives[impl], task) for impl in impls}, floor
+
+
+def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
+                on_round: Any = None) -> dict[str, list[float]]:
+    """Per-call times of every entry, measured in `rounds` round-robin rounds of about
+    `budget_s` seconds per entry (rotating the order each round)."""
+    names = list(entries)
+    per_round = {}
+    for name, p in entries.items():  # warm-up: compile, then estimate the call time
+        for _ in range(3):
+            p.block(p.fn(*p.args))
+        t0 = time.perf_counter()
+        for _ in range(10):
+            p.block(p.fn(*p.args))
+        per_call = (time.perf_counter() - t0) / 10
+        per_round[name] = int(min(500, max(5, budget_s / max(per_call, 1e-7))))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    clock = time.perf_counter
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            p, out = entries[name], samples[name]
+            fn, args, block = p.fn, p.args, p.block
+            for _ in range(per_round[name]):
+                t0 = clock()
+                block(fn(*args))
+                out.append(clock() - t0)
+        if on_round is not None:
+            on_round()
+    return samples
+
+
+def run_dispatch(impls: tuple[str, ...], rounds: int = 20, budget_s: float = 0.05,
+                 workloads: tuple[str, ...] = tuple(WORKLOADS), console: Any = None,
+                 progress: bool = True) -> dict[str, Any]:
+    from rich.progress import Progress
+
+    from zoo.bench.runner import _record_base
+    from zoo.bench.styles import IDIOMATIC_STYLE, available_styles
+    from zoo.bench.styles import STYLES as ALL_STYLES
+
+    results: list[dict[str, Any]] = []
+    with Progress(console=console, transient=True, disable=not progress) as bar:
+        task_id = bar.add_task("dispatch", total=rounds * len(workloads))
+        for wname in workloads:
+            subjects, floor = workload(wname, impls)
+            entries: dict[str, Prepared] = {"floor": floor}
+            for impl in impls:
+                for style in available_styles(impl):
+                    entries[f"{impl}:{style}"] = ALL_STYLES[impl][style](subjects[impl],
+                                                                         "forward")
+            samples = interleaved(entries, rounds, budget_s, lambda: bar.advance(task_id))
+            floor_median = float(np.median(samples["floor"]))
+            for name, values in samples.items():
+                impl, _, style = name.partition(":")
+                stats = summarize(values)
+                results.append({
+                    "workload": wname, "impl": impl if style else "floor",
+                    "call": style or "raw jax.jit, pre-flattened", "time": stats,
+                    "idiomatic": IDIOMATIC_STYLE.get(impl) == style,
+                    "ratio_to_floor": stats["median_s"] / floor_median,
+                    "overhead_s": stats["median_s"] - floor_median,
+                })
+    summary = {}
+    for impl in impls:
+        if impl == "torch":
+            continue
+        best = {w: min((r for r in results if r["impl"] == impl and r["workload"] == w),
+                       key=lambda r: r["ratio_to_floor"]) for w in workloads}
+        summary[impl] = {w: {"call": b["call"], "ratio_to_floor": b["ratio_to_floor"],
+                             "within_target": b["ratio_to_floor"] <= TARGET_RATIO}
+                         for w, b in best.items()}
+    record = _record_base("dispatch")
+    record["config"] = {"impls": list(impls), "rounds": rounds, "budget_s": budget_s,
+                        "workloads": {w: WORKLOADS[w] for w in workloads},
+                        "target_ratio": TARGET_RATIO}
+    record["results"] = results
+    record["summary"] = summary
+    return record
+
+
+def dispatch_table(record: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    workloads = list(record["config"]["workloads"])
+    table = Table(title=f"dispatch: µs per call (median) and ratio to the floor, "
+                        f"{record['device']['name']}", title_justify="left")
+    table.add_column("impl")
+    table.add_column("call")
+    for w in workloads:
+        table.add_column(f"{w} µs", justify="right")
+        table.add_column("× floor", justify="right")
+    keys = []
+    for r in record["results"]:
+        if (r["impl"], r["call"]) not in keys:
+            keys.append((r["impl"], r["call"]))
+    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    for impl, call in keys:
+        cells = []
+        for w in workloads:
+            r = by.get((impl, call, w))
+            cells += (["-", "-"] if r is None else
+                      [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}"])
+        table.add_row(impl, call + (" (idiomatic)" if by.get((impl, call, workloads[0]), {})
+                                    .get("idiomatic") else ""), *cells)
+    return table
+
+
+def dispatch_main(argv: list[str]) -> int:
+    from zoo.bench.cli import _impls, make_console, save
+
+    p = argparse.ArgumentParser(prog="python -m zoo.bench dispatch",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--impl", default="all", type=_impls)
+    p.add_argument("--workload", default=",".join(WORKLOADS),
+                   help=f"comma list of {list(WORKLOADS)}")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--budget", type=float, default=0.05,
+                   help="seconds per style per round (sets the calls per round)")
+    p.add_argument("--json", default=None, metavar="PATH")
+    p.add_argument("--record", action="store_true")
+    p.add_argument("--results-dir", default="bench/results", help=argparse.SUPPRESS)
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    workloads = tuple(w for w in args.workload.split(",") if w)
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown workload {unknown}; choose from {list(WORKLOADS)}")
+    console = make_console()
+    record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
+                          not args.no_progress)
+    console.print(dispatch_table(record))
+    for impl, per in record["summary"].items():
+        verdict = ", ".join(f"{w}: {v['call']} {v['ratio_to_floor']:.2f}x"
+                            f"{'' if v['within_target'] else ' (MISSES)'}" for w, v in per.items())
+        console.print(f"{impl} fastest vs floor (target {TARGET_RATIO}x): {verdict}")
+    save(record, args, "dispatch.json", console)
+    return 0

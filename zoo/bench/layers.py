@@ -1,0 +1,151 @@
+"""One 3-D conv-transpose layer in every library, from one set of canonical weights.
+
+The published conv-transpose reports time a single layer, which no zoo architecture is (Decoder3D
+has four), so the `convt` presets build this layer instead: `zoo.layers.eqx.ConvTranspose`,
+`zoo.layers.linen.ConvTranspose`, `zoo.layers.nnx.ConvTranspose` (all with a `method` switch) and
+`torch.nn.ConvTranspose3d`, with weights converted from one canonical (PyTorch-layout) state by
+`converters.rules.to_native`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from converters.rules import Layer, to_native
+from zoo.layers.conv_transpose import output_shape, torch_padding
+
+LAYER = Layer("convt", "conv_transpose", spatial_dims=3)
+
+
+@dataclass(frozen=True)
+class ConvTSpec:
+    """A ConvTranspose3d with PyTorch semantics (ints apply to every spatial dim)."""
+
+    in_channels: int = 16
+    out_channels: int = 1
+    spatial: tuple[int, int, int] = (16, 16, 16)
+    kernel_size: int = 3
+    stride: int = 2
+    padding: int = 1
+    output_padding: int = 1
+    dilation: int = 1
+    method: str = "auto"
+    arch = "convt"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spatial", tuple(self.spatial))
+        if len(self.spatial) != 3:
+            raise ValueError(f"convt.spatial needs 3 entries (D, H, W), got {self.spatial}")
+        self.output_spatial  # noqa: B018  (validates the hyper-parameters)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.in_channels, *self.spatial)
+
+    def _per_dim(self) -> tuple[tuple[int, ...], ...]:
+        return tuple((v,) * 3 for v in (self.kernel_size, self.stride, self.padding,
+                                        self.output_padding, self.dilation))
+
+    @property
+    def output_spatial(self) -> tuple[int, ...]:
+        return output_shape(self.spatial, *self._per_dim())
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.out_channels, *self.output_spatial)
+
+    @property
+    def flax_padding(self) -> tuple[tuple[int, int], ...]:
+        return torch_padding(*self._per_dim())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arch": self.arch, **dataclasses.asdict(self)}
+
+
+def canonical_state(spec: ConvTSpec, seed: int = 0, dtype: Any = "float32") -> dict[str, Any]:
+    """PyTorch-layout `convt.weight` (I, O, k, k, k) and `convt.bias` (O,): U(+-1/sqrt(fan_in))
+    with PyTorch's conv-transpose fan-in O * k^3, drawn in float32 from `seed`, then cast."""
+    k = spec.kernel_size
+    bound = 1.0 / math.sqrt(spec.out_channels * k ** 3)
+    rng = np.random.default_rng([seed, zlib.crc32(b"convt")])
+    w = rng.uniform(-bound, bound, (spec.in_channels, spec.out_channels, k, k, k))
+    b = rng.uniform(-bound, bound, (spec.out_channels,))
+    dt = jnp.dtype(dtype)
+    return {"convt.weight": w.astype(np.float32).astype(dt),
+            "convt.bias": b.astype(np.float32).astype(dt)}
+
+
+class LinenConvT(nn.Module):
+    """The Linen layer wrapped so that it takes `train=` like every zoo Linen model."""
+
+    spec: ConvTSpec
+    param_dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        from zoo.layers.linen import ConvTranspose
+
+        s = self.spec
+        return ConvTranspose(
+            s.out_channels, (s.kernel_size,) * 3, strides=(s.stride,) * 3,
+            padding=s.flax_padding, kernel_dilation=(s.dilation,) * 3, method=s.method,
+            param_dtype=jnp.dtype(self.param_dtype), name="convt",
+        )(x)
+
+
+def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
+    """The layer in library `impl` ("eqx", "linen", "nnx", "torch") holding `state`."""
+    canon = {k.removeprefix("convt."): v for k, v in state.items()}
+    dtype = jnp.dtype(canon["weight"].dtype)
+    s = spec
+    if impl == "torch":
+        import torch
+
+        from converters.trees import numpy_to_torch
+
+        layer = torch.nn.ConvTranspose3d(
+            s.in_channels, s.out_channels, s.kernel_size, stride=s.stride, padding=s.padding,
+            output_padding=s.output_padding, dilation=s.dilation)
+        layer = layer.to(getattr(torch, dtype.name))
+        layer.load_state_dict({k: numpy_to_torch(v) for k, v in canon.items()})
+        return layer
+    family = "eqx" if impl == "eqx" else "flax"
+    native = to_native(family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER)
+    if impl == "eqx":
+        from zoo.layers.eqx import ConvTranspose
+
+        layer = ConvTranspose(3, s.in_channels, s.out_channels, (s.kernel_size,) * 3,
+                              stride=s.stride, padding=s.padding, output_padding=s.output_padding,
+                              dilation=s.dilation, method=s.method, dtype=dtype,
+                              key=jax.random.key(0))
+        return eqx.tree_at(lambda m: (m.weight, m.bias), layer, (native["weight"],
+                                                                 native["bias"]))
+    if impl == "linen":
+        return LinenConvT(s, param_dtype=dtype.name), {"params": {"convt": native}}
+    if impl == "nnx":
+        from flax import nnx
+
+        from zoo.layers.nnx import ConvTranspose
+
+        layer = nnx.eval_shape(lambda: ConvTranspose(
+            s.in_channels, s.out_channels, (s.kernel_size,) * 3, (s.stride,) * 3,
+            padding=s.flax_padding, kernel_dilation=(s.dilation,) * 3, method=s.method,
+            param_dtype=dtype, rngs=nnx.Rngs(0)))
+        for name in ("kernel", "bias"):
+            var = getattr(layer, name)
+            if hasattr(var, "set_value"):  # flax >= 0.12; `.value =` is deprecated there
+                var.set_value(native[name])
+            else:
+                var.value = native[name]
+        return layer
+    raise ValueError(f"unknown implementation {impl!r}")

@@ -1,0 +1,209 @@
+"""`python -m zoo.bench report`: render bench/README.md and bench/plots/*.png from the records.
+
+Reads every JSON record under bench/results/<device>/ and writes, per device, the dispatch table
+and one table per architecture, preset and mode (ratios to the fastest), with PNG plots of the
+time per step and of the dispatch overhead (matplotlib, Agg backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+from typing import Any
+
+from zoo.bench.display import compile_seconds, fmt_num, fmt_share, time_unit
+
+IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
+               "floor": "#7f7f7f"}
+ARCH_ORDER = ("mlp", "cnn", "decoder3d", "convt")
+
+
+def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "**", "*.json"), recursive=True)):
+        with open(path) as f:
+            record = json.load(f)
+        if record.get("kind") in ("model", "dispatch"):
+            out.append((path, record))
+    return out
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
+    plt = _plt()
+    rows = sorted((r for r in record["results"] if r["mode"] == mode),
+                  key=lambda r: -(r["time"].get("median_s") or 0))
+    unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
+    med = [r["time"]["median_s"] * factor for r in rows]
+    lo = [max(m - r["time"]["p10_s"] * factor, 0) for m, r in zip(med, rows, strict=True)]
+    hi = [max(r["time"]["p90_s"] * factor - m, 0) for m, r in zip(med, rows, strict=True)]
+    ax.barh([f"{r['impl']}:{r['call']}" for r in rows], med, xerr=[lo, hi],
+            color=[IMPL_COLORS.get(r["impl"], "#999") for r in rows], capsize=2)
+    cfg = record["config"]
+    ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
+    ax.set_title(f"{cfg['arch']} {mode}, batch {cfg['batch']}, {cfg['dtype']} "
+                 f"({record['device']['name']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_dispatch(record: dict[str, Any], path: str) -> None:
+    plt = _plt()
+    workloads = list(record["config"]["workloads"])
+    keys: list[tuple[str, str]] = []
+    for r in record["results"]:
+        if (r["impl"], r["call"]) not in keys:
+            keys.append((r["impl"], r["call"]))
+    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 0.3 * len(keys) + 1.5),
+                             sharey=True)
+    axes = axes if len(workloads) > 1 else [axes]
+    labels = [f"{i}:{c}" if i != "floor" else "floor (raw jax.jit)" for i, c in keys]
+    for ax, w in zip(axes, workloads, strict=True):
+        vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
+                for i, c in keys]
+        ax.barh(labels, vals, color=[IMPL_COLORS.get(i, "#999") for i, _ in keys])
+        ax.set_xscale("log")
+        ax.set_title(record["config"]["workloads"][w], fontsize=9)
+        ax.set_xlabel("µs per call (median, log)")
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _model_rows(record: dict[str, Any], mode: str) -> list[str]:
+    rows = sorted((r for r in record["results"] if r["mode"] == mode),
+                  key=lambda r: r["time"].get("median_s") or float("inf"))
+    unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
+    s = lambda v: "-" if v is None else (f"{v * factor:.1f}" if v * factor >= 100
+                                         else f"{v * factor:.3g}")
+    lines = [f"| impl | call | median {unit} | p10–p90 {unit} | dispatch {unit} | compile s | "
+             "samples/s | TFLOP/s | % peak | GB/s | × fastest |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        t = r["time"]
+        call = f"**{r['call']}**" if r.get("default") else r["call"]
+        lines.append(
+            f"| {r['impl']} | {call} | {s(t.get('median_s'))} | {s(t.get('p10_s'))}–"
+            f"{s(t.get('p90_s'))} | {s(r['dispatch'].get('median_s'))} | {compile_seconds(r)} "
+            f"| {fmt_num(r.get('throughput_per_s'))} | "
+            f"{'-' if r.get('tflops_per_s') is None else format(r['tflops_per_s'], '.3g')} | "
+            f"{fmt_share(r.get('peak_flops_share'))} | "
+            f"{'-' if r.get('gb_per_s') is None else format(r['gb_per_s'], '.3g')} | "
+            f"{r.get('ratio_to_fastest', 0):.2f} |")
+    return lines
+
+
+def _dispatch_rows(record: dict[str, Any]) -> list[str]:
+    workloads = list(record["config"]["workloads"])
+    head = "| impl | call | " + " | ".join(f"{w} µs | × floor" for w in workloads) + " |"
+    lines = [head, "|---|---|" + "---:|---:|" * len(workloads)]
+    keys: list[tuple[str, str]] = []
+    for r in record["results"]:
+        if (r["impl"], r["call"]) not in keys:
+            keys.append((r["impl"], r["call"]))
+    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    for impl, call in keys:
+        cells = []
+        for w in workloads:
+            r = by.get((impl, call, w))
+            cells.append("- | -" if r is None else
+                         f"{r['time']['median_s'] * 1e6:.1f} | {r['ratio_to_floor']:.2f}")
+        idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
+        lines.append(f"| {impl} | {call}{idiom} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _versions(record: dict[str, Any]) -> str:
+    v = record["versions"]
+    keys = ("jax", "jaxlib", "flax", "equinox", "optax", "torch", "python")
+    s = ", ".join(f"{k} {v[k]}" for k in keys if v.get(k))
+    cuda = v.get("jax_cuda") or v.get("torch_cuda")
+    return s + (f", CUDA {cuda}" if cuda else "")
+
+
+def render(results_dir: str, readme: str, plots_dir: str) -> str:
+    records = load_records(results_dir)
+    plots_rel = os.path.relpath(plots_dir, os.path.dirname(os.path.abspath(readme)) or ".")
+    os.makedirs(plots_dir, exist_ok=True)
+    lines = ["# Benchmark results", "",
+             "Generated by `python -m zoo.bench report` from the JSON records in "
+             "`bench/results/<device>/`; do not edit by hand. How to run, what each column "
+             "means, the fairness check and the conclusions: "
+             "[docs/benchmarks.md](../docs/benchmarks.md).", "",
+             "Every model table passed the fairness check (same weights, outputs within the "
+             "dtype's tolerance, compiled FLOPs within 1%) before it was timed. **Bold** = the "
+             "library's default (fastest) call style, `zoo.fast`. Times are per step "
+             "(median, p10–p90), dispatch = host time until the call returned, compile = "
+             "lowering + XLA compilation seconds, or (first call) where a style has no "
+             "ahead-of-time path.", ""]
+    devices = sorted({r["device"]["slug"] for _, r in records})
+    for slug in devices:
+        recs = [(p, r) for p, r in records if r["device"]["slug"] == slug]
+        first = recs[0][1]
+        dev = first["device"]
+        peak = dev.get("peak") or {}
+        lines += [f"## {slug}: {dev['name']} ({dev.get('host_cpu')}, {dev.get('host_cores')} "
+                  "host cores)", "", f"Versions: {_versions(first)}.", ""]
+        if peak:
+            lines += [f"Peak used for shares: {peak['name']}, "
+                      + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peak["tflops"].items())
+                      + f", {peak['gbps']:g} GB/s"
+                      + (f" ({peak['note']})" if peak.get("note") else "") + ".", ""]
+        for path, rec in recs:
+            if rec["kind"] != "dispatch":
+                continue
+            png = f"{slug}-dispatch.png"
+            plot_dispatch(rec, os.path.join(plots_dir, png))
+            lines += ["### Dispatch overhead", "",
+                      "µs per call (median of per-call times, each call waited for), and the "
+                      "ratio to the floor: a raw `jax.jit` on pre-flattened arrays. "
+                      f"Record: `{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
+                      *_dispatch_rows(rec), "",
+                      f"![dispatch overhead]({plots_rel}/{png})", ""]
+        models = [(p, r) for p, r in recs if r["kind"] == "model"]
+        models.sort(key=lambda pr: (ARCH_ORDER.index(pr[1]["config"]["arch"])
+                                    if pr[1]["config"]["arch"] in ARCH_ORDER else 99,
+                                    pr[0]))
+        for path, rec in models:
+            cfg = rec["config"]
+            name = os.path.splitext(os.path.basename(path))[0]
+            for mode in cfg["modes"]:
+                png = f"{slug}-{name}-{mode}.png"
+                plot_model(rec, mode, os.path.join(plots_dir, png))
+                shape = "x".join(str(d) for d in cfg["input_shape"])
+                lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}"
+                          + (f", preset `{cfg['preset']}`" if cfg.get("preset") else ""), "",
+                          f"Input {shape} (canonical NC...), config "
+                          f"`{json.dumps(cfg['resolved_config'], sort_keys=True)}`. Record: "
+                          f"`{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
+                          *_model_rows(rec, mode), "",
+                          f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
+    text = "\n".join(lines).rstrip() + "\n"
+    with open(readme, "w") as f:
+        f.write(text)
+    return text
+
+
+def report_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m zoo.bench report", description=__doc__)
+    p.add_argument("--results", default=os.path.join("bench", "results"))
+    p.add_argument("--readme", default=os.path.join("bench", "README.md"))
+    p.add_argument("--plots", default=os.path.join("bench", "plots"))
+    args = p.parse_args(argv)
+    render(args.results, args.readme, args.plots)
+    print(f"wrote {args.readme} and plots in {args.plots}/")
+    return 0

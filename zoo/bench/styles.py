@@ -1,0 +1,295 @@
+"""Call styles: the ways each library calls a jitted model, forward or as a training step.
+
+Every style of a library runs the same computation (the uniform interface's `apply`, or for the
+NNX graph-mode styles the model called directly); they differ only in how a call reaches the
+compiled program, which is what the dispatch suite measures. Each style returns a `Prepared`
+built outside the timed region. Styles marked "donates" donate the parameters, optimizer state
+and BatchNorm state of a training step; the idiomatic ones are written as their documentation
+writes them, without donation.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from zoo.bench.subjects import LEARNING_RATE, Subject, torch_device, torch_sync
+from zoo.bench.timing import Prepared
+
+StyleFn = Callable[[Subject, str], Prepared]
+
+
+def _copy_tree(tree: Any) -> Any:
+    """Fresh buffers for a style that donates (never the subject's own arrays)."""
+    return jax.tree.map(lambda a: jnp.array(a, copy=True) if isinstance(a, jax.Array) else a,
+                        tree)
+
+
+def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
+                      donate: bool) -> Prepared:
+    """`jax.jit` of a pure step over (params, opt_state, state) pytrees, threaded by a closure."""
+    api, tx, loss_fn = subject.api, subject.optimizer(), subject.loss_fn
+
+    def step(params, opt_state, state, x, target, key):
+        def objective(params):
+            y, new_state = api.apply(static, params, state, x, train=True, key=key)
+            return loss_fn(y, target), new_state
+
+        (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, new_state, loss
+
+    jitted = jax.jit(step, donate_argnums=(0, 1, 2) if donate else ())
+    params = _copy_tree(params)
+    carry = [params, tx.init(params), _copy_tree(state)]
+    x, target, key = subject.x, subject.target, subject.task.key
+
+    def call():
+        carry[0], carry[1], carry[2], loss = jitted(*carry, x, target, key)
+        return loss
+
+    return Prepared(call, lower=lambda: jitted.lower(*carry, x, target, key))
+
+
+# --------------------------------------------------------------------------- zoo.fast (all JAX)
+def fast(subject: Subject, mode: str) -> Prepared:
+    """`zoo.fast`: split once, pre-flattened leaves, plain `jax.jit` (training step donates)."""
+    if mode == "forward":
+        fwd = subject.fast_forward()
+        return Prepared(fwd, (subject.x,), lower=lambda: fwd.lower(subject.x),
+                        compile_info=subject._cache.get("info_forward"))
+    step = subject.fast_train()
+    args = subject.train_args()
+    return Prepared(step, args, lower=lambda: step.lower(*args),
+                    compile_info=subject._cache.get("info_train"))
+
+
+# --------------------------------------------------------------------------- Equinox
+def _eqx_split(native: Any) -> tuple[Any, Any]:
+    return native if isinstance(native, tuple) else (native, None)
+
+
+def eqx_filter_jit(subject: Subject, mode: str) -> Prepared:
+    """Idiomatic Equinox: `eqx.filter_jit` on the whole model at every call."""
+    api = subject.api
+    model, state = _eqx_split(subject.native)
+    x = subject.x
+    if mode == "forward":
+        @eqx.filter_jit
+        def forward(model, state, x):
+            static, params, _ = api.split(model)
+            return api.apply(static, params, state, x)[0]
+
+        args = (model, state, x)
+        return Prepared(forward, args, lower=lambda: forward.lower(*args))
+
+    tx, loss_fn = subject.optimizer(), subject.loss_fn
+    target, key = subject.target, subject.task.key
+
+    @eqx.filter_jit
+    def step(model, state, opt_state, x, target, key):
+        def objective(model):
+            static, params, _ = api.split(model)
+            y, new_state = api.apply(static, params, state, x, train=True, key=key)
+            return loss_fn(y, target), new_state
+
+        (loss, new_state), grads = eqx.filter_value_and_grad(objective, has_aux=True)(model)
+        updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_inexact_array))
+        return eqx.apply_updates(model, updates), new_state, opt_state, loss
+
+    carry = [model, state, tx.init(eqx.filter(model, eqx.is_inexact_array))]
+
+    def call():
+        carry[0], carry[1], carry[2], loss = step(*carry, x, target, key)
+        return loss
+
+    return Prepared(call, lower=lambda: step.lower(*carry, x, target, key))
+
+
+def eqx_partition(subject: Subject, mode: str) -> Prepared:
+    """`eqx.partition` once, then `jax.jit(params, state, x)` with the static part closed over
+    (training step donates)."""
+    static, params, state = subject.api.split(subject.native)
+    return _split_jit(subject, mode, static, params, state)
+
+
+def _split_jit(subject: Subject, mode: str, static: Any, params: Any, state: Any) -> Prepared:
+    api = subject.api
+    if mode == "forward":
+        forward = jax.jit(lambda params, state, x: api.apply(static, params, state, x)[0])
+        args = (params, state, subject.x)
+        return Prepared(forward, args, lower=lambda: forward.lower(*args))
+    return _functional_train(subject, static, params, state, donate=True)
+
+
+# --------------------------------------------------------------------------- Flax Linen
+def linen_jit(subject: Subject, mode: str) -> Prepared:
+    """Idiomatic Linen: `jax.jit(module.apply)(variables, x)`; training: `jax.jit(train_step)`
+    over (params, batch_stats, opt_state) as the Flax examples write it (no donation)."""
+    module, variables = subject.native
+    if mode == "forward":
+        forward = jax.jit(module.apply)
+        args = (variables, subject.x)
+        return Prepared(forward, args, lower=lambda: forward.lower(*args))
+    static, params, state = subject.api.split(subject.native)
+    return _functional_train(subject, static, params, state, donate=False)
+
+
+# --------------------------------------------------------------------------- Flax NNX
+def _nnx_update(optimizer: Any, model: Any, grads: Any) -> None:
+    """`Optimizer.update(model, grads)` (flax >= 0.11) or `update(grads)` (older)."""
+    if "model" in inspect.signature(optimizer.update).parameters:
+        optimizer.update(model, grads)
+    else:
+        optimizer.update(grads)
+
+
+def _nnx_objects(subject: Subject, mode: str) -> tuple[Any, ...]:
+    """A private clone of the model (styles mutate it), in eval or train mode, and for
+    training an `nnx.Optimizer`."""
+    model = nnx.clone(subject.native)
+    if mode == "forward":
+        model.eval()
+        return (model,)
+    model.train()
+    return model, nnx.Optimizer(model, subject.optimizer(), wrt=nnx.Param)
+
+
+def _nnx_forward(model, x):
+    return model(x)
+
+
+def _nnx_step_fn(subject: Subject) -> Callable[..., Any]:
+    loss_fn = subject.loss_fn
+
+    def step(model, optimizer, x, target, key):
+        def objective(model):
+            y = model(x) if key is None else model(x, rngs=key)
+            return loss_fn(y, target)
+
+        loss, grads = nnx.value_and_grad(objective)(model)
+        _nnx_update(optimizer, model, grads)
+        return loss
+
+    return step
+
+
+def nnx_jit(subject: Subject, mode: str) -> Prepared:
+    """Idiomatic NNX: `nnx.jit(f)(model, ...)` (graph traversal at every call); training with
+    `nnx.Optimizer` and `nnx.value_and_grad`, as the Flax documentation writes it."""
+    objs = _nnx_objects(subject, mode)
+    if mode == "forward":
+        f = nnx.jit(_nnx_forward)
+        args = (*objs, subject.x)
+    else:
+        f = nnx.jit(_nnx_step_fn(subject))
+        args = (*objs, subject.x, subject.target, subject.task.key)
+    return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
+
+
+def nnx_cached_partial(subject: Subject, mode: str) -> Prepared:
+    """`nnx.cached_partial(nnx.jit(f), model[, optimizer])`: the graph traversal is cached."""
+    objs = _nnx_objects(subject, mode)
+    if mode == "forward":
+        f = nnx.cached_partial(nnx.jit(_nnx_forward), *objs)
+        return Prepared(f, (subject.x,))
+    f = nnx.cached_partial(nnx.jit(_nnx_step_fn(subject)), *objs)
+    return Prepared(f, (subject.x, subject.target, subject.task.key))
+
+
+def nnx_jit_partial(subject: Subject, mode: str) -> Prepared:
+    """`nnx.jit_partial(f, model[, optimizer], graph=False)`: pre-flattened tree mode."""
+    objs = _nnx_objects(subject, mode)
+    if mode == "forward":
+        f = nnx.jit_partial(_nnx_forward, *objs, graph=False)
+        args = (subject.x,)
+    else:
+        f = nnx.jit_partial(_nnx_step_fn(subject), *objs, graph=False)
+        args = (subject.x, subject.target, subject.task.key)
+    return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
+
+
+def nnx_split(subject: Subject, mode: str) -> Prepared:
+    """`nnx.split` once, then `jax.jit(params, state, x)` with the graphdef closed over
+    (training step donates)."""
+    static, params, state = subject.api.split(subject.native)
+    return _split_jit(subject, mode, static, params, state)
+
+
+# --------------------------------------------------------------------------- PyTorch
+def _torch(subject: Subject, mode: str, compiled: bool) -> Prepared:
+    import torch
+
+    model = subject.torch_model()
+    x, target = subject.x, subject.target
+    block = (lambda out: torch_sync()) if torch_device().type == "cuda" else (lambda out: None)
+    if mode == "forward":
+        model.eval()
+        run = torch.compile(model) if compiled else model
+
+        def forward():
+            with torch.no_grad():
+                return run(x)
+
+        return Prepared(forward, block=block)
+    model.train()
+    run = torch.compile(model) if compiled else model
+    opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = subject.torch_loss(run(x), target)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Prepared(step, block=block)
+
+
+def torch_eager(subject: Subject, mode: str) -> Prepared:
+    """PyTorch eager (`torch.no_grad()` for forward; Adam step for training)."""
+    return _torch(subject, mode, compiled=False)
+
+
+def torch_compile(subject: Subject, mode: str) -> Prepared:
+    """`torch.compile(model)` (only with --torch-compile; compile time = first call)."""
+    return _torch(subject, mode, compiled=True)
+
+
+# --------------------------------------------------------------------------- registry
+STYLES: dict[str, dict[str, StyleFn]] = {
+    "eqx": {"filter_jit": eqx_filter_jit, "partition": eqx_partition, "fast": fast},
+    "linen": {"jit": linen_jit, "fast": fast},
+    "nnx": {"nnx_jit": nnx_jit, "cached_partial": nnx_cached_partial,
+            "jit_partial": nnx_jit_partial, "split": nnx_split, "fast": fast},
+    "torch": {"eager": torch_eager, "compile": torch_compile},
+}
+DEFAULT_STYLE = {"eqx": "fast", "linen": "fast", "nnx": "fast", "torch": "eager"}
+IDIOMATIC_STYLE = {"eqx": "filter_jit", "linen": "jit", "nnx": "nnx_jit", "torch": "eager"}
+_OPTIONAL = {("nnx", "cached_partial"): "cached_partial", ("nnx", "jit_partial"): "jit_partial"}
+
+
+def available_styles(impl: str, *, torch_compile: bool = False) -> list[str]:
+    """The styles this installation offers for `impl` (NNX partials need a recent Flax)."""
+    names = []
+    for name in STYLES[impl]:
+        attr = _OPTIONAL.get((impl, name))
+        if attr is not None and not hasattr(nnx, attr):
+            continue
+        if (impl, name) == ("torch", "compile") and not torch_compile:
+            continue
+        names.append(name)
+    return names
+
+
+def describe(impl: str, style: str) -> str:
+    """First line of the style's docstring (for tables and --help)."""
+    doc = inspect.getdoc(STYLES[impl][style]) or ""
+    return " ".join(doc.split("\n\n")[0].split())

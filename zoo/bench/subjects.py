@@ -1,0 +1,227 @@
+"""What a benchmark runs: one native model per implementation, one task (data, target, loss).
+
+Everything here happens outside any timed region: building the models from one canonical state,
+drawing the inputs (non-degenerate random data, fixed seed) and converting them to each library's
+layout.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import zoo
+from zoo.bench import layers
+from zoo.bench.presets import LAYER_ARCH
+from zoo.layers.conv_transpose import output_shape as convt_output_shape
+
+LEARNING_RATE = 1e-3
+
+
+def torch_device() -> Any:
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def torch_sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@dataclass(eq=False)
+class Task:
+    """Canonical data for every implementation: `x` (N, C, *spatial), `target` (class labels for
+    classifiers, else an array shaped like the canonical output), the loss kind and, for models
+    with dropout, a dropout key."""
+
+    x: jax.Array
+    target: jax.Array
+    loss: str  # "cross_entropy" or "mse"
+    key: jax.Array | None = None
+
+    @property
+    def batch(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def dtype(self) -> str:
+        return jnp.dtype(self.x.dtype).name
+
+
+def cross_entropy(y: jax.Array, labels: jax.Array) -> jax.Array:
+    return optax.softmax_cross_entropy_with_integer_labels(y.astype(jnp.float32), labels).mean()
+
+
+def mse(y: jax.Array, target: jax.Array) -> jax.Array:
+    return jnp.mean(jnp.square(y.astype(jnp.float32) - target.astype(jnp.float32)))
+
+
+JAX_LOSSES = {"cross_entropy": cross_entropy, "mse": mse}
+
+
+def canonical_output_shape(config: Any) -> tuple[int, ...]:
+    """Shape of one output sample (channels first) of a zoo config or a `ConvTSpec`."""
+    if isinstance(config, layers.ConvTSpec):
+        return config.output_shape
+    if config.arch == "mlp":
+        return (config.out_features,)
+    if config.arch == "cnn":
+        return (config.num_classes,)
+    if config.arch == "decoder3d":
+        size = config.latent_size
+        for spec in config.layers():
+            per = [(spec[k],) * 3 for k in ("kernel_size", "stride", "padding", "output_padding",
+                                            "dilation")]
+            size = convt_output_shape(size, *per)
+        return (config.out_channels, *size)
+    raise ValueError(f"no output shape rule for architecture {config.arch!r}")
+
+
+def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
+    """Random normal inputs (seed `seed`), labels or regression targets (seed `seed + 1`)."""
+    x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape), jnp.float32)
+    x = x.astype(dtype)
+    out = canonical_output_shape(config)
+    tkey = jax.random.key(seed + 1)
+    if getattr(config, "arch", None) in ("mlp", "cnn"):
+        target = jax.random.randint(tkey, (batch,), 0, out[0])
+        loss = "cross_entropy"
+    else:
+        target = jax.random.normal(tkey, (batch, *out), jnp.float32).astype(dtype)
+        loss = "mse"
+    key = jax.random.key(seed + 2) if getattr(config, "dropout", 0.0) > 0 else None
+    return Task(*jax.block_until_ready((x, target)), loss=loss, key=key)
+
+
+def build_config(arch: str, overrides: dict[str, Any], method: str) -> Any:
+    """A zoo config (Decoder3D gets `conv_method=method`) or a `ConvTSpec` for "convt"."""
+    overrides = dict(overrides)
+    if arch == LAYER_ARCH:
+        return layers.ConvTSpec(**{"method": method, **overrides})
+    if arch == "decoder3d":
+        overrides.setdefault("conv_method", method)
+    return zoo.make_config(arch, **overrides)
+
+
+def build_models(config: Any, impls: tuple[str, ...], seed: int = 0,
+                 dtype: str = "float32") -> dict[str, Any]:
+    """One native model per implementation, all holding the same canonical weights.
+
+    For zoo architectures this is `zoo.create(config, impl, seed=seed, dtype=dtype)`, i.e.
+    `from_canonical(canonical_init(config, seed, dtype), config, impl)`, with the canonical
+    state drawn once and shared instead of once per library.
+    """
+    if isinstance(config, layers.ConvTSpec):
+        state = layers.canonical_state(config, seed, dtype)
+        return {impl: layers.build(config, impl, state) for impl in impls}
+    from converters.core import from_canonical
+
+    state = zoo.canonical_init(config, seed, dtype)
+    return {impl: from_canonical(state, config, impl) for impl in impls}
+
+
+@dataclass(eq=False)
+class Subject:
+    """One implementation under test: its native model and the task in its own layout.
+
+    `name` labels it in reports and errors (normally the impl). Models are never mutated by the
+    benchmark: styles that train in place (NNX, PyTorch) work on copies.
+    """
+
+    impl: str
+    native: Any
+    task: Task
+    name: str = ""
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.impl
+
+    @property
+    def is_torch(self) -> bool:
+        return self.impl == "torch"
+
+    @property
+    def api(self) -> Any:
+        return zoo.interface(self.impl)
+
+    def _memo(self, key: str, make: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    # ---- data in the library's layout (converted once, outside timing)
+    @property
+    def x(self) -> Any:
+        return self._memo("x", lambda: self._native_array(self.task.x))
+
+    @property
+    def target(self) -> Any:
+        if self.task.loss == "cross_entropy":
+            return self._memo("t", lambda: self._native_array(self.task.target, layout=False))
+        return self._memo("t", lambda: self._native_array(self.task.target))
+
+    def _native_array(self, a: jax.Array, layout: bool = True) -> Any:
+        if self.is_torch:
+            from converters.trees import numpy_to_torch
+
+            return numpy_to_torch(np.asarray(a)).to(torch_device())
+        return jax.block_until_ready(self.api.to_native(a) if layout else a)
+
+    # ---- losses and optimizers (the same in every library)
+    @property
+    def loss_fn(self) -> Any:
+        return JAX_LOSSES[self.task.loss]
+
+    def torch_loss(self, y: Any, target: Any) -> Any:
+        import torch.nn.functional as F
+
+        if self.task.loss == "cross_entropy":
+            return F.cross_entropy(y.float(), target.long())
+        return F.mse_loss(y.float(), target.float())
+
+    @staticmethod
+    def optimizer() -> optax.GradientTransformation:
+        return optax.adam(LEARNING_RATE)
+
+    def torch_model(self) -> Any:
+        """A fresh copy of the PyTorch model on the benchmark device."""
+        return copy.deepcopy(self.native).to(torch_device())
+
+    # ---- outputs in canonical layout (fairness check)
+    def to_canonical(self, y: Any) -> np.ndarray:
+        if self.is_torch:
+            return y.detach().float().cpu().numpy()
+        return np.asarray(self.api.to_canonical(y).astype(jnp.float32))
+
+    def parameter_count(self) -> int:
+        if self.is_torch:
+            return sum(p.numel() for p in self.native.parameters())
+        _, params, _ = self.api.split(self.native)
+        return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(params))
+
+    # ---- the zoo's fast path, shared by the fairness check and the "fast" call style
+    def fast_forward(self) -> Any:
+        from zoo import fast
+
+        return self._memo("fast_forward", lambda: fast.forward(self.native, self.impl))
+
+    def fast_train(self) -> Any:
+        from zoo import fast
+
+        return self._memo("fast_train", lambda: fast.train_step(
+            self.native, self.impl, self.optimizer(), self.loss_fn))
+
+    def train_args(self) -> tuple[Any, ...]:
+        """(x, target) or (x, target, key): the arguments of one training step."""
+        return (self.x, self.target) if self.task.key is None else (
+            self.x, self.target, self.task.key)

@@ -1,0 +1,159 @@
+"""Timing primitives: ahead-of-time compile measurements, cost analysis, the step loop."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+
+@dataclass
+class Prepared:
+    """One ready-to-time call: `fn(*args)` runs one step; `block(out)` waits for its result.
+
+    `lower` (if the style supports ahead-of-time compilation) returns a `Lowered` of exactly the
+    program a call runs. `compile_info`, when already known (the fast path after the fairness
+    check), is reused instead of compiling again.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    block: Callable[[Any], Any] = jax.block_until_ready
+    lower: Callable[[], Any] | None = None
+    compile_info: CompileInfo | None = None
+    note: str = ""
+
+
+@dataclass
+class CompileInfo:
+    """Seconds to lower (trace + StableHLO) and to compile (XLA), plus what the compiled
+    executable reports: FLOPs, bytes accessed and its memory footprint."""
+
+    lower_s: float | None = None
+    compile_s: float | None = None
+    first_call_s: float | None = None
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    memory: dict[str, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def jax_compiled(obj: Any) -> Any:
+    """The `jax.stages.Compiled` inside an Equinox or NNX wrapper (or the object itself)."""
+    for _ in range(4):
+        if hasattr(obj, "cost_analysis"):
+            return obj
+        obj = getattr(obj, "compiled", None)
+        if obj is None:
+            return None
+    return None
+
+
+def cost_analysis(compiled: Any) -> tuple[float | None, float | None]:
+    """(flops, bytes accessed) from `compiled.cost_analysis()` (a dict, or a list of dicts in
+    older JAX); None where the backend reports nothing."""
+    compiled = jax_compiled(compiled)
+    if compiled is None:
+        return None, None
+    try:
+        ca = compiled.cost_analysis()
+    except Exception:  # some backends raise instead of returning nothing
+        return None, None
+    if isinstance(ca, list | tuple):
+        ca = ca[0] if ca else {}
+    ca = ca or {}
+    flops, nbytes = ca.get("flops"), ca.get("bytes accessed")
+    return (float(flops) if flops is not None and flops >= 0 else None,
+            float(nbytes) if nbytes is not None and nbytes >= 0 else None)
+
+
+_MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                  "temp_size_in_bytes", "generated_code_size_in_bytes")
+
+
+def memory_analysis(compiled: Any) -> dict[str, int] | None:
+    """Argument, output, alias and temporary bytes of a compiled executable; `total_bytes` is
+    arguments + outputs + temporaries - aliased (donated) bytes: its footprint while running."""
+    compiled = jax_compiled(compiled)
+    try:
+        ma = compiled.memory_analysis() if compiled is not None else None
+    except Exception:
+        return None
+    if ma is None:
+        return None
+    out = {f.removesuffix("_size_in_bytes"): int(getattr(ma, f, 0) or 0) for f in _MEMORY_FIELDS}
+    out["total_bytes"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+def compile_ahead(lower: Callable[[], Any]) -> tuple[CompileInfo, Any]:
+    """Lower, then compile, timing each; returns the info and the compiled executable."""
+    t0 = time.perf_counter()
+    lowered = lower()
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    flops, nbytes = cost_analysis(compiled)
+    return CompileInfo(t1 - t0, t2 - t1, None, flops, nbytes, memory_analysis(compiled)), compiled
+
+
+def first_call(prepared: Prepared) -> float:
+    t0 = time.perf_counter()
+    prepared.block(prepared.fn(*prepared.args))
+    return time.perf_counter() - t0
+
+
+@dataclass
+class Samples:
+    """Per-step wall times (call + wait) and host times (until the call returned)."""
+
+    step_s: list[float] = field(default_factory=list)
+    dispatch_s: list[float] = field(default_factory=list)
+
+
+def run_steps(prepared: Prepared, n: int, samples: Samples | None = None,
+              on_step: Callable[[], Any] | None = None) -> Samples:
+    """`n` timed steps, each waited for (`block`) before the next starts."""
+    samples = samples if samples is not None else Samples()
+    fn, args, block = prepared.fn, prepared.args, prepared.block
+    clock = time.perf_counter
+    for _ in range(n):
+        t0 = clock()
+        out = fn(*args)
+        t1 = clock()
+        block(out)
+        t2 = clock()
+        samples.step_s.append(t2 - t0)
+        samples.dispatch_s.append(t1 - t0)
+        if on_step is not None:
+            on_step()
+    return samples
+
+
+def summarize(values: list[float]) -> dict[str, float | int]:
+    """median, p10, p90, min, mean (seconds) and the sample count."""
+    if not values:
+        return {"n": 0}
+    a = np.asarray(values)
+    return {"median_s": float(np.median(a)), "p10_s": float(np.percentile(a, 10)),
+            "p90_s": float(np.percentile(a, 90)), "min_s": float(a.min()),
+            "mean_s": float(statistics.fmean(values)), "n": len(values)}
+
+
+def device_peak_memory() -> int | None:
+    """Peak bytes in use on the default JAX device, where the backend reports it (GPU/TPU)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:
+        return None
+    if not stats:
+        return None
+    peak = stats.get("peak_bytes_in_use")
+    return int(peak) if peak is not None else None

@@ -1,0 +1,205 @@
+"""The fastest way to call a zoo model: pre-flattened leaves and a plain `jax.jit`.
+
+    fwd = zoo.fast.forward(model, "nnx")            # any Equinox / Linen / NNX model
+    y = fwd(x)                                      # x in the library's native layout
+
+    step = zoo.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn)
+    for x, target in batches:
+        loss = step(x, target)                      # params, opt_state, BN state donated
+    model = step.model()                            # a native model holding the trained weights
+
+Why this is fast (measured in `python -m zoo.bench dispatch`, see docs/benchmarks.md): the model is
+split once into its static part (closed over by the jitted function) and flat lists of arrays.
+Each call then hands `jax.jit` a few lists of arrays and nothing else, so its C++ dispatch path does
+no Python work per leaf and no graph traversal: the per-call cost is that of a raw `jax.jit` on
+pre-flattened arrays (the floor), whatever the library and however many static fields the model
+carries. `eqx.filter_jit` and `nnx.jit` instead re-partition or traverse the model at every call.
+
+Both functions work for every model of a JAX library of the zoo ("eqx", "linen", "nnx"): they
+use the uniform interface of `zoo.interface` (split / apply / merge), not the architecture.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from zoo.interface import interface
+
+__all__ = ["Forward", "TrainStep", "forward", "train_step"]
+
+
+def _copy(leaves: list[Any]) -> list[Any]:
+    """Fresh buffers, so that donating them never invalidates the caller's model."""
+    return [jnp.array(a, copy=True) for a in leaves]
+
+
+class Forward(functools.partial):
+    """A jitted forward pass with the model's arrays bound as pre-flattened leaves.
+
+    Calling it is calling `jax.jit` on `(param_leaves, state_leaves, x[, key])` directly (this
+    class is a `functools.partial`, so no Python frame is added per call). The arrays are those of
+    the model when `forward` was called: after training, make a new one from the trained model.
+
+    **Attributes:** `impl`, `train`, `jitted` (the `jax.jit` function), `param_leaves`,
+    `state_leaves`. **Methods:** `lower(x, key=None)` for ahead-of-time compilation and cost
+    analysis of exactly the program a call runs.
+    """
+
+    impl: str
+    train: bool
+
+    @property
+    def jitted(self) -> Any:
+        return self.func
+
+    @property
+    def param_leaves(self) -> list[Any]:
+        return self.args[0]
+
+    @property
+    def state_leaves(self) -> list[Any]:
+        return self.args[1]
+
+    def lower(self, x: jax.Array, key: jax.Array | None = None) -> Any:
+        """`jax.jit(...).lower` with the bound leaves: the same call signature as `self(x, key)`."""
+        args = (*self.args, x) if key is None else (*self.args, x, key)
+        return self.func.lower(*args)
+
+
+def forward(model: Any, impl: str, *, train: bool = False) -> Forward:
+    """A jitted forward pass of `model` (a native model of `impl`) on native-layout inputs.
+
+    **Arguments:**
+    - `model`: what `zoo.create(arch, impl)` returns: Equinox `model` or `(model, state)`,
+      Linen `(module, variables)`, NNX `model`. Works for any model the uniform interface
+      (`zoo.interface(impl)`) can split, not only the zoo's architectures.
+    - `impl`: "eqx", "linen" or "nnx".
+    - `train`: False (default) runs inference (BatchNorm running statistics, no dropout).
+      True runs the training-mode forward: batch statistics, dropout when a `key` is given.
+
+    **Returns:** `f` with `f(x)` / `f(x, key)` -> `y` when `train` is False, and
+    `(y, new_state)` when True (`new_state`: the updated BatchNorm statistics in the library's
+    own form, or None). `x` and `y` are in the library's native layout
+    (`zoo.interface(impl).to_native` converts canonical `(N, C, *spatial)` inputs).
+    """
+    api = interface(impl)
+    static, params, state = api.split(model)
+    param_leaves, param_tree = jax.tree.flatten(params)
+    state_leaves, state_tree = jax.tree.flatten(state)
+
+    def pure(param_leaves: list[Any], state_leaves: list[Any], x: jax.Array,
+             key: jax.Array | None = None) -> Any:
+        y, new_state = api.apply(static, param_tree.unflatten(param_leaves),
+                                 state_tree.unflatten(state_leaves), x, train=train, key=key)
+        return (y, new_state) if train else y
+
+    fwd = Forward(jax.jit(pure), param_leaves, state_leaves)
+    fwd.impl, fwd.train = impl, train
+    return fwd
+
+
+class TrainStep:
+    """A jitted training step that owns (copies of) the parameters, optimizer and BN state.
+
+    `step(x, target, key=None)` runs loss, gradients and the optimizer update, replaces the
+    held arrays by the new ones and returns the loss (a JAX scalar, not waited for). The
+    previous arrays are donated to the computation, so XLA updates them in place where the
+    backend supports donation. The caller's model is never donated: construction copies it.
+
+    **Attributes:** `impl`, `jitted` (the pure `jax.jit` function
+    `(param_leaves, opt_leaves, state_leaves, x, target[, key]) ->
+    (param_leaves, opt_leaves, state_leaves, loss)`, with arguments 0-2 donated),
+    `leaves` (the current `(param_leaves, opt_leaves, state_leaves)`), and the properties
+    `params`, `opt_state`, `state` (as pytrees). **Methods:** `model()` (a native model with the
+    current arrays), `lower(x, target, key=None)`.
+    """
+
+    def __init__(self, model: Any, impl: str, optimizer: optax.GradientTransformation,
+                 loss_fn: Callable[[jax.Array, Any], jax.Array], *, donate: bool = True) -> None:
+        api = interface(impl)
+        static, params, state = api.split(model)
+        opt_state = optimizer.init(params)
+        param_leaves, param_tree = jax.tree.flatten(params)
+        opt_leaves, opt_tree = jax.tree.flatten(opt_state)
+        state_leaves, state_tree = jax.tree.flatten(state)
+
+        def pure(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
+                 x: jax.Array, target: Any, key: jax.Array | None = None) -> tuple:
+            params = param_tree.unflatten(param_leaves)
+            state = state_tree.unflatten(state_leaves)
+
+            def objective(params: Any) -> tuple[jax.Array, Any]:
+                y, new_state = api.apply(static, params, state, x, train=True, key=key)
+                return loss_fn(y, target), new_state
+
+            (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
+            updates, new_opt = optimizer.update(grads, opt_tree.unflatten(opt_leaves), params)
+            new_params = optax.apply_updates(params, updates)
+            new_state_leaves, new_state_tree = jax.tree.flatten(new_state)
+            if new_state_tree != state_tree:
+                raise ValueError(f"{impl} apply changed the state structure: {state_tree} -> "
+                                 f"{new_state_tree}")
+            return jax.tree.leaves(new_params), jax.tree.leaves(new_opt), new_state_leaves, loss
+
+        self.impl = impl
+        self.jitted = jax.jit(pure, donate_argnums=(0, 1, 2) if donate else ())
+        self.leaves = (_copy(param_leaves), _copy(opt_leaves), _copy(state_leaves))
+        self._api, self._static = api, static
+        self._trees = (param_tree, opt_tree, state_tree)
+
+    def __call__(self, x: jax.Array, target: Any, key: jax.Array | None = None) -> jax.Array:
+        args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
+        *leaves, loss = self.jitted(*args)
+        self.leaves = tuple(leaves)
+        return loss
+
+    def lower(self, x: jax.Array, target: Any, key: jax.Array | None = None) -> Any:
+        """`jax.jit(...).lower` with the held arrays: the same signature as a call."""
+        args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
+        return self.jitted.lower(*args)
+
+    @property
+    def params(self) -> Any:
+        return self._trees[0].unflatten(self.leaves[0])
+
+    @property
+    def opt_state(self) -> Any:
+        return self._trees[1].unflatten(self.leaves[1])
+
+    @property
+    def state(self) -> Any:
+        return self._trees[2].unflatten(self.leaves[2])
+
+    def model(self) -> Any:
+        """A native model (same form as the one given) holding the current arrays (copies)."""
+        params = self._trees[0].unflatten(_copy(self.leaves[0]))
+        state = self._trees[2].unflatten(_copy(self.leaves[2]))
+        return self._api.merge(self._static, params, state)
+
+
+def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
+               loss_fn: Callable[[jax.Array, Any], jax.Array], *,
+               donate: bool = True) -> TrainStep:
+    """A jitted training step for `model` (a native model of `impl`) with buffer donation.
+
+    **Arguments:**
+    - `model`, `impl`: as for `forward`.
+    - `optimizer`: an optax `GradientTransformation`; its state is initialised here.
+    - `loss_fn(y, target) -> scalar`: `y` is the model's training-mode output in the library's
+      native layout, `target` whatever you pass to the step.
+    - `donate`: donate the held parameters, optimizer state and BN state (default True).
+
+    **Returns:** a `TrainStep`: `loss = step(x, target)` (or `step(x, target, key)` for dropout)
+    updates the held arrays; `step.model()` gives the trained native model.
+
+    The gradients are taken with respect to the interface's `params` (Equinox: inexact arrays,
+    Linen: the `params` collection, NNX: `nnx.Param`); BatchNorm statistics follow the training
+    forward pass, as in `model.train()` in PyTorch.
+    """
+    return TrainStep(model, impl, optimizer, loss_fn, donate=donate)

@@ -1,0 +1,303 @@
+"""Functional transposed convolution with PyTorch semantics and interchangeable formulations.
+
+All formulations take the kernel in *correlation form* (spatially flipped PyTorch weight, as stored
+by ``flax.linen.ConvTranspose(transpose_kernel=False)`` and ``equinox.nn.ConvTranspose``) and
+return the same values up to float rounding:
+
+- ``"lhs_dilation"``: one convolution with ``lhs_dilation=stride`` (what Flax and Equinox do).
+- ``"pad"``: zeros interleaved explicitly with ``lax.pad``, then a stride-1 VALID convolution.
+- ``"phase"``: sub-pixel decomposition into ``prod(stride)`` stride-1 convolutions of the
+  undilated input with the taps that hit each output phase, interleaved afterwards.
+- ``"auto"``: :func:`choose_method` picks one from the backend, shapes, stride and dilation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = [
+    "METHODS",
+    "choose_method",
+    "conv_transpose",
+    "output_shape",
+    "torch_padding",
+]
+
+METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase")
+
+IntOrSeq = int | Sequence[int]
+
+
+def _tuple(value: IntOrSeq, n: int, name: str) -> tuple[int, ...]:
+    """Broadcast an int to ``n`` dims or check that a sequence has length ``n``."""
+    if isinstance(value, int):
+        return (value,) * n
+    out = tuple(int(v) for v in value)
+    if len(out) != n:
+        raise ValueError(
+            f"{name} must be an int or have {n} entries (one per spatial dim), got {value!r}"
+        )
+    return out
+
+
+def _check_args(
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    output_padding: Sequence[int],
+    dilation: Sequence[int],
+) -> None:
+    for name, vals, low in (
+        ("kernel_size", kernel_size, 1),
+        ("stride", stride, 1),
+        ("dilation", dilation, 1),
+        ("padding", padding, 0),
+        ("output_padding", output_padding, 0),
+    ):
+        if any(v < low for v in vals):
+            raise ValueError(f"{name} entries must be >= {low}, got {tuple(vals)}")
+    for op, s, d in zip(output_padding, stride, dilation, strict=True):
+        if op >= max(s, d):
+            raise ValueError(
+                f"output_padding must be smaller than stride or dilation, got output_padding="
+                f"{tuple(output_padding)}, stride={tuple(stride)}, dilation={tuple(dilation)}"
+            )
+
+
+def torch_padding(
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    output_padding: Sequence[int],
+    dilation: Sequence[int],
+) -> tuple[tuple[int, int], ...]:
+    """PyTorch ConvTranspose (padding, output_padding) -> explicit Flax/lax pairs per spatial dim:
+    (d*(k-1) - p, d*(k-1) - p + op). All args are per-spatial-dim tuples."""
+    n = len(kernel_size)
+    args = [tuple(a) for a in (kernel_size, stride, padding, output_padding, dilation)]
+    if any(len(a) != n for a in args):
+        raise ValueError(f"all arguments need {n} entries (one per spatial dim), got {args}")
+    _check_args(*args)
+    return tuple(
+        (d * (k - 1) - p, d * (k - 1) - p + op)
+        for k, p, op, d in zip(kernel_size, padding, output_padding, dilation, strict=True)
+    )
+
+
+def output_shape(
+    in_spatial: Sequence[int],
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    output_padding: Sequence[int],
+    dilation: Sequence[int],
+) -> tuple[int, ...]:
+    """(i-1)*s - 2p + d(k-1) + op + 1 per dim; ValueError if any is < 1 or if
+    output_padding >= max(stride, dilation) (PyTorch's rule)."""
+    n = len(in_spatial)
+    args = [tuple(a) for a in (kernel_size, stride, padding, output_padding, dilation)]
+    if any(len(a) != n for a in args):
+        raise ValueError(f"all arguments need {n} entries (one per spatial dim), got {args}")
+    _check_args(*args)
+    out = tuple(
+        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for i, k, s, p, op, d in zip(in_spatial, *args, strict=True)
+    )
+    if any(o < 1 for o in out):
+        raise ValueError(
+            f"transposed convolution output size {out} is not positive for input spatial size "
+            f"{tuple(in_spatial)}, kernel_size={args[0]}, stride={args[1]}, padding={args[2]}, "
+            f"output_padding={args[3]}, dilation={args[4]}"
+        )
+    return out
+
+
+def choose_method(
+    x_shape: Sequence[int],
+    kernel_shape: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    backend: str,
+) -> str:
+    """Formulation used by ``method="auto"`` (pure function of shapes and backend).
+
+    - stride 1 in every dim: ``"lhs_dilation"`` (it is then a plain convolution; all equal).
+    - otherwise on CPU: ``"phase"`` (fastest measured, see ``bench/conv_transpose_cpu.md``).
+    - otherwise on GPU/TPU and unknown backends: ``"phase"`` too until measured there; it does
+      the fewest multiplications and avoids ``lhs_dilation``, which XLA handles poorly on GPU.
+    """
+    del x_shape, kernel_shape, dilation, backend  # Kept in the signature for retuning.
+    if all(s == 1 for s in stride):
+        return "lhs_dilation"
+    return "phase"
+
+
+def _phase_taps(k: int, s: int, d: int, lo: int, r: int) -> tuple[int, int, int, int] | None:
+    """Taps of a 1-D kernel that hit output phase ``r`` (outputs ``o = s*m + r``).
+
+    With lhs-dilated input, ``y[o] = sum_t K[t] * x[(o + t*d - lo) / s]`` over the ``t`` for which
+    the division is exact. For ``o = s*m + r`` these taps are ``t0, t0 + s/g, ...`` with
+    ``g = gcd(s, d)``, reading ``x[m + c0 + n*d/g]``. Returns ``(t0, tap_step, c0, sub_dilation)``
+    or ``None`` if no tap hits the phase.
+    """
+    for t0 in range(min(k, s)):
+        if (r + t0 * d - lo) % s == 0:
+            g = math.gcd(s, d)
+            return t0, s // g, (r + t0 * d - lo) // s, d // g
+    return None
+
+
+def _parse(
+    x: jax.Array, kernel: jax.Array, dimension_numbers: tuple[str, str, str]
+) -> lax.ConvDimensionNumbers:
+    if len(dimension_numbers) != 3 or not all(isinstance(s, str) for s in dimension_numbers):
+        raise ValueError(
+            "dimension_numbers must be three strings such as ('NDHWC', 'DHWIO', 'NDHWC'), "
+            f"got {dimension_numbers!r}"
+        )
+    lhs, rhs, out = dimension_numbers
+    if not (len(lhs) == len(rhs) == len(out)) or len(lhs) < 3:
+        raise ValueError(
+            f"dimension_numbers strings must have one equal rank >= 3, got {dimension_numbers}"
+        )
+    if x.ndim != len(lhs):
+        raise ValueError(f"x must have rank {len(lhs)} for layout {lhs!r}, found shape {x.shape}")
+    if kernel.ndim != len(rhs):
+        raise ValueError(
+            f"kernel must have rank {len(rhs)} for layout {rhs!r}, found shape {kernel.shape}"
+        )
+    dn = lax.conv_dimension_numbers(x.shape, kernel.shape, dimension_numbers)
+    c_in, k_in = x.shape[dn.lhs_spec[1]], kernel.shape[dn.rhs_spec[1]]
+    if c_in != k_in:
+        raise ValueError(
+            f"channel mismatch: x of shape {x.shape} ({lhs}) has {c_in} input channels, kernel of "
+            f"shape {kernel.shape} ({rhs}) expects {k_in} (its 'I' axis)"
+        )
+    return dn
+
+
+def conv_transpose(
+    x: jax.Array,
+    kernel: jax.Array,
+    *,
+    stride: IntOrSeq,
+    padding: IntOrSeq,
+    output_padding: IntOrSeq,
+    dilation: IntOrSeq,
+    dimension_numbers: tuple[str, str, str],
+    method: str = "auto",
+    precision: Any = None,
+    preferred_element_type: Any = None,
+) -> jax.Array:
+    """Transposed convolution with PyTorch semantics for stride/padding/output_padding/dilation
+    (ints or per-dim tuples). `kernel` is in *correlation form*: already spatially flipped,
+    I = input channels, O = output channels, exactly what flax.linen.ConvTranspose
+    (transpose_kernel=False) and equinox.nn.ConvTranspose store. Every method returns the same
+    values (up to float rounding).
+
+    ``method``: one of :data:`METHODS` or ``"auto"`` (see :func:`choose_method`).
+    """
+    x, kernel = jnp.asarray(x), jnp.asarray(kernel)
+    dn = _parse(x, kernel, dimension_numbers)
+    n = x.ndim - 2
+    lhs_sp, rhs_sp = dn.lhs_spec[2:], dn.rhs_spec[2:]
+    ksize = tuple(kernel.shape[a] for a in rhs_sp)
+    in_sp = tuple(x.shape[a] for a in lhs_sp)
+    s = _tuple(stride, n, "stride")
+    p = _tuple(padding, n, "padding")
+    op = _tuple(output_padding, n, "output_padding")
+    d = _tuple(dilation, n, "dilation")
+    out_size = output_shape(in_sp, ksize, s, p, op, d)
+    pads = torch_padding(ksize, s, p, op, d)
+
+    if method == "auto":
+        method = choose_method(x.shape, kernel.shape, s, d, jax.default_backend())
+    conv = lambda lhs, rhs, padding, rhs_dilation, lhs_dilation=None: lax.conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides=(1,) * n,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dn,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
+
+    if method == "lhs_dilation":
+        return conv(x, kernel, pads, d, lhs_dilation=s)
+    if method == "pad":
+        config = [(0, 0, 0)] * x.ndim
+        for j, a in enumerate(lhs_sp):
+            config[a] = (pads[j][0], pads[j][1], s[j] - 1)
+        xp = lax.pad(x, jnp.zeros((), x.dtype), config)
+        return conv(xp, kernel, [(0, 0)] * n, d)
+    if method == "phase":
+        return _phase(x, kernel, dn, s, d, pads, out_size, conv)
+    raise ValueError(f"unknown method {method!r}; expected one of {(*METHODS, 'auto')}")
+
+
+def _phase(
+    x: jax.Array,
+    kernel: jax.Array,
+    dn: lax.ConvDimensionNumbers,
+    s: tuple[int, ...],
+    d: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    out_size: tuple[int, ...],
+    conv: Any,
+) -> jax.Array:
+    """Sub-pixel decomposition: one stride-1 convolution per output phase, then interleave."""
+    n = len(s)
+    lhs_sp, rhs_sp, out_sp = dn.lhs_spec[2:], dn.rhs_spec[2:], dn.out_spec[2:]
+    ksize = tuple(kernel.shape[a] for a in rhs_sp)
+    in_sp = tuple(x.shape[a] for a in lhs_sp)
+    # Every phase computes ceil(L/s) outputs; rows past L are cropped after interleaving.
+    m_out = tuple(-(-length // sj) for length, sj in zip(out_size, s, strict=True))
+
+    results: list[jax.Array | None] = []
+    for r in itertools.product(*(range(sj) for sj in s)):
+        taps = [_phase_taps(ksize[j], s[j], d[j], pads[j][0], r[j]) for j in range(n)]
+        if any(t is None for t in taps):
+            results.append(None)
+            continue
+        index: list[slice] = [slice(None)] * kernel.ndim
+        conv_pad, sub_dil = [], []
+        for j, (t0, step, c0, dj) in enumerate(taps):  # type: ignore[misc]
+            index[rhs_sp[j]] = slice(t0, None, step)
+            n_taps = len(range(t0, ksize[j], step))
+            # out[m] = sum_n K'[n] x[m + c0 + n*dj] for m < m_out: pad low -c0, high to fit.
+            conv_pad.append((-c0, m_out[j] - 1 + c0 + dj * (n_taps - 1) - (in_sp[j] - 1)))
+            sub_dil.append(dj)
+        results.append(conv(x, kernel[tuple(index)], conv_pad, sub_dil))
+
+    ref = next((y for y in results if y is not None), None)
+    if ref is None:  # No tap reaches any output: the result is all zeros.
+        shape = [0] * x.ndim
+        shape[dn.out_spec[0]] = x.shape[dn.lhs_spec[0]]
+        shape[dn.out_spec[1]] = kernel.shape[dn.rhs_spec[0]]
+        for j, a in enumerate(out_sp):
+            shape[a] = out_size[j]
+        dtype = jax.eval_shape(lambda a, b: conv(a, b, [(0, 0)] * n, d), x, kernel).dtype
+        return jnp.zeros(shape, dtype)
+    stacked = jnp.stack([jnp.zeros_like(ref) if y is None else y for y in results])
+    stacked = stacked.reshape(*s, *ref.shape)
+    # Interleave: every spatial out axis a becomes (m, phase) and is merged into one axis.
+    perm: list[int] = []
+    for a in range(ref.ndim):
+        perm.append(n + a)
+        if a in out_sp:
+            perm.append(out_sp.index(a))
+    merged = [ref.shape[a] * (s[out_sp.index(a)] if a in out_sp else 1) for a in range(ref.ndim)]
+    y = stacked.transpose(perm).reshape(merged)
+    crop = [slice(None)] * y.ndim
+    for j, a in enumerate(out_sp):
+        crop[a] = slice(0, out_size[j])
+    return y[tuple(crop)]
