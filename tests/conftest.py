@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 
 import jax
-import pytest
 
 import zoo
 
@@ -28,7 +26,3 @@ CASE_IDS = [name for name, _ in CASES]
 PAIRS = list(itertools.permutations(zoo.JAX_IMPLS, 2))
 PAIR_IDS = [f"{a}->{b}" for a, b in PAIRS]
 
-# CI installs the torch extra: there a missing torch fails the torch tests instead of skipping.
-requires_torch = pytest.mark.skipif(
-    not HAVE_TORCH and not os.environ.get("CI"), reason="needs the torch extra"
-)

@@ -97,7 +97,7 @@ def test_canonical_init_follows_the_documented_scheme():
 
 def test_native_init_keeps_library_initialisers():
     config = zoo.MLPConfig.tiny()
-    module, variables = zoo.create(config, "linen", init="native")
+    _, variables = zoo.create(config, "linen", init="native")
     assert np.all(np.asarray(variables["params"]["fc1"]["bias"]) == 0)  # Flax: zeros bias
     eqx_model = zoo.create(config, "eqx", init="native")
     assert np.any(np.asarray(eqx_model.fc1.bias) != 0)  # Equinox: uniform bias
