@@ -411,9 +411,13 @@ def detect(path: str | os.PathLike) -> Detection:
 def _detect_dir(path: Path) -> Detection:
     meta = read_json_meta(path / DIR_METADATA)
     if not any((path / m).exists() for m in ORBAX_MARKERS):
+        inner = sorted(str(p.parent.relative_to(path)) for m in ORBAX_MARKERS
+                       for p in path.glob(f"*/{m}"))
+        hint = (f"; it contains checkpoints, e.g. {path / inner[0]}: pass one of them"
+                if inner else "")
         raise CheckpointError(
             f"{path} is a directory but not an orbax checkpoint (none of "
-            f"{', '.join(ORBAX_MARKERS)} in it)")
+            f"{', '.join(ORBAX_MARKERS)} in it){hint}")
     if meta is not None and meta.get("format") in ("linen", "nnx"):
         return Detection(meta["format"], f"orbax checkpoint directory with {DIR_METADATA} "
                          f"saying format {meta['format']!r}", meta)
@@ -899,7 +903,8 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
                 obj.optimizer = opt_state
         return obj
     if isinstance(obj, Mapping):
-        cfg = parse_config(None, config) if not isinstance(config, str) else make_config(config)
+        cfg = (make_config(config) if isinstance(config, str) and config in ARCHS
+               else parse_config(None, config))
         if cfg is None:
             raise CheckpointError("saving a canonical state needs its config")
         if opt_state is not None and not isinstance(opt_state, CanonicalOptState):

@@ -134,11 +134,12 @@ def scan_npy_stream(f: BinaryIO, size: int, name: str = "Equinox file"
                       else npy.read_array_header_2_0(f))
         except Exception as e:  # numpy raises ValueError, SyntaxError, TokenError, ...
             raise CheckpointError(
-                f"{name}: array #{len(out)} at byte {start}: not a valid .npy record ({e}); the file is "
-                "truncated or corrupted") from e
+                f"{name}: array #{len(out)} at byte {start}: not a valid .npy record ({e}); the "
+                "file is truncated or corrupted") from e
         shape, fortran, dtype = header
         if dtype.hasobject:
-            raise CheckpointError(f"{name}: array #{len(out)} holds Python objects (pickle): refused")
+            raise CheckpointError(
+                f"{name}: array #{len(out)} holds Python objects (pickle): refused")
         if dtype == np.dtype("V2"):  # how jnp.save writes bfloat16
             import ml_dtypes
 

@@ -91,8 +91,8 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.
         hint = (f"\n(most keys do not match: is this a {config.arch} checkpoint with this config?)"
                 if len(problems) > len(spec) // 2 else "")
         raise ConversionError(
-            f"state does not fit {config.arch} {config.to_json()}: {len(problems)} problem(s):\n  - "
-            + "\n  - ".join(sorted(problems)) + hint
+            f"state does not fit {config.arch} {config.to_json()}: "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(sorted(problems)) + hint
         )
     return dtype
 

@@ -89,7 +89,9 @@ class EqxTree(Tree):
 
     def layers(self, obj: Any) -> list[Layer]:
         model, _ = self.split(obj)
-        flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda m: _eqx_kind(m) is not None)
+        flat, _ = jax.tree_util.tree_flatten_with_path(
+            model, is_leaf=lambda m: _eqx_kind(m) is not None
+        )
         flatten = model.config.flatten_shapes()
         out = []
         for path, m in flat:
@@ -161,9 +163,9 @@ def _flax_kind(m: Any) -> str | None:
 
 def _flax_layer(name: str, m: Any, config: Config) -> Layer:
     kind = _flax_kind(m)
-    dims = len(m.kernel_size) if kind in ("conv", "conv_transpose") else 0
     if kind in ("conv", "conv_transpose") and not isinstance(m.kernel_size, tuple | list):
-        raise ValueError(f"Flax layer {name!r} has an int kernel_size: pass a tuple")
+        raise ValueError(f"Flax layer {name!r} has an int kernel_size (a 1-D kernel): pass a tuple")
+    dims = len(m.kernel_size) if kind in ("conv", "conv_transpose") else 0
     return Layer(name, kind, spatial_dims=dims, flatten_shape=config.flatten_shapes().get(name),
                  has_bias=getattr(m, "use_bias", True))
 

@@ -90,7 +90,8 @@ class BatchNorm(eqx.Module):
             )
         shape = (-1, *(1,) * len(spatial))
         mean32 = mean.astype(jnp.float32).reshape(shape)
-        scale = (self.weight.astype(jnp.float32) * jax.lax.rsqrt(var.astype(jnp.float32) + self.eps))
+        inv_std = jax.lax.rsqrt(var.astype(jnp.float32) + self.eps)
+        scale = self.weight.astype(jnp.float32) * inv_std
         y = (x.astype(jnp.float32) - mean32) * scale.reshape(shape)
         y = y + self.bias.astype(jnp.float32).reshape(shape)
         return y.astype(jnp.result_type(x.dtype, self.weight.dtype)), state

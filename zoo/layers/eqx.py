@@ -1,4 +1,4 @@
-"""Equinox layers of the zoo: a Flax-semantics BatchNorm and a conv-transpose with a method switch."""
+"""Equinox layers of the zoo: a Flax-semantics BatchNorm and a conv-transpose with methods."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ class ConvTranspose(nn.ConvTranspose):
 
     @nn.compact
     def __call__(self, inputs: Array) -> Array:
-        if not isinstance(self.kernel_size, tuple) or self.transpose_kernel or self.mask is not None:
+        if (not isinstance(self.kernel_size, tuple) or self.transpose_kernel
+                or self.mask is not None):
             raise ValueError("zoo ConvTranspose needs a tuple kernel_size, "
                              "transpose_kernel=False and no mask")
         n = len(self.kernel_size)

@@ -1,0 +1,80 @@
+"""The PyTorch reference agrees with every JAX implementation: forward and gradients."""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import converters
+import zoo
+from converters.trees import torch_to_numpy
+from tests.conftest import CASE_IDS, CASES
+from zoo.testing import tolerance
+
+torch = pytest.importorskip("torch")
+TOL = tolerance("float32")
+CONFIGS = dict(CASES)
+
+
+@functools.cache
+def _torch_results(case: str, train: bool):
+    """Output, input gradient and canonical parameter gradients of <y, cotangent> in PyTorch."""
+    config = CONFIGS[case]
+    model = zoo.create(config, "torch", seed=3).train(train)
+    counts = {}  # values per channel seen by each BatchNorm (for the unbiased variance)
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.register_forward_hook(lambda m, inp, out, name=name: counts.__setitem__(
+                name, inp[0].numel() // inp[0].shape[1]))
+    x = torch.from_numpy(np.array(zoo.example_input(config, batch=3, seed=2))).requires_grad_()
+    y = model(x)
+    cotangent = torch.from_numpy(np.array(jax.random.normal(jax.random.key(7), y.shape)))
+    (y * cotangent).sum().backward()
+    grads = {k: torch_to_numpy(p.grad) for k, p in model.named_parameters()}
+    stats = {k: torch_to_numpy(v) for k, v in model.state_dict().items() if "running" in k}
+    return torch_to_numpy(y), torch_to_numpy(x.grad), grads, stats, counts, cotangent.numpy()
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_jax_matches_torch(case, impl, train):
+    y_t, gx_t, gp_t, stats_t, counts, cotangent = _torch_results(case, train)
+    config = CONFIGS[case]
+    model = converters.convert(zoo.create(config, "torch", seed=3), "torch", impl)
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    x = zoo.example_input(config, batch=3, seed=2)
+
+    def loss(params, x):
+        y, new_state = api.apply(static, params, state, api.to_native(x), train=train)
+        y = api.to_canonical(y)
+        return jnp.sum(y * cotangent), (y, new_state)
+
+    (_, (y, new_state)), (gp, gx) = jax.jit(
+        jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, x)
+    chex.assert_trees_all_close(np.asarray(y), y_t, **TOL)
+    chex.assert_trees_all_close(np.asarray(gx), gx_t, **TOL)
+    grads = converters.to_canonical(api.merge(static, gp, state), impl)
+    chex.assert_trees_all_close({k: np.asarray(grads[k]) for k in gp_t}, gp_t, **TOL)
+    if train and stats_t:
+        _check_running_stats(converters.to_canonical(api.merge(static, params, new_state), impl),
+                             stats_t, counts, config.bn_momentum)
+
+
+def _check_running_stats(jax_state, torch_stats, counts, m):
+    """Means agree; PyTorch stores the unbiased variance (x n/(n-1)), the JAX libraries the
+    biased one, so after one step from var=1: (r_torch - m) = (r_jax - m) * n / (n - 1)."""
+    for key, value in torch_stats.items():
+        if key.endswith("running_mean"):
+            np.testing.assert_allclose(np.asarray(jax_state[key]), value, **TOL)
+        else:
+            n = counts[key.rsplit(".", 1)[0]]
+            unbiased = (np.asarray(jax_state[key]) - m) * n / (n - 1) + m
+            np.testing.assert_allclose(unbiased, value, **TOL)
+            assert not np.allclose(np.asarray(jax_state[key]), value, rtol=1e-6, atol=1e-7)
