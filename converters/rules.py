@@ -3,8 +3,8 @@
 Families: "eqx" (Equinox: channels-first, per-sample), "flax" (Linen and NNX share their
 parameter layouts) and "torch" (the canonical layout itself). Every rule maps a layer's canonical
 arrays (PyTorch `state_dict` names without the layer prefix) to the family's native arrays and
-back, exactly (transposes, flips and reshapes only: no arithmetic, so round trips are bitwise). docs/conventions.md states each rule and the test
-that pins it.
+back, exactly (transposes, flips and reshapes only: no arithmetic, so round trips are bitwise).
+docs/conventions.md states each rule and the test that pins it.
 
 Arrays may be numpy or JAX arrays: rules use only `.transpose`, `.reshape`, `.swapaxes` and
 slicing, which both provide.
