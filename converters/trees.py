@@ -37,8 +37,12 @@ def _path_name(path: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def _tuple(v: Any, n: int) -> tuple[int, ...]:
-    return tuple(v) if isinstance(v, tuple | list) else (v,) * n
+def _submodule(model: Any, name: str) -> Any:
+    """Follow a dotted path (attributes and list indices) from `model`."""
+    m = model
+    for part in name.split("."):
+        m = m[int(part)] if isinstance(m, list | tuple) else getattr(m, part)
+    return m
 
 
 class Tree:
@@ -105,15 +109,9 @@ class EqxTree(Tree):
             ))
         return out
 
-    def _module(self, model: eqx.Module, name: str) -> Any:
-        m = model
-        for part in name.split("."):
-            m = m[int(part)] if isinstance(m, list | tuple) else getattr(m, part)
-        return m
-
     def read(self, obj: Any, layer: Layer) -> Arrays:
         model, state = self.split(obj)
-        m = self._module(model, layer.name)
+        m = _submodule(model, layer.name)
         if layer.kind == "batch_norm":
             if state is None:
                 raise ValueError(
@@ -243,21 +241,14 @@ class NNXTree(Tree):
         ]
 
     def read(self, model: Any, layer: Layer) -> Arrays:
-        m = self._module(model, layer.name)
+        m = _submodule(model, layer.name)
         names = ("scale", "bias", "mean", "var") if layer.kind == "batch_norm" else (
             ("kernel", "bias") if layer.has_bias else ("kernel",))
         return {k: getattr(m, k)[...] for k in names}
 
-    @staticmethod
-    def _module(model: Any, name: str) -> Any:
-        m = model
-        for part in name.split("."):
-            m = m[int(part)] if isinstance(m, list | tuple) else getattr(m, part)
-        return m
-
     def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
         for layer in layers:
-            m = self._module(skeleton, layer.name)
+            m = _submodule(skeleton, layer.name)
             for k, v in arrays[layer.name].items():
                 getattr(m, k).set_value(v)
         return skeleton
