@@ -19,6 +19,9 @@ from zoo.configs import Config
 from zoo.registry import IMPLS, make_config, skeleton
 
 
+_STATISTICS = ("running_mean", "running_var")
+
+
 class ConversionError(ValueError):
     """A state does not fit a model; the message lists every offending key."""
 
@@ -65,8 +68,8 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.
     Raises `ConversionError` listing every missing, unexpected, misshaped or mistyped key.
     """
     state = as_numpy_state(state)
-    floats = [np.dtype(v.dtype) for v in state.values()
-              if hasattr(v, "dtype") and jnp.issubdtype(np.dtype(v.dtype), jnp.floating)]
+    floats = [np.dtype(v.dtype) for k, v in state.items() if not k.endswith(_STATISTICS)
+              and hasattr(v, "dtype") and jnp.issubdtype(np.dtype(v.dtype), jnp.floating)]
     if dtype is None:  # the most common floating dtype sets the expectation
         dtype = max(set(floats), key=floats.count) if floats else np.dtype("float32")
     dtype = np.dtype(dtype)
@@ -83,7 +86,9 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.
         if tuple(got.shape) != tuple(want.shape):
             problems.append(f"{k!r}: expected shape {tuple(want.shape)}, found {tuple(got.shape)}")
         got_dtype = np.dtype(got.dtype)
-        if jnp.issubdtype(want.dtype, jnp.floating) and got_dtype != dtype:
+        # Flax keeps BatchNorm statistics in float32 whatever the parameter dtype.
+        allowed = {dtype, np.dtype("float32")} if k.endswith(_STATISTICS) else {dtype}
+        if jnp.issubdtype(want.dtype, jnp.floating) and got_dtype not in allowed:
             problems.append(f"{k!r}: expected dtype {dtype}, found {got_dtype}")
         if jnp.issubdtype(want.dtype, jnp.integer) and not jnp.issubdtype(got_dtype, jnp.integer):
             problems.append(f"{k!r}: expected an integer counter, found dtype {got_dtype}")

@@ -131,19 +131,20 @@ class EqxTree(Tree):
         )
         leaves = []
         for path, m in flat:
-            name = _path_name(path)
-            if _eqx_kind(m) is None or name not in arrays:
-                leaves.append(m)
-                continue
-            a = arrays[name]
-            names = [k for k in ("weight", "bias") if k in a]
-            m_new = eqx.tree_at(lambda lay, ns=names: [getattr(lay, k) for k in ns], m,
+            a = arrays.get(_path_name(path)) if _eqx_kind(m) is not None else None
+            if a is not None:
+                names = [k for k in ("weight", "bias") if k in a]
+                m = eqx.tree_at(lambda lay, ns=names: [getattr(lay, k) for k in ns], m,
                                 [a[k] for k in names])
-            if "mean" in a:
-                state = state.set(m.state_index, (a["mean"], a["var"]))
-            leaves.append(m_new)
+                if "mean" in a:  # statistics become the StateIndex's initial value (any dtype)
+                    m = eqx.tree_at(lambda lay: lay.state_index.init, m, (a["mean"], a["var"]),
+                                    is_leaf=lambda x: x is None)
+            leaves.append(m)
         new_model = jax.tree_util.tree_unflatten(treedef, leaves)
-        return new_model if state is None else (new_model, state)
+        if state is None:
+            return new_model
+        # As eqx.nn.make_with_state does: collect the state, then drop it from the model.
+        return eqx.nn.delete_init_state(new_model), eqx.nn.State(new_model)
 
 
 # --------------------------------------------------------------------------- Flax Linen
@@ -286,9 +287,14 @@ class TorchTree(Tree):
     def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
         state = {f"{name}.{k}": numpy_to_torch(v) for name, a in arrays.items()
                  for k, v in a.items()}
-        dtypes = {v.dtype for k, v in state.items() if v.is_floating_point()}
-        model = skeleton.to(dtypes.pop()) if len(dtypes) == 1 else skeleton
+        weights = [v.dtype for k, v in state.items() if v.is_floating_point()
+                   and not k.endswith(("running_mean", "running_var"))]
+        model = skeleton.to(weights[0]) if weights else skeleton
         model.load_state_dict(state, strict=True)
+        for key, value in state.items():  # statistics may stay float32 under bf16 weights
+            prefix, _, name = key.rpartition(".")
+            if value.dtype != getattr(model.get_submodule(prefix), name).dtype:
+                model.get_submodule(prefix).register_buffer(name, value)
         return model
 
 

@@ -103,6 +103,18 @@ def test_native_init_keeps_library_initialisers():
     assert np.any(np.asarray(eqx_model.fc1.bias) != 0)  # Equinox: uniform bias
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_float32_statistics_under_bfloat16_parameters_are_kept(impl):
+    """Flax keeps BatchNorm statistics in float32 whatever the parameter dtype."""
+    config = zoo.CNNConfig.tiny()
+    state = converters.to_canonical(zoo.create(config, "linen", init="native",
+                                               dtype="bfloat16"), "linen")
+    assert state["bn1.running_var"].dtype == np.float32 and state["fc1.weight"].dtype != np.float32
+    back = converters.to_canonical(converters.from_canonical(state, config, impl), impl)
+    strip = lambda s: {k: v for k, v in s.items() if not k.endswith("num_batches_tracked")}
+    assert_bitwise_equal(strip(back), strip(state))
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.fixture
 def cnn_state():
