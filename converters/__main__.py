@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
-    c.add_argument("src")
-    c.add_argument("dst")
+    c.add_argument("src", help="source checkpoint: a file or an orbax directory")
+    c.add_argument("dst", help="destination (written atomically; refused if it exists)")
     c.add_argument("--to", required=True, choices=FORMATS, help="target format")
     c.add_argument("--force", action="store_true", help="replace DST if it exists")
     c.add_argument("--model-only", action="store_true",
@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="never show a progress bar")
     common(c)
     i = sub.add_parser("inspect", help="describe a checkpoint and check it loads into the zoo")
-    i.add_argument("src")
+    i.add_argument("src", help="checkpoint: a file or an orbax directory")
     common(i)
     return p
 

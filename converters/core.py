@@ -18,7 +18,6 @@ from converters.trees import TREES, Tree, torch_to_numpy
 from zoo.configs import Config
 from zoo.registry import IMPLS, make_config, skeleton
 
-
 _STATISTICS = ("running_mean", "running_var")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import pickle
@@ -17,6 +18,8 @@ from converters import Checkpoint, CheckpointError, ConversionError, read, write
 from converters.__main__ import main
 from converters.core import canonical_spec, from_canonical
 
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra")
 CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
 
 
@@ -32,7 +35,7 @@ def sources(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("good")
     ck = Checkpoint(CFG, random_state())
     names = {"eqx": "m.eqx", "linen": "m_linen", "nnx": "m_nnx", "canonical": "m.safetensors",
-             "torch": "m.pt"}
+             "torch": "m.pt" if HAVE_TORCH else "m_torch.safetensors"}
     return {fmt: write(ck, folder / name, fmt) for fmt, name in names.items()}
 
 
@@ -67,7 +70,7 @@ def convert(src: Path, dst: Path, to: str = "nnx", *extra: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- damaged files
-@pytest.mark.parametrize("fmt", ["eqx", "canonical", "torch"])
+@pytest.mark.parametrize("fmt", ["eqx", "canonical", pytest.param("torch", marks=needs_torch)])
 def test_truncated_files(fmt, sources, tmp_path, capsys):
     data = sources[fmt].read_bytes()
     for cut in (len(data) // 2, len(data) - 3, 20):
@@ -79,7 +82,7 @@ def test_truncated_files(fmt, sources, tmp_path, capsys):
             read(bad, config=CFG)
 
 
-@pytest.mark.parametrize("fmt", ["eqx", "canonical", "torch"])
+@pytest.mark.parametrize("fmt", ["eqx", "canonical", pytest.param("torch", marks=needs_torch)])
 def test_corrupted_files(fmt, sources, tmp_path, capsys):
     data = bytearray(sources[fmt].read_bytes())
     bad = tmp_path / f"bad{sources[fmt].suffix}"
@@ -121,6 +124,7 @@ def test_directory_that_is_not_a_checkpoint(sources, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- wrong contents
+@needs_torch
 def test_wrong_architecture(sources, tmp_path, capsys):
     import torch
 
@@ -186,6 +190,7 @@ class Exploit:
         return (Path.touch, (self.marker,))
 
 
+@needs_torch
 def test_pickles_that_would_run_code_are_refused(tmp_path, capsys):
     import torch
 
@@ -248,6 +253,7 @@ def test_refusals(sources, tmp_path, capsys):
           "not valid JSON")
 
 
+@needs_torch
 def test_training_checkpoint_to_torch_needs_model_only(tmp_path, capsys):
     import optax
 

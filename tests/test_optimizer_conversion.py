@@ -104,15 +104,16 @@ def test_three_eqx_steps_then_three_nnx_or_linen_steps_equal_six(arch, tmp_path)
     x, y = batch(config)
     model, opt_state = train("eqx", from_canonical(start, config, "eqx"), tx, None, 3, x, y)
     src = converters.save(model, tmp_path / "run.eqx", "eqx", opt_state=opt_state, step=3)
+    reference, _ = train("nnx", from_canonical(start, config, "nnx"), tx, None, 6, x, y)
+    want = to_canonical(reference, "nnx")  # 6 steps in NNX from the same start
     for impl in ("nnx", "linen"):
         dst = tmp_path / f"run_{impl}"
         convert_file(src, dst, to=impl)  # through a checkpoint file in the target's format
         resumed, resumed_opt, step = converters.load(dst, impl, optimizer=tx)
         assert step == 3 and int(resumed_opt[0].count) == 3
         resumed, _ = train(impl, resumed, tx, resumed_opt, 3, x, y)
-        reference, _ = train(impl, from_canonical(start, config, impl), tx, None, 6, x, y)
-        got, want = to_canonical(resumed, impl), to_canonical(reference, impl)
-        assert max_diff(got, want) < ATOL, impl
+        got = to_canonical(resumed, impl)
+        assert max_diff(got, want) < ATOL, impl  # parameters and BatchNorm statistics
         assert max_diff(got, start) > 100 * ATOL  # it did train
 
 
@@ -139,7 +140,7 @@ def test_optimizer_state_round_trips_bitwise_through_every_format(tmp_path):
             assert got.optimizer.arrays[k].tobytes() == v.tobytes(), (fmt, k)
     # and the restored state plugs into the optimizer again, in each library
     for impl in ("eqx", "linen", "nnx"):
-        model, opt, step = converters.load(path, impl, optimizer=tx)
+        model, opt, _step = converters.load(path, impl, optimizer=tx)
         params = zoo.interface(impl).split(model)[1]
         assert jax.tree.structure(opt) == jax.tree.structure(tx.init(params))
         mu = to_canonical(zoo.interface(impl).merge(*_with_params(model, impl, opt[1].inner_state
@@ -175,7 +176,7 @@ def test_written_training_checkpoints_restore_with_orbax_and_equinox_directly(tm
     assert restored["step"] == 5 and int(restored["opt_state"][0].count) == 0
     assert to_canonical(nnx.merge(graphdef, restored["model"]), "nnx").keys() == ck.state.keys()
     # Linen: a TrainState-like dict {params, batch_stats, opt_state, step}
-    module, variables = skeleton(CFG, "linen")
+    _module, variables = skeleton(CFG, "linen")
     target = {**variables, "opt_state": jax.eval_shape(tx.init, variables["params"]), "step": 0}
     with ocp.StandardCheckpointer() as ckptr:
         restored = ckptr.restore((tmp_path / "t_linen").absolute(), target)

@@ -1,0 +1,42 @@
+"""The checkpoint examples run end to end with small settings."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, f"examples/{name}", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_port_torch_checkpoint(tmp_path):
+    pytest.importorskip("torch")
+    out = run_example("port_torch_checkpoint.py", "--arch", "cnn", "--batch", "4",
+                      "--out-dir", str(tmp_path))
+    diffs = [float(d) for d in re.findall(r"max abs difference ([0-9.e+-]+)", out)]
+    assert len(diffs) == 2 and max(diffs) < 1e-4, out
+    assert "OK" in out
+    assert (tmp_path / "model.pt").is_file() and (tmp_path / "model_nnx").is_dir()
+    assert (tmp_path / "model.eqx").is_file() and (tmp_path / "model.eqx.json").is_file()
+
+
+def test_switch_library_mid_training(tmp_path):
+    out = run_example("switch_library_mid_training.py", "--steps", "8", "--batch-size", "32",
+                      "--out-dir", str(tmp_path))
+    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", out)]
+    assert len(losses) == 8, out
+    assert "[  eqx] step    4" in out and "[linen] step    5" in out
+    assert "switched at step 4" in out
+    png = tmp_path / "switch_library_mid_training.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "digits_step_linen" / "zoo.json").is_file()
