@@ -170,11 +170,14 @@ class Decoder3DConfig(Config):
     padding: tuple[int, ...] = (1, 1, 1, 1)
     output_padding: tuple[int, ...] = (0, 0, 0, 0)
     dilation: tuple[int, ...] = (1, 1, 1, 1)
-    conv_method: str = "lhs_dilation"
+    conv_method: str = "auto"  # see zoo.layers.conv_transpose.choose_method
 
     def validate(self) -> None:
         if len(self.channels) != 3:
             raise ConfigError(f"decoder3d.channels needs 3 stages, found {self.channels}")
+        if self.conv_method not in ("auto", "lhs_dilation", "pad", "phase"):
+            raise ConfigError(f"decoder3d.conv_method must be auto, lhs_dilation, pad or phase, "
+                              f"found {self.conv_method!r}")
         n = len(self.channels) + 1
         for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
             if len(getattr(self, name)) != n:
