@@ -8,8 +8,7 @@ import os
 import sys
 from typing import Any
 
-from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PRESETS, PresetError, \
-    find_preset
+from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PRESETS, PresetError, find_preset
 from zoo.layers.conv_transpose import METHODS
 
 RESULTS_DIR = os.path.join("bench", "results")
@@ -92,7 +91,9 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="conv-transpose formulation (Decoder3D conv_method, convt layers)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=20, help="timed steps per call style")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="the timed steps run in this many rounds, interleaved across styles")
     p.add_argument("--json", default=None, metavar="PATH", help="write the run's JSON record")
     p.add_argument("--record", action="store_true",
                    help=f"also write it to {RESULTS_DIR}/<device>/<name>.json")
@@ -100,6 +101,8 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="jax.profiler trace of a few extra steps per style (Perfetto)")
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
+    p.add_argument("--torch-threads", type=int, default=None, metavar="N",
+                   help="torch.set_num_threads(N) (default: PyTorch's own choice)")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -125,8 +128,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         modes=tuple(modes), batch=args.batch or (preset.batch if preset else DEFAULT_BATCH[arch]),
         dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
-        repeat=args.repeat, seed=args.seed, torch_compile=args.torch_compile,
-        profile=args.profile)
+        repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
+        torch_threads=args.torch_threads, profile=args.profile)
 
 
 def record_name(record: dict[str, Any]) -> str:

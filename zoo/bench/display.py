@@ -29,6 +29,16 @@ def fmt_share(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}" if value >= 0.001 else f"{value:.2%}"
 
 
+def memory_mib(res: dict[str, Any]) -> str:
+    """Device peak bytes where the backend reports them, else the compiled program's footprint
+    (arguments + outputs + temporaries - donated), in MiB; "-" for PyTorch on CPU."""
+    mem = res.get("memory") or {}
+    if mem.get("device_peak_bytes"):
+        return f"{mem['device_peak_bytes'] / 2**20:.1f} (peak)"
+    compiled = mem.get("compiled") or {}
+    return "-" if not compiled else f"{compiled['total_bytes'] / 2**20:.1f}"
+
+
 def compile_seconds(res: dict[str, Any]) -> str:
     c = res["compile"]
     if c.get("lower_s") is not None and c.get("compile_s") is not None:
@@ -66,7 +76,7 @@ def model_table(record: dict[str, Any], mode: str) -> Any:
     unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
     table = Table(title=title, title_justify="left")
     for col in ("impl", "call", f"median {unit}", "p10", "p90", "min", "dispatch",
-                "compile s", "samples/s", "TFLOP/s", "% peak", "GB/s", "× fastest"):
+                "compile s", "samples/s", "TFLOP/s", "% peak", "GB/s", "MiB", "× fastest"):
         table.add_column(col, justify="left" if col in ("impl", "call") else "right")
     for r in sorted(rows, key=lambda r: r["time"].get("median_s") or float("inf")):
         t = r["time"]
@@ -78,7 +88,7 @@ def model_table(record: dict[str, Any], mode: str) -> Any:
             fmt_num(r.get("throughput_per_s")),
             "-" if r.get("tflops_per_s") is None else f"{r['tflops_per_s']:.3g}",
             fmt_share(r.get("peak_flops_share")),
-            "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}",
+            "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}", memory_mib(r),
             "-" if r.get("ratio_to_fastest") is None else f"{r['ratio_to_fastest']:.2f}",
         )
     return table
@@ -87,6 +97,8 @@ def model_table(record: dict[str, Any], mode: str) -> Any:
 def print_model_record(record: dict[str, Any], console: Any) -> None:
     for mode in record["config"]["modes"]:
         console.print(model_table(record, mode))
+    for f in record.get("failed_styles", []):
+        console.print(f"[yellow]skipped {f['impl']} {f['call']} ({f['mode']}): {f['error']}[/]")
     f = record["fairness"]
     console.print(
         f"[green]fairness check passed[/]: parameters {sorted(set(f['parameters'].values()))}, "

@@ -64,7 +64,7 @@ def _forward_output(subject: Subject) -> tuple[np.ndarray, CompileInfo | None]:
 def _train_loss(subject: Subject) -> tuple[float, CompileInfo | None]:
     if subject.is_torch:
         model = subject.torch_model().train()
-        return float(subject.torch_loss(model(subject.x), subject.target)), None
+        return float(subject.torch_loss(model(subject.x), subject.target).detach()), None
     step = subject.fast_train()
     args = subject.train_args()
     info, _ = compile_ahead(lambda: step.lower(*args))

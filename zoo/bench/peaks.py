@@ -6,6 +6,7 @@ from the core count, clock and vector width. Shares of peak are therefore indica
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import platform
@@ -113,10 +114,8 @@ def device_info() -> dict[str, Any]:
             jax.default_backend(), "platform": device.platform, "count": jax.device_count(),
             "host_cpu": _cpuinfo().get("model name") or platform.processor(),
             "host_cores": os.cpu_count(), "peak": peak.to_dict() if peak else None}
-    try:
+    with contextlib.suppress(Exception):
         info["platform_version"] = device.client.platform_version
-    except Exception:
-        pass
     return info
 
 

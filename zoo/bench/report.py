@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from zoo.bench.display import compile_seconds, fmt_num, fmt_share, time_unit
+from zoo.bench.display import compile_seconds, fmt_num, fmt_share, memory_mib, time_unit
 
 IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
                "floor": "#7f7f7f"}
@@ -61,6 +61,8 @@ def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
 
 def plot_dispatch(record: dict[str, Any], path: str) -> None:
     plt = _plt()
+    from matplotlib.ticker import NullFormatter
+
     workloads = list(record["config"]["workloads"])
     keys: list[tuple[str, str]] = []
     for r in record["results"]:
@@ -71,11 +73,16 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
                              sharey=True)
     axes = axes if len(workloads) > 1 else [axes]
     labels = [f"{i}:{c}" if i != "floor" else "floor (raw jax.jit)" for i, c in keys]
+    labels = [lab.replace("own program, raw jax.jit", "own program (raw)") for lab in labels]
     for ax, w in zip(axes, workloads, strict=True):
         vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
                 for i, c in keys]
         ax.barh(labels, vals, color=[IMPL_COLORS.get(i, "#999") for i, _ in keys])
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        floor = by.get(("floor", keys[0][1], w)) if keys and keys[0][0] == "floor" else None
+        if floor is not None:
+            ax.axvline(floor["time"]["median_s"] * 1e6, color="#555", lw=0.8, ls="--")
         ax.set_title(record["config"]["workloads"][w], fontsize=9)
         ax.set_xlabel("µs per call (median, log)")
         ax.invert_yaxis()
@@ -91,8 +98,8 @@ def _model_rows(record: dict[str, Any], mode: str) -> list[str]:
     s = lambda v: "-" if v is None else (f"{v * factor:.1f}" if v * factor >= 100
                                          else f"{v * factor:.3g}")
     lines = [f"| impl | call | median {unit} | p10–p90 {unit} | dispatch {unit} | compile s | "
-             "samples/s | TFLOP/s | % peak | GB/s | × fastest |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "samples/s | TFLOP/s | % peak | GB/s | MiB | × fastest |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["time"]
         call = f"**{r['call']}**" if r.get("default") else r["call"]
@@ -103,14 +110,14 @@ def _model_rows(record: dict[str, Any], mode: str) -> list[str]:
             f"{'-' if r.get('tflops_per_s') is None else format(r['tflops_per_s'], '.3g')} | "
             f"{fmt_share(r.get('peak_flops_share'))} | "
             f"{'-' if r.get('gb_per_s') is None else format(r['gb_per_s'], '.3g')} | "
-            f"{r.get('ratio_to_fastest', 0):.2f} |")
+            f"{memory_mib(r)} | {r.get('ratio_to_fastest', 0):.2f} |")
     return lines
 
 
 def _dispatch_rows(record: dict[str, Any]) -> list[str]:
     workloads = list(record["config"]["workloads"])
-    head = "| impl | call | " + " | ".join(f"{w} µs | × floor" for w in workloads) + " |"
-    lines = [head, "|---|---|" + "---:|---:|" * len(workloads)]
+    head = "| impl | call | " + " | ".join(f"{w} µs | × floor | × own" for w in workloads) + " |"
+    lines = [head, "|---|---|" + "---:|---:|---:|" * len(workloads)]
     keys: list[tuple[str, str]] = []
     for r in record["results"]:
         if (r["impl"], r["call"]) not in keys:
@@ -120,11 +127,24 @@ def _dispatch_rows(record: dict[str, Any]) -> list[str]:
         cells = []
         for w in workloads:
             r = by.get((impl, call, w))
-            cells.append("- | -" if r is None else
-                         f"{r['time']['median_s'] * 1e6:.1f} | {r['ratio_to_floor']:.2f}")
+            own = "" if impl in ("floor", "torch") or r is None else f"{r['ratio_to_own']:.2f}"
+            cells.append("- | - | -" if r is None else
+                         f"{r['time']['median_s'] * 1e6:.1f} | {r['ratio_to_floor']:.2f} | {own}")
         idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
         lines.append(f"| {impl} | {call}{idiom} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _conditions(record: dict[str, Any]) -> str:
+    """Host load and PyTorch threads while the record was taken (shared machines)."""
+    parts = []
+    if record.get("host_load_avg"):
+        parts.append(f"host load average {record['host_load_avg'][0]:.1f}")
+    if record.get("config", {}).get("torch_threads") or record.get("torch_threads"):
+        threads = record.get("config", {}).get("torch_threads") or record.get("torch_threads")
+        parts.append(f"PyTorch threads {threads}")
+    text = ", ".join(parts)
+    return (text[0].upper() + text[1:] + ".") if parts else ""
 
 
 def _versions(record: dict[str, Any]) -> str:
@@ -156,11 +176,12 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
         first = recs[0][1]
         dev = first["device"]
         peak = dev.get("peak") or {}
-        lines += [f"## {slug}: {dev['name']} ({dev.get('host_cpu')}, {dev.get('host_cores')} "
-                  "host cores)", "", f"Versions: {_versions(first)}.", ""]
+        name = slug if dev["name"].lower() == slug else f"{slug}: {dev['name']}"
+        lines += [f"## {name} ({dev.get('host_cpu')}, {dev.get('host_cores')} host cores)", "",
+                  f"Versions: {_versions(first)}.", ""]
         if peak:
             lines += [f"Peak used for shares: {peak['name']}, "
-                      + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peak["tflops"].items())
+                      + ", ".join(f"{k} {v:.3g} TFLOP/s" for k, v in peak["tflops"].items())
                       + f", {peak['gbps']:g} GB/s"
                       + (f" ({peak['note']})" if peak.get("note") else "") + ".", ""]
         for path, rec in recs:
@@ -169,8 +190,11 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
             png = f"{slug}-dispatch.png"
             plot_dispatch(rec, os.path.join(plots_dir, png))
             lines += ["### Dispatch overhead", "",
-                      "µs per call (median of per-call times, each call waited for), and the "
-                      "ratio to the floor: a raw `jax.jit` on pre-flattened arrays. "
+                      "µs per call (median of per-call times, each call waited for); × floor: "
+                      "ratio to a raw `jax.jit` on pre-flattened arrays of a hand-written "
+                      "program; × own: ratio to the library's own compiled program called the "
+                      "same raw way (isolates dispatch from program differences). "
+                      f"{_conditions(rec)} "
                       f"Record: `{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
                       *_dispatch_rows(rec), "",
                       f"![dispatch overhead]({plots_rel}/{png})", ""]
@@ -188,7 +212,8 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                 lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}"
                           + (f", preset `{cfg['preset']}`" if cfg.get("preset") else ""), "",
                           f"Input {shape} (canonical NC...), config "
-                          f"`{json.dumps(cfg['resolved_config'], sort_keys=True)}`. Record: "
+                          f"`{json.dumps(cfg['resolved_config'], sort_keys=True)}`. "
+                          f"{_conditions(rec)} Record: "
                           f"`{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
                           *_model_rows(rec, mode), "",
                           f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,8 +45,10 @@ class BenchConfig:
     method: str = "auto"
     warmup: int = 3
     repeat: int = 20
+    rounds: int = 5
     seed: int = 0
     torch_compile: bool = False
+    torch_threads: int | None = None
     profile: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,26 +56,57 @@ class BenchConfig:
 
 
 def _record_base(kind: str) -> dict[str, Any]:
-    return {"schema": SCHEMA, "kind": kind,
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    threads = None
+    if "torch" in sys.modules:
+        threads = sys.modules["torch"].get_num_threads()
+    return {"schema": SCHEMA, "kind": kind, "torch_threads": threads,
             "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "device": device_info(), "versions": versions()}
+            "device": device_info(), "versions": versions(),
+            "host_load_avg": list(load) if load else None}
 
 
-def _measure(prepared: Any, cfg: BenchConfig, on_step: Any = None) -> dict[str, Any]:
-    """Compile (ahead of time where the style allows), first call, warm-up, timed steps."""
+def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig, config: Any,
+                task: Any) -> dict[str, tuple[float | None, float | None, str]]:
+    """FLOPs and bytes per mode from a JAX implementation's compiled fast path, for PyTorch
+    rows; with no JAX implementation in the run, an Equinox twin is compiled (not timed)."""
+    twin: dict[str, tuple[float | None, float | None, str]] = {}
+    jax_impls = [i for i in order if not subjects[i].is_torch]
+    if not jax_impls:
+        model = build_models(config, ("eqx",), cfg.seed, cfg.dtype)["eqx"]
+        subjects = {"eqx": Subject("eqx", model, task)}
+        jax_impls = ["eqx"]
+    for mode in cfg.modes:
+        sub = subjects[jax_impls[0]]
+        info = sub._cache.get(f"info_{mode}")
+        if info is None:
+            fwd = sub.fast_forward() if mode == "forward" else sub.fast_train()
+            args = (sub.x,) if mode == "forward" else sub.train_args()
+            info, _ = compile_ahead(lambda f=fwd, a=args: f.lower(*a))
+        if info.flops is not None:
+            twin[mode] = (info.flops, info.bytes_accessed, f"{jax_impls[0]} (JAX twin)")
+    return twin
+
+
+def _compile(prepared: Any) -> CompileInfo:
+    """Compile (ahead of time where the style allows) and make the first call."""
     info = prepared.compile_info
     if info is None:
         info = CompileInfo()
         if prepared.lower is not None:
             try:
                 info, _ = compile_ahead(prepared.lower)
-            except Exception as e:  # a style without working AOT: first call compiles
+            except Exception as e:  # a style without working AOT: its first call compiles
                 info = CompileInfo()
                 prepared.note = f"no AOT compile ({type(e).__name__})"
         info.first_call_s = first_call(prepared)
-    run_steps(prepared, cfg.warmup, Samples(), on_step)
-    samples = run_steps(prepared, cfg.repeat, Samples(), on_step)
-    return {"compile": info, "samples": samples}
+    return info
+
+
+def _rounds(repeat: int, rounds: int) -> list[int]:
+    """`repeat` steps split into at most `rounds` near-equal rounds."""
+    rounds = max(1, min(rounds, repeat))
+    return [repeat // rounds + (i < repeat % rounds) for i in range(rounds)]
 
 
 def _profile(prepared: Any, directory: str, n: int) -> None:
@@ -97,6 +133,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
                     "first_call_s": info.first_call_s},
         "time": time_stats,
         "dispatch": summarize(samples.dispatch_s),
+        "samples_s": [round(v, 9) for v in samples.step_s],
         "throughput_per_s": cfg.batch / median if median else None,
         "flops": flops, "bytes_accessed": nbytes,
         "flops_source": source if flops is not None else None,
@@ -114,55 +151,87 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
 
 def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict[str, Any]:
     """Build the models, refuse unfair comparisons (`FairnessError`), time, return the record."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if cfg.torch_threads and "torch" in cfg.impls:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
+    clock = time.perf_counter
+    phases = {"start": clock()}
     config = build_config(cfg.arch, cfg.model_config, cfg.method)
     task = make_task(config, cfg.batch, cfg.dtype, cfg.seed)
     natives = build_models(config, cfg.impls, cfg.seed, cfg.dtype)
     subjects = {impl: Subject(impl, natives[impl], task) for impl in cfg.impls}
+    phases["build"] = clock()
     # JAX implementations first: the reference output and FLOP count come from a compiled program.
     order = sorted(subjects, key=lambda n: subjects[n].is_torch)
     fairness = check_fairness({n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype)
+    phases["fairness"] = clock()
 
-    twin: dict[str, tuple[float | None, float | None, str]] = {}
-    for mode in cfg.modes:
-        for impl in order:
-            info = subjects[impl]._cache.get(f"info_{mode}")
-            if info is not None and info.flops is not None:
-                twin[mode] = (info.flops, info.bytes_accessed, f"{impl} (JAX twin)")
-                break
+    twin = _twin_flops(subjects, order, cfg, config, task)
 
-    runs = [(mode, impl, call) for mode in cfg.modes for impl in order
-            for call in cfg.calls[impl]]
+    # Per mode: compile and warm up every (impl, call style), then time them in interleaved
+    # rounds, so that drifts of the machine (other processes, clocks) hit all styles alike.
     results: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     bar = Progress(*columns, console=console, transient=True, disable=not progress)
     with bar if progress else contextlib.nullcontext():
-        overall = bar.add_task("benchmark", total=len(runs))
-        for mode, impl, call in runs:
-            task_id = bar.add_task(f"{mode:7} {impl:5} {call}", total=cfg.warmup + cfg.repeat)
-            prepared = styles_mod.STYLES[impl][call](subjects[impl], mode)
-            measured = _measure(prepared, cfg, lambda t=task_id: bar.advance(t))
-            if cfg.profile and not subjects[impl].is_torch:
-                _profile(prepared, os.path.join(cfg.profile, f"{cfg.arch}-{mode}-{impl}-{call}"),
-                         min(cfg.repeat, 10))
-            res = _result(impl, call, mode, measured, cfg, twin)
-            if prepared.note:
-                res["note"] = prepared.note
-            results.append(res)
-            bar.remove_task(task_id)
-            bar.advance(overall)
+        for mode in cfg.modes:
+            runs = [(impl, call) for impl in order for call in cfg.calls[impl]]
+            prepared, infos, samples = {}, {}, {}
+            setup = bar.add_task(f"{mode}: compile + warm-up", total=len(runs))
+            for key in list(runs):
+                try:
+                    prepared[key] = styles_mod.STYLES[key[0]][key[1]](subjects[key[0]], mode)
+                    infos[key] = _compile(prepared[key])
+                    run_steps(prepared[key], cfg.warmup)
+                except Exception as e:
+                    # A library's default style must work; an optional one may not exist in the
+                    # installed version (APIs of nnx partials, torch.compile backends): record it.
+                    if styles_mod.DEFAULT_STYLE.get(key[0]) == key[1]:
+                        raise
+                    runs.remove(key)
+                    prepared.pop(key, None)
+                    failed.append({"impl": key[0], "call": key[1], "mode": mode,
+                                   "error": f"{type(e).__name__}: {e}"[:500]})
+                    continue
+                samples[key] = Samples()
+                bar.advance(setup)
+            bar.remove_task(setup)
+            timed = bar.add_task(f"{mode}: timing {len(runs)} styles",
+                                 total=cfg.repeat * len(runs))
+            advance = functools.partial(bar.advance, timed)
+            for i, n in enumerate(_rounds(cfg.repeat, cfg.rounds)):
+                for key in runs[i % len(runs):] + runs[: i % len(runs)]:
+                    run_steps(prepared[key], n, samples[key], advance)
+            bar.remove_task(timed)
+            for key in runs:
+                impl, call = key
+                if cfg.profile and not subjects[impl].is_torch:
+                    _profile(prepared[key], os.path.join(
+                        cfg.profile, f"{cfg.arch}-{mode}-{impl}-{call}"), min(cfg.repeat, 10))
+                res = _result(impl, call, mode, {"compile": infos[key], "samples": samples[key]},
+                              cfg, twin)
+                if prepared[key].note:
+                    res["note"] = prepared[key].note
+                results.append(res)
+            del prepared
 
     for mode in cfg.modes:
         rows = [r for r in results if r["mode"] == mode and r["time"].get("median_s")]
         best = min((r["time"]["median_s"] for r in rows), default=None)
         for r in rows:
             r["ratio_to_fastest"] = r["time"]["median_s"] / best
+    phases["timing"] = clock()
     record = _record_base("model")
+    record["phases_s"] = {k: phases[k] - phases[p] for p, k in
+                          (("start", "build"), ("build", "fairness"), ("fairness", "timing"))}
     record["config"] = {**cfg.to_dict(), "resolved_config": config.to_dict(),
                         "input_shape": list(task.x.shape), "loss": task.loss}
     record["fairness"] = fairness
     record["results"] = results
+    record["failed_styles"] = failed
     return record

@@ -1,0 +1,267 @@
+"""python -m zoo.bench: the CI run of every tiny preset, the fairness refusal, report, dispatch."""
+
+from __future__ import annotations
+
+import json
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zoo
+from zoo.bench import cli, fairness
+from zoo.bench.fairness import FairnessError, check_fairness
+from zoo.bench.layers import LinenConvT
+from zoo.bench.presets import ARCHS, LAYER_ARCH, PRESETS, PresetError, find_preset
+from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
+
+HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_models())
+IMPLS = (*zoo.JAX_IMPLS, "torch") if HAVE_TORCH else zoo.JAX_IMPLS
+
+
+# --------------------------------------------------------------------------- CI: tiny presets
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_preset_every_impl(arch, tmp_path):
+    """CI: the tiny preset of every architecture, every implementation, forward and train.
+
+    The MLP runs every call style of every library (--call all); the others the default one.
+    """
+    from zoo.bench.styles import available_styles
+
+    path = tmp_path / f"{arch}.json"
+    argv = [arch, "--preset", "tiny", "--impl", "all", "--mode", "both", "--repeat", "3",
+            "--warmup", "1", "--json", str(path), "--no-progress"]
+    if arch in ("decoder3d", LAYER_ARCH):
+        argv += ["--method", "lhs_dilation"]  # the cheapest to compile (CI time)
+    if arch == "mlp":
+        argv += ["--call", "all"]
+    assert cli.main(argv) == 0
+    record = json.loads(path.read_text())
+
+    assert record["kind"] == "model" and record["fairness"]["passed"]
+    assert record["config"]["arch"] == arch and record["config"]["preset"] == "tiny"
+    for key in ("jax", "jaxlib", "flax", "equinox", "optax", "torch", "python"):
+        assert key in record["versions"]
+    assert record["device"]["backend"] == jax.default_backend()
+    got = {(r["impl"], r["mode"]) for r in record["results"]}
+    assert got == {(impl, mode) for impl in IMPLS for mode in ("forward", "train")}
+    for r in record["results"]:
+        assert r["time"]["n"] == 3 and r["time"]["median_s"] > 0
+        assert r["time"]["p10_s"] <= r["time"]["median_s"] <= r["time"]["p90_s"]
+        assert r["flops"] > 0 and r["ratio_to_fastest"] >= 1.0
+        if r["impl"] == "torch":
+            assert "JAX twin" in r["flops_source"]
+        elif r["call"] == "fast":
+            assert r["compile"]["compile_s"] > 0 and r["default"]
+    fl = record["fairness"]
+    assert len(set(fl["parameters"].values())) == 1 and set(fl["parameters"]) == set(IMPLS)
+    flops = {name: e["flops"] for name, e in fl["forward"]["flops"].items()}
+    assert len(flops) == len(zoo.JAX_IMPLS) and max(flops.values()) <= 1.01 * min(flops.values())
+    if arch != "mlp":
+        return
+    # --call all: every style each library offers, all compiling to the same FLOP count.
+    for impl in IMPLS:
+        for mode in ("forward", "train"):
+            rows = [r for r in record["results"] if r["impl"] == impl and r["mode"] == mode]
+            assert sorted(r["call"] for r in rows) == sorted(available_styles(impl))
+            flops = [r["flops"] for r in rows if r["flops_source"] == "compiled"]
+            assert impl == "torch" or max(flops) <= 1.01 * min(flops)
+    assert {r["call"] for r in record["results"] if r["idiomatic"]} == {
+        "filter_jit", "jit", "nnx_jit", "eager"} & {
+        c for i in IMPLS for c in available_styles(i)}
+
+
+# --------------------------------------------------------------------------- fairness refusal
+class Conv3D(nn.Module):
+    """A Linen 3-D conv whose kernel_size is given as in the published comparison."""
+
+    kernel_size: int | tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x, *, train=False):
+        return nn.Conv(4, self.kernel_size, padding="SAME")(x)
+
+
+def _conv_subject(kernel_size, name, task):
+    module = Conv3D(kernel_size)
+    variables = jax.jit(module.init)(jax.random.key(0), task.x.transpose(0, 2, 3, 4, 1))
+    return Subject("linen", (module, variables), task, name=name)
+
+
+def test_fairness_refuses_int_kernel_size():
+    """An int kernel_size makes Flax convolve only the last axis: same output shape, 1/9 of
+    the FLOPs. The check refuses the comparison and says why, with the numbers."""
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 6))
+    task = Task(x, x, "mse")
+    good = _conv_subject((3, 3, 3), "linen-3d", task)
+    bad = _conv_subject(3, "linen-int-kernel", task)
+    assert good.fast_forward()(good.x).shape == bad.fast_forward()(bad.x).shape
+
+    with pytest.raises(FairnessError) as err:
+        check_fairness({"linen-3d": good, "linen-int-kernel": bad})
+    message = str(err.value)
+    assert "nothing was timed" in message
+    assert "FLOPs (forward): linen-int-kernel compiles to" in message
+    flops = err.value.report["forward"]["flops"]
+    ratio = flops["linen-int-kernel"]["ratio"]
+    assert 0.1 < ratio < 0.2  # 1/9 of the multiply-adds; the bias adds are the same
+    assert f"{ratio:.3f}x the" in message and "int kernel_size" in message
+    assert "parameter count: linen-int-kernel has 40, linen-3d 328" in message
+    assert any(p.startswith("forward output: linen-int-kernel differs") for p in
+               err.value.problems)
+
+
+class IntKernelConvT(nn.Module):
+    """The published mistake on a conv-transpose: `kernel_size=3` on 3-D data."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x, *, train=False):
+        return nn.ConvTranspose(self.features, 3, padding="SAME", name="convt")(x)
+
+
+def test_cli_exits_nonzero_on_unfair_pair(monkeypatch, tmp_path, capsys):
+    """Through the command line: status 3, the error names linen and its FLOPs, no record."""
+    import zoo.bench.runner as runner
+
+    real = runner.build_models
+
+    def with_int_kernel(config, impls, seed=0, dtype="float32"):
+        models = real(config, impls, seed, dtype)
+        module = IntKernelConvT(config.out_channels)
+        x = jnp.zeros((1, *config.spatial, config.in_channels))
+        models["linen"] = module, jax.jit(module.init)(jax.random.key(0), x)
+        return models
+
+    monkeypatch.setattr(runner, "build_models", with_int_kernel)
+    path = tmp_path / "unfair.json"
+    status = cli.main([LAYER_ARCH, "--preset", "tiny", "--impl", "eqx,linen", "--mode",
+                       "forward", "--config", '{"stride": 1, "output_padding": 0}',
+                       "--json", str(path), "--no-progress"])
+    assert status == cli.EXIT_UNFAIR
+    err = capsys.readouterr().err
+    assert "unfair comparison refused" in err and "FLOPs (forward): linen compiles" in err
+    assert not path.exists()
+
+
+def test_fairness_checks_outputs_and_flops_units():
+    ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5, "c": None})
+    assert not problems and ok["b"]["ok"] and "ratio" not in ok["c"]
+    _, problems = fairness.compare_flops({"a": 100.0, "b": 102.0})
+    assert problems and "1.020x" in problems[0]
+    ref = np.linspace(-1, 1, 50)
+    _, problems = fairness.compare_outputs({"a": ref, "b": ref + 1e-6}, 1e-4)
+    assert not problems
+    _, problems = fairness.compare_outputs({"a": ref, "b": ref[:10]}, 1e-4)
+    assert "shape" in problems[0]
+
+
+def test_fairness_bfloat16_with_torch():
+    """bf16 models of every library agree within the bf16 tolerance (forward and loss)."""
+    spec = build_config(LAYER_ARCH, find_preset("tiny", LAYER_ARCH).config, "lhs_dilation")
+    task = make_task(spec, 2, dtype="bfloat16")
+    models = build_models(spec, IMPLS, dtype="bfloat16")
+    report = check_fairness({i: Subject(i, m, task) for i, m in models.items()},
+                            ("forward",), dtype="bfloat16")
+    assert report["passed"] and report["output_tolerance"] == fairness.OUTPUT_TOLERANCE[
+        "bfloat16"]
+
+
+# --------------------------------------------------------------------------- presets, options
+def test_presets():
+    assert {p.arch for p in PRESETS if p.name == "tiny"} == set(ARCHS)
+    big = find_preset("convt-256")
+    spec = build_config(big.arch, big.config, "auto")
+    assert (big.batch, *spec.input_shape) == (4, 4, 256, 256, 256)
+    assert spec.output_shape == (4, 256, 256, 256)
+    wgrad = find_preset("convt-wgrad")
+    spec = build_config(wgrad.arch, wgrad.config, "auto")
+    assert (wgrad.batch, *spec.input_shape) == (1, 64, 64, 64, 32)
+    assert spec.output_shape == (1, 128, 128, 64)
+    assert wgrad.dtype == "bfloat16" and wgrad.modes == ("train",)
+    with pytest.raises(PresetError, match="name the architecture"):
+        find_preset("tiny")
+    with pytest.raises(PresetError, match="no preset"):
+        find_preset("nope", "mlp")
+
+
+def test_method_reaches_models():
+    args = cli.bench_parser().parse_args(["decoder3d", "--preset", "tiny", "--method", "pad"])
+    cfg = cli.config_from_args(args)
+    assert build_config(cfg.arch, cfg.model_config, cfg.method).conv_method == "pad"
+    args = cli.bench_parser().parse_args(["--preset", "convt-wgrad", "--method", "phase"])
+    cfg = cli.config_from_args(args)
+    assert cfg.arch == LAYER_ARCH and cfg.dtype == "bfloat16" and cfg.modes == ("train",)
+    spec = build_config(cfg.arch, cfg.model_config, cfg.method)
+    assert spec.method == "phase"
+    module, _ = build_models(spec, ("linen",))["linen"]
+    assert isinstance(module, LinenConvT) and module.spec.method == "phase"
+    assert cli.resolve_calls("all", ("nnx",))["nnx"][0] == "nnx_jit"
+    assert cli.resolve_calls("default", ("eqx", "torch")) == {"eqx": ["fast"],
+                                                              "torch": ["eager"]}
+
+
+def test_build_models_equals_zoo_create():
+    config = build_config("mlp", find_preset("tiny", "mlp").config, "auto")
+    shared = build_models(config, ("nnx",), seed=3)["nnx"]
+    direct = zoo.create(config, "nnx", seed=3)
+    _, a, _ = zoo.interface("nnx").split(shared)
+    _, b, _ = zoo.interface("nnx").split(direct)
+    assert all(np.array_equal(u, v) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b),
+                                                    strict=True))
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+def test_torch_alone_gets_flops_from_a_jax_twin(tmp_path):
+    path = tmp_path / "torch.json"
+    assert cli.main(["mlp", "--preset", "tiny", "--impl", "torch", "--mode", "forward",
+                     "--repeat", "2", "--warmup", "0", "--json", str(path),
+                     "--no-progress"]) == 0
+    (row,) = json.loads(path.read_text())["results"]
+    assert row["flops_source"] == "eqx (JAX twin)" and row["flops"] > 0
+
+
+def test_bad_arguments_exit_2():
+    with pytest.raises(SystemExit) as e:
+        cli.main(["mlp", "--impl", "jax"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(["mlp", "--call", "filter_jit", "--impl", "linen"])
+    assert e.value.code == 2
+
+
+# --------------------------------------------------------------------------- dispatch, report
+def test_dispatch_suite_and_report(tmp_path):
+    """One quick round of the dispatch suite, then the report over it and a model record."""
+    from zoo.bench import report
+
+    results = tmp_path / "results"
+    assert cli.main(["dispatch", "--workload", "identity", "--rounds", "2", "--budget", "0.002",
+                     "--impl", "eqx,linen,nnx", "--record", "--results-dir", str(results),
+                     "--no-progress"]) == 0
+    device_dir = next(results.iterdir())
+    record = json.loads((device_dir / "dispatch.json").read_text())
+    calls = {(r["impl"], r["call"]) for r in record["results"]}
+    assert ("floor", "raw jax.jit, pre-flattened") in calls
+    assert {("eqx", "fast"), ("eqx", "filter_jit"), ("linen", "fast"), ("nnx", "nnx_jit"),
+            ("nnx", "fast")} <= calls
+    assert set(record["summary"]) == set(zoo.JAX_IMPLS)
+    floor = next(r for r in record["results"] if r["impl"] == "floor")
+    assert floor["ratio_to_floor"] == 1.0
+
+    assert cli.main(["mlp", "--preset", "tiny", "--impl", "eqx,nnx", "--mode", "forward",
+                     "--repeat", "2", "--warmup", "0", "--record", "--results-dir",
+                     str(results), "--no-progress"]) == 0
+    readme, plots = tmp_path / "README.md", tmp_path / "plots"
+    assert cli.main(["report", "--results", str(results), "--readme", str(readme),
+                     "--plots", str(plots)]) == 0
+    text = readme.read_text()
+    assert "### Dispatch overhead" in text and "### mlp forward: batch 4" in text
+    assert "| eqx | **fast** |" in text
+    pngs = sorted(p.name for p in plots.iterdir())
+    assert any(p.endswith("dispatch.png") for p in pngs)
+    assert any("mlp-tiny" in p for p in pngs)
+    assert report.load_records(str(results))
