@@ -79,6 +79,12 @@ def test_forward_matches_interface(arch, impl):
     np.testing.assert_allclose(compiled(*fwd.args, x), want, **TOL)
 
 
+def test_donation_default_is_off_on_cpu_only():
+    model = zoo.create(zoo.MLPConfig.tiny(), "nnx")
+    step = fast.train_step(model, "nnx", optax.sgd(0.1), lambda y, t: ((y - t) ** 2).mean())
+    assert step.donate == (jax.default_backend() != "cpu")
+
+
 @pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
 @pytest.mark.parametrize("arch", ["mlp", "cnn"])  # no state / BatchNorm state; the decoder's
 def test_train_step_matches_reference_and_donates(arch, impl):  # train step: test_bench (CI)
@@ -90,7 +96,7 @@ def test_train_step_matches_reference_and_donates(arch, impl):  # train step: te
     model = models[impl]
     before = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
 
-    step = fast.train_step(model, impl, opt, loss_fn)
+    step = fast.train_step(model, impl, opt, loss_fn, donate=True)
     held = step.leaves[0][0]
     loss = step(x, target)
     params, opt_state, state, want_loss = reference_step(model, impl, opt, loss_fn, x, target)
@@ -99,7 +105,8 @@ def test_train_step_matches_reference_and_donates(arch, impl):  # train step: te
     assert_trees_close(step.params, params, **TOL)
     assert_trees_close(step.opt_state, opt_state, **TOL)
     assert_trees_close(step.state, state, **TOL)
-    # Donation: the held buffers were given to the step; the caller's model is untouched.
+    # Donation (asked for; the default is off on CPU): the held buffers were given to the
+    # step; the caller's model is untouched.
     assert held.is_deleted()
     after = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))

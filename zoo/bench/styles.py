@@ -60,7 +60,8 @@ def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
 
 # --------------------------------------------------------------------------- zoo.fast (all JAX)
 def fast(subject: Subject, mode: str) -> Prepared:
-    """`zoo.fast`: split once, pre-flattened leaves, plain `jax.jit` (training step donates)."""
+    """`zoo.fast`: split once, pre-flattened leaves, plain `jax.jit` (the training step donates on
+    accelerators)."""
     if mode == "forward":
         fwd = subject.fast_forward()
         return Prepared(fwd, (subject.x,), lower=lambda: fwd.lower(subject.x),
