@@ -19,8 +19,8 @@ CASES += [
     ("cnn-nobn", zoo.CNNConfig.tiny(batch_norm=False)),
     ("gelu", zoo.MLPConfig.tiny(activation="gelu")),
     ("decoder3d-odd", zoo.Decoder3DConfig.tiny(
-        kernel_size=(3, 5, 2, 1), stride=(2, 3, 1, 1), padding=(1, 2, 0, 0),
-        output_padding=(1, 2, 0, 0), dilation=(1, 1, 2, 1), conv_method="pad")),
+        kernel_size=(3, 5, 3, 1), stride=(2, 3, 1, 1), padding=(1, 2, 2, 0),
+        output_padding=(1, 2, 0, 0), dilation=(1, 2, 2, 1), conv_method="pad")),
 ]
 CASE_IDS = [name for name, _ in CASES]
 PAIRS = list(itertools.permutations(zoo.JAX_IMPLS, 2))
