@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from zoo.layers.conv_transpose import (
@@ -20,6 +22,18 @@ from zoo.layers.conv_transpose import (
 )
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def assert_close(actual, desired, err_msg: str = "") -> None:
+    """rtol = atol = 1e-5, atol scaled by max|desired| when that exceeds 1.
+
+    Gradients w.r.t. the kernel sum hundreds of O(10) products: float32 rounding alone leaves
+    ~1e-5 absolute error on entries that cancel to near zero.
+    """
+    scale = max(1.0, float(np.max(np.abs(desired), initial=0.0)))
+    np.testing.assert_allclose(actual, desired, rtol=1e-5, atol=1e-5 * scale, err_msg=err_msg)
+
+
 SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
@@ -63,7 +77,8 @@ def xla_operand_swap_hazard(cfg: dict) -> bool:
     ("Window dimensions do not match RHS shape", a CHECK failure, not a Python error). With
     lhs_dilation = s >= 2 that needs zero padding: p == d*(k-1) and op == 0 (e.g. k2 s2 p1,
     forward; the kernel-gradient convolution too). Flax and Equinox ConvTranspose share it.
-    The other formulations have no lhs dilation and are safe.
+    "pad" is safe only because of its optimization barrier (XLA otherwise folds the interior
+    padding back into lhs dilation: see FIXED[-1]); "phase" never dilates its input.
     """
     return any(
         s >= 2 and p == d * (k - 1) and op == 0
@@ -137,6 +152,23 @@ def run_jax(x, kernel, ct, cfg, method):
     return [np.asarray(t) for t in jax.jit(fwd_bwd)(x, kernel, ct)]
 
 
+def _example(k, s, p, op, d, i, last=True) -> dict:
+    return {
+        "n": len(k),
+        "k": k,
+        "s": s,
+        "p": p,
+        "op": op,
+        "d": d,
+        "i": i,
+        "batch": 2,
+        "cin": 2,
+        "cout": 2,
+        "channels_last": last,
+        "seed": 0,
+    }
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -144,6 +176,11 @@ def run_jax(x, kernel, ct, cfg, method):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 @given(cfg=configs())
+# Regressions: XLA CPU computed the kernel gradient of a convolution with mixed-sign padding
+# wrongly here (before "phase" moved its padding into lax.pad); the second aborts XLA when
+# compiled with lhs_dilation (and with "pad" before its optimization barrier).
+@example(cfg=_example((2, 1), (3, 1), (1, 0), (2, 0), (2, 1), (2, 2), last=False))
+@example(cfg=_example((3, 2, 3), (2, 2, 2), (0, 1, 1), (1, 0, 1), (1, 1, 1), (2, 5, 3)))
 def test_methods_match_torch_and_each_other(cfg):
     pytest.importorskip("torch")
     rng = np.random.default_rng(cfg["seed"])
@@ -160,78 +197,102 @@ def test_methods_match_torch_and_each_other(cfg):
     for method in methods:
         y, gx, gk = run_jax(to_layout(x, last), kernel, to_layout(ct, last), cfg, method)
         assert y.shape == to_layout(yt, last).shape, method
-        np.testing.assert_allclose(from_layout(y, last), yt, **TOL, err_msg=f"{method} fwd")
-        np.testing.assert_allclose(from_layout(gx, last), gxt, **TOL, err_msg=f"{method} dx")
-        np.testing.assert_allclose(
-            kernel_to_torch_weight(gk, last), gwt, **TOL, err_msg=f"{method} dkernel"
-        )
+        assert_close(from_layout(y, last), yt, err_msg=f"{method} fwd")
+        assert_close(from_layout(gx, last), gxt, err_msg=f"{method} dx")
+        assert_close(kernel_to_torch_weight(gk, last), gwt, err_msg=f"{method} dkernel")
         results[method] = (y, gx, gk)
     for method in methods[1:]:
         for a, b in zip(results[method], results[methods[0]], strict=True):
-            np.testing.assert_allclose(a, b, **TOL, err_msg=method)
+            assert_close(a, b, err_msg=method)
 
 
 FIXED = [
-    # (n, k, s, p, op, d, i, channels_last)
-    (3, 4, 2, 1, 0, 1, (3, 4, 5), True),
-    (3, 3, 2, 1, 1, 1, (4, 3, 2), False),
-    (2, 3, (2, 3), 2, (1, 0), 2, (5, 6), True),
+    # (n, k, s, p, op, d, i, channels_last); ints mean the same value in every dim
+    (3, 4, 2, 1, 0, 1, (3, 4, 2), True),
+    (2, 3, (2, 3), 2, (1, 0), 2, (5, 6), False),
     (2, 5, 3, 7, 2, 1, (4, 5), True),  # padding > d*(k-1)
     (1, 4, 2, 3, 1, 2, (7,), False),  # stride and dilation share a factor
     (1, 1, 3, 0, 0, 1, (4,), True),  # some phases have no taps
+    (2, (3, 2), (1, 2), (0, 1), 0, 1, (2, 5), True),  # aborts XLA with lhs_dilation
 ]
 
 
-def _fixed(case, dtype, method, jit=False):
+def _cfg(case) -> dict:
     n, k, s, p, op, d, i, last = case
+    t = lambda v: (v,) * n if isinstance(v, int) else tuple(v)
+    return {
+        "n": n,
+        "k": t(k),
+        "s": t(s),
+        "p": t(p),
+        "op": t(op),
+        "d": t(d),
+        "i": i,
+        "channels_last": last,
+    }
+
+
+@functools.cache
+def _fixed(case, dtype_name: str, method: str, jit: bool = False) -> tuple[np.ndarray, ...]:
+    """Output, d/dx and d/dkernel of sum(y**2), as float32 numpy."""
+    cfg = _cfg(case)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 3, *i), dtype=np.float32)
-    w = rng.standard_normal((3, 2, *((k,) * n)), dtype=np.float32)
+    x = rng.standard_normal((2, 3, *cfg["i"]), dtype=np.float32)
+    w = rng.standard_normal((3, 2, *cfg["k"]), dtype=np.float32)
     fn = lambda a, b: conv_transpose(
         a,
         b,
-        stride=s,
-        padding=p,
-        output_padding=op,
-        dilation=d,
-        dimension_numbers=layouts(n, last),
+        stride=cfg["s"],
+        padding=cfg["p"],
+        output_padding=cfg["op"],
+        dilation=cfg["d"],
+        dimension_numbers=layouts(cfg["n"], cfg["channels_last"]),
         method=method,
     )
-    if jit:
-        fn = jax.jit(fn)
+    last = cfg["channels_last"]
     args = (
-        jnp.asarray(to_layout(x, last), dtype),
-        jnp.asarray(torch_weight_to_kernel(w, last), dtype),
+        jnp.asarray(to_layout(x, last), dtype_name),
+        jnp.asarray(torch_weight_to_kernel(w, last), dtype_name),
     )
-    y = fn(*args)
-    gx, gk = jax.grad(lambda a, b: jnp.sum(fn(a, b).astype(jnp.float32) ** 2), (0, 1))(*args)
-    return [np.asarray(t, np.float32) for t in (y, gx, gk)]
+    loss = lambda a, b: jnp.sum(fn(a, b).astype(jnp.float32) ** 2)
+    both = lambda a, b: (fn(a, b), *jax.grad(loss, (0, 1))(a, b))
+    if jit:
+        both = jax.jit(both)
+    return tuple(np.asarray(t, np.float32) for t in both(*args))
+
+
+def _methods(case) -> list[str]:
+    return [m for m in METHODS if m != "lhs_dilation" or not xla_operand_swap_hazard(_cfg(case))]
 
 
 @pytest.mark.parametrize("case", FIXED)
-@pytest.mark.parametrize("method", METHODS)
-def test_jit_matches_eager(case, method):
-    ref = _fixed(case, jnp.float32, "lhs_dilation")
-    for a, b in zip(_fixed(case, jnp.float32, method, jit=True), ref, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+def test_jit_matches_eager(case):
+    methods = _methods(case)
+    for method in methods:
+        for a, b in zip(
+            _fixed(case, "float32", method, jit=True),
+            _fixed(case, "float32", methods[0]),
+            strict=True,
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4, err_msg=method)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("case", FIXED[:3])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", FIXED[:2])
 def test_low_precision(case, dtype):
-    ref = _fixed(case, jnp.float32, "lhs_dilation")
-    rel = 2e-2 if dtype == jnp.bfloat16 else 4e-3
+    ref = _fixed(case, "float32", "pad", jit=True)
+    rel = 2e-2 if dtype == "bfloat16" else 4e-3
     for method in METHODS:
         got = _fixed(case, dtype, method, jit=True)
         for a, b, what in zip(got, ref, ("y", "dx", "dk"), strict=True):
-            assert a.dtype == np.float32 and np.isfinite(a).all()
+            assert np.isfinite(a).all()
             err = np.max(np.abs(a - b)) / np.max(np.abs(b))
             assert err < rel, (method, what, err)
 
 
 def test_output_dtype_and_preferred_element_type():
-    x = jnp.ones((1, 4, 4, 2), jnp.bfloat16)
-    k = jnp.ones((3, 3, 2, 5), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((1, 4, 4, 2), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((3, 3, 2, 5), jnp.bfloat16)
     kw = dict(
         stride=2,
         padding=1,
@@ -239,10 +300,42 @@ def test_output_dtype_and_preferred_element_type():
         dilation=1,
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )
-    for method in METHODS:
-        assert conv_transpose(x, k, method=method, **kw).dtype == jnp.bfloat16
-        y = conv_transpose(x, k, method=method, preferred_element_type=jnp.float32, **kw)
+    for method in (*METHODS, "auto"):
+        y = jax.eval_shape(lambda a, b, m=method: conv_transpose(a, b, method=m, **kw), x, k)
+        assert y.dtype == jnp.bfloat16 and y.shape == (1, 8, 8, 5)
+        f = lambda a, b, m=method: conv_transpose(
+            a, b, method=m, preferred_element_type=jnp.float32, **kw
+        )
+        y = jax.eval_shape(f, x, k)
         assert y.dtype == jnp.float32 and y.shape == (1, 8, 8, 5)
+
+
+@pytest.mark.parametrize("case", FIXED)
+@pytest.mark.parametrize("method", ["pad", "phase"])
+def test_compiled_convolutions_have_no_lhs_dilation_or_negative_padding(case, method):
+    """What XLA compiles for "pad"/"phase" (forward and both gradients) avoids the two XLA CPU
+    defects met here: lhs dilation (operand-swap abort) and negative convolution padding
+    (wrong values)."""
+    cfg = _cfg(case)
+    x = jnp.zeros((2, *cfg["i"], 3) if cfg["channels_last"] else (2, 3, *cfg["i"]))
+    k = jnp.zeros((*cfg["k"], 3, 2) if cfg["channels_last"] else (2, 3, *cfg["k"]))
+    fn = lambda a, b: conv_transpose(
+        a,
+        b,
+        stride=cfg["s"],
+        padding=cfg["p"],
+        output_padding=cfg["op"],
+        dilation=cfg["d"],
+        dimension_numbers=layouts(cfg["n"], cfg["channels_last"]),
+        method=method,
+    )
+    grad = jax.grad(lambda a, b: jnp.sum(fn(a, b) ** 2), (0, 1))
+    for f in (fn, grad):
+        hlo = jax.jit(f).lower(x, k).compile().as_text()
+        for window in re.findall(r"convolution\(.*?window=\{([^}]*)\}", hlo):  # k=1: dots
+            assert "lhs_dilate" not in window, window
+            pads = re.search(r"pad=(\S+)", window)
+            assert pads is None or "-" not in pads.group(1), window
 
 
 def test_mixed_layout_letters():
@@ -312,15 +405,15 @@ def test_errors():
         conv_transpose(x, k, **{**kw, "output_padding": 2})
 
 
-@pytest.mark.parametrize("case", FIXED[:2])
+@pytest.mark.parametrize("case", [FIXED[0], FIXED[-1]])
 def test_auto_is_chosen_method(case):
-    n, k, s, _, _, d, i, last = case
-    x_shape = (2, *i, 3) if last else (2, 3, *i)
-    k_shape = (*(k,) * n, 3, 2) if last else (2, 3, *(k,) * n)
-    st_, dil = (s,) * n if isinstance(s, int) else s, (d,) * n if isinstance(d, int) else d
-    chosen = choose_method(x_shape, k_shape, st_, dil, jax.default_backend())
+    cfg = _cfg(case)
+    x_shape = (2, *cfg["i"], 3) if cfg["channels_last"] else (2, 3, *cfg["i"])
+    k_shape = (*cfg["k"], 3, 2) if cfg["channels_last"] else (2, 3, *cfg["k"])
+    chosen = choose_method(x_shape, k_shape, cfg["s"], cfg["d"], jax.default_backend())
+    assert chosen in _methods(case)
     for a, b in zip(
-        _fixed(case, jnp.float32, "auto"), _fixed(case, jnp.float32, chosen), strict=True
+        _fixed(case, "float32", "auto", True), _fixed(case, "float32", chosen, True), strict=True
     ):
         np.testing.assert_array_equal(a, b)
 
