@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from converters import rules
 from converters.trees import torch_to_numpy
+from tests.test_conv_transpose_methods import xla_operand_swap_hazard
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
 from zoo.layers import nnx as znnx
@@ -127,14 +128,18 @@ def test_conv_transpose_rule_matches_torch(c):
     flax_args = dict(strides=c["s"], padding=pairs, kernel_dilation=c["d"], use_bias=c["bias"])
     eqx_native = rules.to_native("eqx", canon, spec)
     flax_native = rules.to_native("flax", canon, spec)
-    outputs = {
-        "eqx": _eqx_apply(eqx.nn.ConvTranspose(*eqx_args, use_bias=c["bias"], key=key),
-                          eqx_native, x),
-        "linen": _linen_apply(nn.ConvTranspose(c["cout"], c["k"], **flax_args), flax_native, x),
-        "nnx": _nnx_apply(nnx.ConvTranspose(c["cin"], c["cout"], c["k"], **flax_args,
-                                            rngs=nnx.Rngs(0)), flax_native, x),
-    }
-    for method in METHODS:  # the zoo's layers: same parameters, every formulation
+    outputs = {}
+    # The libraries' own layers lower to lhs_dilation, which XLA:CPU can abort on (see
+    # xla_operand_swap_hazard); those cases are covered by the zoo's other methods.
+    hazard = xla_operand_swap_hazard(c)
+    if not hazard:
+        outputs["eqx"] = _eqx_apply(eqx.nn.ConvTranspose(*eqx_args, use_bias=c["bias"], key=key),
+                                    eqx_native, x)
+        outputs["linen"] = _linen_apply(nn.ConvTranspose(c["cout"], c["k"], **flax_args),
+                                        flax_native, x)
+        outputs["nnx"] = _nnx_apply(nnx.ConvTranspose(c["cin"], c["cout"], c["k"], **flax_args,
+                                                      rngs=nnx.Rngs(0)), flax_native, x)
+    for method in (m for m in METHODS if not (hazard and m == "lhs_dilation")):
         outputs[f"zoo-eqx-{method}"] = _eqx_apply(
             zeqx.ConvTranspose(*eqx_args, use_bias=c["bias"], method=method, key=key),
             eqx_native, x)
