@@ -265,3 +265,83 @@ def test_dispatch_suite_and_report(tmp_path):
     assert any(p.endswith("dispatch.png") for p in pngs)
     assert any("mlp-tiny" in p for p in pngs)
     assert report.load_records(str(results))
+
+
+# --------------------------------------------------------------------------- methods, roofline
+def test_method_all_rows_ratios_and_roofline(tmp_path):
+    """`--method all` on the tiny convt: one row per (impl, method) and PyTorch, in one record,
+    with the × lhs_dilation, × torch and × roofline columns; FLOPs compared per method."""
+    from zoo.bench.runner import ALL_METHODS
+
+    path = tmp_path / "methods.json"
+    assert cli.main([LAYER_ARCH, "--preset", "tiny", "--impl", "all", "--method", "all",
+                     "--mode", "forward", "--repeat", "2", "--warmup", "0", "--rounds", "1",
+                     "--json", str(path), "--no-progress"]) == 0
+    record = json.loads(path.read_text())
+    assert record["config"]["methods"] == list(ALL_METHODS)
+    assert record["config"]["auto_picks"] == ["phase"]  # stride 2 -> phase on every backend
+    assert cli.record_name(record).endswith("-methods.json")
+    rows = record["results"]
+    jax_impls = [i for i in IMPLS if i != "torch"]
+    got = {(r["impl"], r["method"]) for r in rows}
+    want = {(i, m) for i in jax_impls for m in ALL_METHODS}
+    if HAVE_TORCH:
+        want.add(("torch", None))
+    assert got == want
+    roof = record["roofline"]["forward"]
+    assert roof["flops"] == 2 * 2 * 4 * 4 * 11 ** 3 and roof["time_s"] > 0
+    for r in rows:
+        assert r["ratio_to_roofline"] == pytest.approx(r["time"]["median_s"] / roof["time_s"])
+        if r["impl"] == "torch":
+            assert "ratio_to_lhs_dilation" not in r
+            continue
+        base = next(b for b in rows if (b["impl"], b["method"]) == (r["impl"], "lhs_dilation"))
+        assert r["ratio_to_lhs_dilation"] == pytest.approx(
+            r["time"]["median_s"] / base["time"]["median_s"])
+        if HAVE_TORCH:
+            assert r["ratio_to_torch"] > 0
+    flops = record["fairness"]["forward"]["flops"]
+    assert {e["group"] for name, e in flops.items() if name != "torch"} == set(ALL_METHODS)
+    from zoo.bench.report import _model_rows
+
+    lines = "\n".join(_model_rows(record, "forward"))
+    assert "× lhs_dilation" in lines and "| phase |" in lines
+
+
+def test_convt_roofline_hand_computed():
+    from zoo.bench.roofline import convt_roofline
+
+    # 2 x 3 -> 5 channels, k3 s1 p0 on 4^3 -> 6^3: no tap is cropped.
+    r = convt_roofline(2, 3, 5, (4, 4, 4), 3, 1, 0, 0)
+    assert r.flops == 2 * 2 * 3 * 5 * 27 * 64
+    x, w, y = 2 * 3 * 64, 3 * 5 * 27 + 5, 2 * 5 * 6 ** 3
+    assert r.bytes == 4 * (x + w + y)
+    assert r.time_s(1e9, 1e6) == pytest.approx(4 * (x + w + y) / 1e6)  # memory-bound
+    assert r.time_s(1e3, 1e12) == pytest.approx(r.flops / 1e3)  # compute-bound
+    assert r.time_s(None, None) is None
+    t = convt_roofline(2, 3, 5, (4, 4, 4), 3, 1, 0, 0, mode="train", itemsize=2)
+    assert t.flops == 2 * r.flops and t.bytes == 2 * (x + 2 * w + y)
+    ti = convt_roofline(2, 3, 5, (4, 4, 4), 3, 1, 0, 0, mode="train", input_grad=True)
+    assert ti.flops == 3 * r.flops and ti.bytes == 4 * (2 * x + 2 * w + y)
+    # k3 s2 p1 op1 on 4 -> 8: of the 12 (input, tap) pairs one lands at -1 (cropped).
+    assert convt_roofline(1, 1, 1, (4,), 3, 2, 1, 1, bias=False).flops == 2 * 11
+
+
+def test_parse_methods_and_new_presets():
+    from zoo.bench.runner import parse_methods
+
+    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "auto")
+    assert parse_methods("phase, pad,phase") == ("phase", "pad")
+    with pytest.raises(ValueError, match="unknown conv-transpose method"):
+        parse_methods("fft")
+    with pytest.raises(SystemExit) as e:
+        cli.main([LAYER_ARCH, "--preset", "tiny", "--method", "fft"])
+    assert e.value.code == 2
+    small = find_preset("convt-256-cpu")
+    spec = build_config(small.arch, small.config, "auto")
+    assert (small.batch, *spec.input_shape) == (1, 4, 64, 64, 64)
+    assert (spec.kernel_size, spec.stride, spec.padding) == (3, 1, 1)
+    wg = build_config(LAYER_ARCH, find_preset("convt-wgrad-cpu").config, "auto")
+    assert (wg.in_channels, wg.out_channels, wg.stride, wg.output_padding) == (64, 1, 2, 1)
+    dec = find_preset("decoder3d-train")
+    assert dec.arch == "decoder3d" and dec.batch == 2 and dec.modes == ("train",)

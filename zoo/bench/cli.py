@@ -87,8 +87,10 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="named shape (python -m zoo.bench presets)")
     p.add_argument("--config", default=None, metavar="JSON",
                    help='config overrides, e.g. \'{"hidden": [1024, 1024]}\'')
-    p.add_argument("--method", choices=(*METHODS, "auto"), default="auto",
-                   help="conv-transpose formulation (Decoder3D conv_method, convt layers)")
+    p.add_argument("--method", default="auto",
+                   help=f"conv-transpose formulation (Decoder3D conv_method, convt layers): "
+                        f"{', '.join((*METHODS, 'auto'))}, a comma list, or all (every method "
+                        "side by side in one run, with a x lhs_dilation column)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20, help="timed steps per call style")
@@ -108,7 +110,7 @@ def bench_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from zoo.bench.runner import BenchConfig
+    from zoo.bench.runner import BenchConfig, parse_methods
 
     preset = find_preset(args.preset, args.arch) if args.preset else None
     arch = preset.arch if preset else args.arch
@@ -122,6 +124,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     else:
         modes = preset.modes if preset else ("forward", "train")
     impls = _impls(args.impl)
+    parse_methods(args.method)  # ValueError -> exit 2
     return BenchConfig(
         arch=arch, impls=impls,
         calls=resolve_calls(args.call, impls, torch_compile=args.torch_compile),
@@ -137,6 +140,8 @@ def record_name(record: dict[str, Any]) -> str:
     tag = cfg["preset"] or f"b{cfg['batch']}"
     modes = "both" if len(cfg["modes"]) == 2 else cfg["modes"][0]
     method = "" if cfg["method"] == "auto" else f"-{cfg['method']}"
+    if len(cfg.get("methods") or ()) > 1:
+        method = "-methods"
     return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}.json"
 
 

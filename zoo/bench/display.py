@@ -65,6 +65,19 @@ def _scaled(value: float | None, factor: float) -> str:
     return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
 
 
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def method_columns(record: dict[str, Any]) -> bool:
+    """Whether the record compares conv-transpose methods (method, × lhs_dilation columns)."""
+    return len(record["config"].get("methods") or ()) > 1
+
+
+def roofline_columns(record: dict[str, Any]) -> bool:
+    return bool(record.get("roofline"))
+
+
 def model_table(record: dict[str, Any], mode: str) -> Any:
     from rich.table import Table
 
@@ -74,14 +87,30 @@ def model_table(record: dict[str, Any], mode: str) -> Any:
              f"{record['device']['name']}")
     rows = [r for r in record["results"] if r["mode"] == mode]
     unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
+    methods, roof = method_columns(record), roofline_columns(record)
+    roof_mode = (record.get("roofline") or {}).get(mode) or {}
+    if roof_mode.get("time_s"):
+        title += (f"; roofline {fmt_time(roof_mode['time_s'])} ({fmt_num(roof_mode['flops'])}"
+                  f"FLOP useful, {fmt_num(roof_mode['bytes'], 'B')} min)")
     table = Table(title=title, title_justify="left")
-    for col in ("impl", "call", f"median {unit}", "p10", "p90", "min", "dispatch",
-                "compile s", "samples/s", "TFLOP/s", "% peak", "GB/s", "MiB", "× fastest"):
-        table.add_column(col, justify="left" if col in ("impl", "call") else "right")
+    # With several methods the table is wide: min, dispatch and samples/s stay in the JSON.
+    narrow = {"min", "dispatch", "samples/s"} if methods else set()
+    cols = ["impl", *(["method"] if methods else []), "call", f"median {unit}", "p10", "p90",
+            "min", "dispatch", "compile s", "samples/s", "TFLOP/s", "% peak", "GB/s", "MiB",
+            "× fastest", *(["× lhs_dil", "× torch"] if methods else []),
+            *(["× roofline"] if roof else [])]
+    for col in cols:
+        if col not in narrow:
+            table.add_column(col, justify="left" if col in ("impl", "call", "method") else "right")
     for r in sorted(rows, key=lambda r: r["time"].get("median_s") or float("inf")):
         t = r["time"]
-        table.add_row(
-            r["impl"], r["call"] + (" *" if r.get("default") else ""),
+        extra = ([fmt_ratio(r.get("ratio_to_lhs_dilation")), fmt_ratio(r.get("ratio_to_torch"))]
+                 if methods else [])
+        if roof:
+            extra.append(fmt_ratio(r.get("ratio_to_roofline")))
+        cells = [
+            r["impl"], *([r.get("method") or "-"] if methods else []),
+            r["call"] + (" *" if r.get("default") else ""),
             _scaled(t.get("median_s"), factor), _scaled(t.get("p10_s"), factor),
             _scaled(t.get("p90_s"), factor), _scaled(t.get("min_s"), factor),
             _scaled(r["dispatch"].get("median_s"), factor), compile_seconds(r),
@@ -90,7 +119,9 @@ def model_table(record: dict[str, Any], mode: str) -> Any:
             fmt_share(r.get("peak_flops_share")),
             "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}", memory_mib(r),
             "-" if r.get("ratio_to_fastest") is None else f"{r['ratio_to_fastest']:.2f}",
-        )
+            *extra,
+        ]
+        table.add_row(*(c for c, name in zip(cells, cols, strict=True) if name not in narrow))
     return table
 
 
@@ -106,3 +137,10 @@ def print_model_record(record: dict[str, Any], console: Any) -> None:
         f"{f['flops_tolerance']:.0%}.  * = the library's default (fastest) call style; "
         "compile = lower + compile seconds, (first call) where the style has no AOT path; "
         "dispatch = host time until the call returned.")
+    if method_columns(record):
+        picks = record["config"].get("auto_picks")
+        console.print(
+            "× lhs_dil = median / the same impl and call style with method lhs_dilation; × torch "
+            "= median / the faster PyTorch style; × roofline = median / max(min bytes / peak "
+            "GB/s, useful FLOPs / peak FLOP/s). FLOPs compared within 1% per method only."
+            + (f" auto picked {picks} on this backend." if picks else ""))

@@ -13,7 +13,16 @@ import json
 import os
 from typing import Any
 
-from zoo.bench.display import compile_seconds, fmt_num, fmt_share, memory_mib, time_unit
+from zoo.bench.display import (
+    compile_seconds,
+    fmt_num,
+    fmt_ratio,
+    fmt_share,
+    fmt_time,
+    memory_mib,
+    method_columns,
+    time_unit,
+)
 
 IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
                "floor": "#7f7f7f"}
@@ -44,11 +53,13 @@ def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
     rows = sorted((r for r in record["results"] if r["mode"] == mode),
                   key=lambda r: -(r["time"].get("median_s") or 0))
     unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
+    multi = method_columns(record)
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
     med = [r["time"]["median_s"] * factor for r in rows]
     lo = [max(m - r["time"]["p10_s"] * factor, 0) for m, r in zip(med, rows, strict=True)]
     hi = [max(r["time"]["p90_s"] * factor - m, 0) for m, r in zip(med, rows, strict=True)]
-    ax.barh([f"{r['impl']}:{r['call']}" for r in rows], med, xerr=[lo, hi],
+    ax.barh([f"{r['impl']}:{r['method'] + ':' if r.get('method') and multi else ''}{r['call']}"
+             for r in rows], med, xerr=[lo, hi],
             color=[IMPL_COLORS.get(r["impl"], "#999") for r in rows], capsize=2)
     cfg = record["config"]
     ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
@@ -97,21 +108,52 @@ def _model_rows(record: dict[str, Any], mode: str) -> list[str]:
     unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
     s = lambda v: "-" if v is None else (f"{v * factor:.1f}" if v * factor >= 100
                                          else f"{v * factor:.3g}")
-    lines = [f"| impl | call | median {unit} | p10–p90 {unit} | dispatch {unit} | compile s | "
-             "samples/s | TFLOP/s | % peak | GB/s | MiB | × fastest |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    methods, roof = method_columns(record), bool(record.get("roofline"))
+    extra_head = (" method |" if methods else "", (" × lhs_dilation | × torch |" if methods else "")
+                  + (" × roofline |" if roof else ""))
+    n_extra = (2 if methods else 0) + (1 if roof else 0)
+    lines = [f"| impl |{extra_head[0]} call | median {unit} | p10–p90 {unit} | dispatch {unit} | "
+             f"compile s | samples/s | TFLOP/s | % peak | GB/s | MiB | × fastest |{extra_head[1]}",
+             "|---|" + ("---|" if methods else "") + "---|" + "---:|" * (10 + n_extra)]
     for r in rows:
         t = r["time"]
         call = f"**{r['call']}**" if r.get("default") else r["call"]
+        method = f" {r.get('method') or '-'} |" if methods else ""
+        tail = ((f" {fmt_ratio(r.get('ratio_to_lhs_dilation'))} |"
+                 f" {fmt_ratio(r.get('ratio_to_torch'))} |") if methods else "")
+        tail += f" {fmt_ratio(r.get('ratio_to_roofline'))} |" if roof else ""
         lines.append(
-            f"| {r['impl']} | {call} | {s(t.get('median_s'))} | {s(t.get('p10_s'))}–"
+            f"| {r['impl']} |{method} {call} | {s(t.get('median_s'))} | {s(t.get('p10_s'))}–"
             f"{s(t.get('p90_s'))} | {s(r['dispatch'].get('median_s'))} | {compile_seconds(r)} "
             f"| {fmt_num(r.get('throughput_per_s'))} | "
             f"{'-' if r.get('tflops_per_s') is None else format(r['tflops_per_s'], '.3g')} | "
             f"{fmt_share(r.get('peak_flops_share'))} | "
             f"{'-' if r.get('gb_per_s') is None else format(r['gb_per_s'], '.3g')} | "
-            f"{memory_mib(r)} | {r.get('ratio_to_fastest', 0):.2f} |")
+            f"{memory_mib(r)} | {r.get('ratio_to_fastest', 0):.2f} |{tail}")
     return lines
+
+
+def _shown_config(record: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config; with several methods its method field is per row."""
+    shown = dict(record["config"]["resolved_config"])
+    if method_columns(record):
+        for key in ("conv_method", "method"):
+            if key in shown:
+                shown[key] = "per row"
+    return shown
+
+
+def _roofline_text(record: dict[str, Any], mode: str) -> str:
+    roof = (record.get("roofline") or {}).get(mode)
+    if not roof or not roof.get("time_s"):
+        return ""
+    text = (f"Roofline {fmt_time(roof['time_s'])}: {fmt_num(roof['flops'])}FLOP useful, "
+            f"{fmt_num(roof['bytes'], 'B')} minimum traffic (`zoo.bench.roofline`). ")
+    if method_columns(record):
+        picks = record["config"].get("auto_picks")
+        text += ("× lhs_dilation: same impl and call style with method `lhs_dilation`; × torch: "
+                 "the faster PyTorch style. " + (f"`auto` picked {picks}. " if picks else ""))
+    return text
 
 
 def _dispatch_rows(record: dict[str, Any]) -> list[str]:
@@ -212,8 +254,8 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                 lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}"
                           + (f", preset `{cfg['preset']}`" if cfg.get("preset") else ""), "",
                           f"Input {shape} (canonical NC...), config "
-                          f"`{json.dumps(cfg['resolved_config'], sort_keys=True)}`. "
-                          f"{_conditions(rec)} Record: "
+                          f"`{json.dumps(_shown_config(rec), sort_keys=True)}`. "
+                          f"{_roofline_text(rec, mode)}{_conditions(rec)} Record: "
                           f"`{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
                           *_model_rows(rec, mode), "",
                           f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]

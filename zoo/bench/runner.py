@@ -16,6 +16,7 @@ import jax
 from zoo.bench import styles as styles_mod
 from zoo.bench.fairness import check_fairness
 from zoo.bench.peaks import device_info, device_peak, versions
+from zoo.bench.roofline import model_roofline
 from zoo.bench.subjects import Subject, build_config, build_models, make_task
 from zoo.bench.timing import (
     CompileInfo,
@@ -28,6 +29,20 @@ from zoo.bench.timing import (
 )
 
 SCHEMA = 1
+ALL_METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase", "auto")
+BASELINE_METHOD = "lhs_dilation"
+
+
+def parse_methods(value: str) -> tuple[str, ...]:
+    """`--method` value -> methods: one name, a comma list, or "all" (every formulation + auto)."""
+    if value == "all":
+        return ALL_METHODS
+    methods = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    bad = [m for m in methods if m not in ALL_METHODS]
+    if bad or not methods:
+        raise ValueError(f"unknown conv-transpose method {bad or value!r}; choose from all, "
+                         f"{', '.join(ALL_METHODS)} or a comma list")
+    return methods
 
 
 @dataclass
@@ -50,6 +65,11 @@ class BenchConfig:
     torch_compile: bool = False
     torch_threads: int | None = None
     profile: str | None = None
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The conv-transpose methods of the run (`method` may be "all" or a comma list)."""
+        return parse_methods(self.method)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,8 +169,62 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     return res
 
 
+def auto_picks(config: Any, batch: int) -> list[str] | None:
+    """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer."""
+    from zoo.layers.conv_transpose import choose_method
+
+    arch = getattr(config, "arch", None)
+    if arch == "convt":
+        specs = [dict(in_channels=config.in_channels, out_channels=config.out_channels,
+                      kernel_size=config.kernel_size, stride=config.stride,
+                      dilation=config.dilation)]
+        sizes = [config.spatial]
+    elif arch == "decoder3d":
+        from zoo.layers.conv_transpose import output_shape
+
+        specs, sizes, size = config.layers(), [], tuple(config.latent_size)
+        for spec in specs:
+            sizes.append(size)
+            size = output_shape(size, *((spec[k],) * 3 for k in (
+                "kernel_size", "stride", "padding", "output_padding", "dilation")))
+    else:
+        return None
+    return [choose_method((batch, sp["in_channels"], *size),
+                          (sp["in_channels"], sp["out_channels"], *(sp["kernel_size"],) * 3),
+                          (sp["stride"],) * 3, (sp["dilation"],) * 3, jax.default_backend())
+            for sp, size in zip(specs, sizes, strict=True)]
+
+
+def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
+                rooflines: dict[str, dict[str, Any]]) -> None:
+    """× fastest, × lhs_dilation (same impl, call, mode), × torch (the faster PyTorch style),
+    × roofline (median / roofline time)."""
+    for mode in modes:
+        rows = [r for r in results if r["mode"] == mode and r["time"].get("median_s")]
+        best = min((r["time"]["median_s"] for r in rows), default=None)
+        base = {(r["impl"], r["call"]): r["time"]["median_s"] for r in rows
+                if r.get("method") == BASELINE_METHOD}
+        torch_best = min((r["time"]["median_s"] for r in rows if r["impl"] == "torch"),
+                         default=None)
+        roof = rooflines.get(mode, {}).get("time_s")
+        for r in rows:
+            med = r["time"]["median_s"]
+            r["ratio_to_fastest"] = med / best
+            if r.get("method") and (r["impl"], r["call"]) in base:
+                r["ratio_to_lhs_dilation"] = med / base[(r["impl"], r["call"])]
+            if torch_best and r["impl"] != "torch":
+                r["ratio_to_torch"] = med / torch_best
+            if roof:
+                r["ratio_to_roofline"] = med / roof
+
+
 def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict[str, Any]:
-    """Build the models, refuse unfair comparisons (`FairnessError`), time, return the record."""
+    """Build the models, refuse unfair comparisons (`FairnessError`), time, return the record.
+
+    With several conv-transpose methods (`method="all"` or a comma list), every JAX
+    implementation is built once per method (subjects named "impl:method"), PyTorch once, and
+    all of them are checked and timed together in one interleaved run.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if cfg.torch_threads and "torch" in cfg.impls:
@@ -159,19 +233,44 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
         torch.set_num_threads(cfg.torch_threads)
     clock = time.perf_counter
     phases = {"start": clock()}
-    config = build_config(cfg.arch, cfg.model_config, cfg.method)
+    methods = cfg.methods
+    multi = len(methods) > 1
+    configs = {m: build_config(cfg.arch, cfg.model_config, m) for m in methods}
+    config = configs[methods[0]]
     task = make_task(config, cfg.batch, cfg.dtype, cfg.seed)
-    natives = build_models(config, cfg.impls, cfg.seed, cfg.dtype)
-    subjects = {impl: Subject(impl, natives[impl], task) for impl in cfg.impls}
+    subjects: dict[str, Subject] = {}
+    method_of: dict[str, str | None] = {}
+    jax_impls = tuple(i for i in cfg.impls if i != "torch")
+    for m in methods:
+        natives = build_models(configs[m], jax_impls, cfg.seed, cfg.dtype)
+        for impl in jax_impls:
+            name = f"{impl}:{m}" if multi else impl
+            subjects[name] = Subject(impl, natives[impl], task, name=name)
+            method_of[name] = m
+    if "torch" in cfg.impls:
+        subjects["torch"] = Subject("torch", build_models(config, ("torch",), cfg.seed,
+                                                          cfg.dtype)["torch"], task)
+        method_of["torch"] = None if multi else methods[0]
     phases["build"] = clock()
     # JAX implementations first: the reference output and FLOP count come from a compiled program.
     order = sorted(subjects, key=lambda n: subjects[n].is_torch)
-    fairness = check_fairness({n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype)
+    peak = device_peak()
+    rooflines: dict[str, dict[str, Any]] = {}
+    for mode in cfg.modes:
+        roof = model_roofline(config, cfg.batch, cfg.dtype, mode)
+        if roof is not None:
+            rooflines[mode] = {**roof.to_dict(), "time_s": roof.time_s(
+                peak.flops_per_s(cfg.dtype) if peak else None,
+                peak.gbps * 1e9 if peak else None)}
+    fairness = check_fairness(
+        {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype,
+        flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
+        flops_floor={m: r["flops"] for m, r in rooflines.items()})
     phases["fairness"] = clock()
 
     twin = _twin_flops(subjects, order, cfg, config, task)
 
-    # Per mode: compile and warm up every (impl, call style), then time them in interleaved
+    # Per mode: compile and warm up every (subject, call style), then time them in interleaved
     # rounds, so that drifts of the machine (other processes, clocks) hit all styles alike.
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -180,22 +279,24 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
     bar = Progress(*columns, console=console, transient=True, disable=not progress)
     with bar if progress else contextlib.nullcontext():
         for mode in cfg.modes:
-            runs = [(impl, call) for impl in order for call in cfg.calls[impl]]
+            runs = [(name, call) for name in order for call in cfg.calls[subjects[name].impl]]
             prepared, infos, samples = {}, {}, {}
             setup = bar.add_task(f"{mode}: compile + warm-up", total=len(runs))
             for key in list(runs):
+                impl = subjects[key[0]].impl
                 try:
-                    prepared[key] = styles_mod.STYLES[key[0]][key[1]](subjects[key[0]], mode)
+                    prepared[key] = styles_mod.STYLES[impl][key[1]](subjects[key[0]], mode)
                     infos[key] = _compile(prepared[key])
                     run_steps(prepared[key], cfg.warmup)
                 except Exception as e:
                     # A library's default style must work; an optional one may not exist in the
                     # installed version (APIs of nnx partials, torch.compile backends): record it.
-                    if styles_mod.DEFAULT_STYLE.get(key[0]) == key[1]:
+                    if styles_mod.DEFAULT_STYLE.get(impl) == key[1]:
                         raise
                     runs.remove(key)
                     prepared.pop(key, None)
-                    failed.append({"impl": key[0], "call": key[1], "mode": mode,
+                    failed.append({"impl": impl, "call": key[1], "mode": mode,
+                                   "method": method_of[key[0]],
                                    "error": f"{type(e).__name__}: {e}"[:500]})
                     continue
                 samples[key] = Samples()
@@ -209,28 +310,30 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
                     run_steps(prepared[key], n, samples[key], advance)
             bar.remove_task(timed)
             for key in runs:
-                impl, call = key
-                if cfg.profile and not subjects[impl].is_torch:
+                name, call = key
+                impl = subjects[name].impl
+                if cfg.profile and not subjects[name].is_torch:
                     _profile(prepared[key], os.path.join(
-                        cfg.profile, f"{cfg.arch}-{mode}-{impl}-{call}"), min(cfg.repeat, 10))
+                        cfg.profile, f"{cfg.arch}-{mode}-{name.replace(':', '-')}-{call}"),
+                        min(cfg.repeat, 10))
                 res = _result(impl, call, mode, {"compile": infos[key], "samples": samples[key]},
                               cfg, twin)
+                res["method"] = method_of[name]
                 if prepared[key].note:
                     res["note"] = prepared[key].note
                 results.append(res)
             del prepared
 
-    for mode in cfg.modes:
-        rows = [r for r in results if r["mode"] == mode and r["time"].get("median_s")]
-        best = min((r["time"]["median_s"] for r in rows), default=None)
-        for r in rows:
-            r["ratio_to_fastest"] = r["time"]["median_s"] / best
+    _add_ratios(results, cfg.modes, rooflines)
     phases["timing"] = clock()
     record = _record_base("model")
     record["phases_s"] = {k: phases[k] - phases[p] for p, k in
                           (("start", "build"), ("build", "fairness"), ("fairness", "timing"))}
     record["config"] = {**cfg.to_dict(), "resolved_config": config.to_dict(),
                         "input_shape": list(task.x.shape), "loss": task.loss}
+    record["config"]["methods"] = list(methods)
+    record["config"]["auto_picks"] = auto_picks(config, cfg.batch)
+    record["roofline"] = rooflines
     record["fairness"] = fairness
     record["results"] = results
     record["failed_styles"] = failed
