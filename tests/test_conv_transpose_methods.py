@@ -132,8 +132,9 @@ def run_torch(x, w, ct, cfg):
     return yt.detach().numpy(), xt.grad.numpy(), wt.grad.numpy()
 
 
-def run_jax(x, kernel, ct, cfg, method):
-    fn = lambda a, b: conv_transpose(
+def _op(cfg: dict, method: str):
+    """`(x, kernel) -> y` for one config and method."""
+    return lambda a, b: conv_transpose(
         a,
         b,
         stride=cfg["s"],
@@ -143,6 +144,10 @@ def run_jax(x, kernel, ct, cfg, method):
         dimension_numbers=layouts(cfg["n"], cfg["channels_last"]),
         method=method,
     )
+
+
+def run_jax(x, kernel, ct, cfg, method):
+    fn = _op(cfg, method)
 
     def fwd_bwd(a, b, c):
         y, vjp = jax.vjp(fn, a, b)
@@ -239,16 +244,7 @@ def _fixed(case, dtype_name: str, method: str, jit: bool = False) -> tuple[np.nd
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, *cfg["i"]), dtype=np.float32)
     w = rng.standard_normal((3, 2, *cfg["k"]), dtype=np.float32)
-    fn = lambda a, b: conv_transpose(
-        a,
-        b,
-        stride=cfg["s"],
-        padding=cfg["p"],
-        output_padding=cfg["op"],
-        dilation=cfg["d"],
-        dimension_numbers=layouts(cfg["n"], cfg["channels_last"]),
-        method=method,
-    )
+    fn = _op(cfg, method)
     last = cfg["channels_last"]
     args = (
         jnp.asarray(to_layout(x, last), dtype_name),
@@ -319,16 +315,7 @@ def test_compiled_convolutions_have_no_lhs_dilation_or_negative_padding(case, me
     cfg = _cfg(case)
     x = jnp.zeros((2, *cfg["i"], 3) if cfg["channels_last"] else (2, 3, *cfg["i"]))
     k = jnp.zeros((*cfg["k"], 3, 2) if cfg["channels_last"] else (2, 3, *cfg["k"]))
-    fn = lambda a, b: conv_transpose(
-        a,
-        b,
-        stride=cfg["s"],
-        padding=cfg["p"],
-        output_padding=cfg["op"],
-        dilation=cfg["d"],
-        dimension_numbers=layouts(cfg["n"], cfg["channels_last"]),
-        method=method,
-    )
+    fn = _op(cfg, method)
     grad = jax.grad(lambda a, b: jnp.sum(fn(a, b) ** 2), (0, 1))
     for f in (fn, grad):
         hlo = jax.jit(f).lower(x, k).compile().as_text()

@@ -220,24 +220,15 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
     return record
 
 
-def dispatch_table(record: dict[str, Any]) -> Any:
-    from rich.table import Table
-
+def dispatch_cells(record: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """`(impl, call label, cells)` per call style: for each workload µs, × floor, × own."""
     workloads = list(record["config"]["workloads"])
-    table = Table(title=f"dispatch: µs per call (median), ratio to the floor and to the "
-                        f"library's own program called raw, {record['device']['name']}",
-                  title_justify="left")
-    table.add_column("impl")
-    table.add_column("call")
-    for w in workloads:
-        table.add_column(f"{w} µs", justify="right")
-        table.add_column("× floor", justify="right")
-        table.add_column("× own", justify="right")
-    keys = []
+    keys: list[tuple[str, str]] = []
     for r in record["results"]:
         if (r["impl"], r["call"]) not in keys:
             keys.append((r["impl"], r["call"]))
     by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    rows = []
     for impl, call in keys:
         cells = []
         for w in workloads:
@@ -245,8 +236,25 @@ def dispatch_table(record: dict[str, Any]) -> Any:
             cells += (["-", "-", "-"] if r is None else
                       [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}",
                        "" if impl in ("floor", "torch") else f"{r['ratio_to_own']:.2f}"])
-        table.add_row(impl, call + (" (idiomatic)" if by.get((impl, call, workloads[0]), {})
-                                    .get("idiomatic") else ""), *cells)
+        idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
+        rows.append((impl, call + idiom, cells))
+    return rows
+
+
+def dispatch_table(record: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"dispatch: µs per call (median), ratio to the floor and to the "
+                        f"library's own program called raw, {record['device']['name']}",
+                  title_justify="left")
+    table.add_column("impl")
+    table.add_column("call")
+    for w in record["config"]["workloads"]:
+        table.add_column(f"{w} µs", justify="right")
+        table.add_column("× floor", justify="right")
+        table.add_column("× own", justify="right")
+    for impl, call, cells in dispatch_cells(record):
+        table.add_row(impl, call, *cells)
     return table
 
 

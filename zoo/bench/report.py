@@ -157,23 +157,13 @@ def _roofline_text(record: dict[str, Any], mode: str) -> str:
 
 
 def _dispatch_rows(record: dict[str, Any]) -> list[str]:
+    from zoo.bench.dispatch import dispatch_cells
+
     workloads = list(record["config"]["workloads"])
     head = "| impl | call | " + " | ".join(f"{w} µs | × floor | × own" for w in workloads) + " |"
     lines = [head, "|---|---|" + "---:|---:|---:|" * len(workloads)]
-    keys: list[tuple[str, str]] = []
-    for r in record["results"]:
-        if (r["impl"], r["call"]) not in keys:
-            keys.append((r["impl"], r["call"]))
-    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
-    for impl, call in keys:
-        cells = []
-        for w in workloads:
-            r = by.get((impl, call, w))
-            own = "" if impl in ("floor", "torch") or r is None else f"{r['ratio_to_own']:.2f}"
-            cells.append("- | - | -" if r is None else
-                         f"{r['time']['median_s'] * 1e6:.1f} | {r['ratio_to_floor']:.2f} | {own}")
-        idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
-        lines.append(f"| {impl} | {call}{idiom} | " + " | ".join(cells) + " |")
+    for impl, call, cells in dispatch_cells(record):
+        lines.append(f"| {impl} | {call} | " + " | ".join(cells) + " |")
     return lines
 
 
