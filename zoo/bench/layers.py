@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from converters.rules import Layer, to_native
+from converters.trees import TREES
 from zoo.layers.conv_transpose import output_shape, torch_padding
 
 LAYER = Layer("convt", "conv_transpose", spatial_dims=3)
@@ -119,8 +120,7 @@ def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
         layer = layer.to(getattr(torch, dtype.name))
         layer.load_state_dict({k: numpy_to_torch(v) for k, v in canon.items()})
         return layer
-    family = "eqx" if impl == "eqx" else "flax"
-    native = to_native(family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER)
+    native = to_native(TREES[impl].family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER)
     if impl == "eqx":
         from zoo.layers.eqx import ConvTranspose
 
