@@ -93,7 +93,7 @@ def test_flax_fast_variance_is_inaccurate_on_large_means():
 def test_momentum_convention_flax_old_weight_torch_new_weight():
     torch = pytest.importorskip("torch")
     bn = torch.nn.BatchNorm2d(3, momentum=0.1)
-    x = torch.from_numpy(np.asarray(jnp.moveaxis(XS[0], -1, 1)))
+    x = torch.from_numpy(np.array(jnp.moveaxis(XS[0], -1, 1)))
     bn(x)
     _, f_stats, _ = _flax_bn_steps(XS[:1], momentum=0.9)  # m_flax = 1 - m_torch
     np.testing.assert_allclose(bn.running_mean.numpy(), f_stats["mean"], **TOL)
