@@ -1,0 +1,82 @@
+"""`read` and `write`: dispatch on the format to the readers and writers of each family."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from converters.ckpt_base import FORMATS, Checkpoint, _check_version, _Task, parse_config
+from converters.ckpt_detect import detect
+from converters.ckpt_eqx import _read_eqx, _write_eqx
+from converters.ckpt_io import CheckpointError, ProgressFn, atomic_outputs, sidecar_path
+from converters.ckpt_orbax import _read_orbax, _write_orbax
+from converters.ckpt_torch import _read_safetensors, _read_torch, _write_safetensors, _write_torch
+from converters.core import ConversionError, from_canonical
+from converters.optim import to_native_opt
+
+
+def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
+         model_only: bool = False, progress: ProgressFn | None = None) -> Checkpoint:
+    """Read any supported checkpoint into a validated canonical `Checkpoint`.
+
+    `arch` / `config` are needed only when the file does not carry them (e.g. a bare
+    ``torch.save(model.state_dict())``); if both exist they must agree.
+    """
+    path = Path(path)
+    det = detect(path)
+    _check_version(path, det.meta)
+    given = parse_config(arch, config)
+    reader = {"eqx": _read_eqx, "linen": _read_orbax, "nnx": _read_orbax,
+              "canonical": _read_safetensors, "torch": _read_torch}[det.fmt]
+    ck = reader(path, det, given, progress)
+    if model_only:
+        ck = ck.model_only()
+    ck.source = det
+    try:
+        ck.validate()
+    except ConversionError as e:
+        raise ConversionError(f"{path}: {e}") from e
+    return ck
+
+
+def _outputs(path: Path, fmt: str) -> tuple[Path, ...]:
+    """Extra files written next to `path` (sidecars)."""
+    if fmt == "eqx" or (fmt == "torch" and path.suffix.lower() != ".safetensors"):
+        return (sidecar_path(path),)
+    return ()
+
+
+def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
+          progress: ProgressFn | None = None) -> Path:
+    """Write a canonical checkpoint in format `fmt`, validated first, atomically."""
+    if fmt not in FORMATS:
+        raise CheckpointError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
+    path = Path(path)
+    dtype = ck.validate()
+    if fmt == "torch" and ck.training:
+        raise CheckpointError(
+            "the torch format holds a model state_dict only, but this checkpoint has optimizer "
+            "state / a step: pass --model-only (model_only=True) to drop them, or use another "
+            "format")
+    side = _outputs(path, fmt)
+    writer = {"eqx": _write_eqx, "linen": _write_orbax, "nnx": _write_orbax,
+              "canonical": _write_safetensors, "torch": _write_torch}[fmt]
+    with atomic_outputs(path, side, force) as outs:
+        task = _Task(progress, "writing", 2)
+        native = _native(ck, fmt)
+        task.advance()
+        writer(ck, fmt, dtype, native, outs[path], [outs[s] for s in side])
+        task.advance()
+    return path
+
+
+def _native(ck: Checkpoint, fmt: str) -> tuple[Any, Any]:
+    """(native model, native optimizer state or None) for the JAX formats."""
+    if fmt not in ("eqx", "linen", "nnx"):
+        return None, None
+    model = from_canonical(ck.state, ck.config, fmt)
+    opt = None
+    if ck.optimizer is not None:
+        opt = to_native_opt(ck.optimizer, ck.state, ck.config, fmt, ordered=fmt == "eqx")
+    return model, opt
