@@ -43,28 +43,6 @@ def digits(seed: int) -> tuple[np.ndarray, ...]:
     return x[:n], y[:n], x[n:], y[n:]
 
 
-def init_state(config: CNNConfig, seed: int) -> dict[str, np.ndarray]:
-    """PyTorch's default initialisation, drawn with numpy in the canonical layout (quicker than
-    `zoo.create` on a busy CPU; `zoo.create(config, "eqx", seed=seed)` works as well)."""
-    from converters.core import canonical_spec
-
-    rng = np.random.default_rng(seed)
-    state = {}
-    for key, spec in canonical_spec(config).items():
-        if key.endswith("num_batches_tracked"):
-            state[key] = np.zeros((), np.int64)
-        elif key.endswith(("running_var", "bn1.weight", "bn2.weight")):
-            state[key] = np.ones(spec.shape, np.float32)
-        elif key.endswith(("running_mean", "bn1.bias", "bn2.bias")):
-            state[key] = np.zeros(spec.shape, np.float32)
-        else:
-            layer = key.rsplit(".", 1)[0]
-            fan_in = int(np.prod(canonical_spec(config)[f"{layer}.weight"].shape[1:]))
-            bound = 1 / np.sqrt(fan_in)
-            state[key] = rng.uniform(-bound, bound, spec.shape).astype(np.float32)
-    return state
-
-
 def make_step(impl: str, static, tx):
     """A jitted Adam step for any JAX library of the zoo; the loss sees canonical logits."""
     api = zoo.interface(impl)
@@ -135,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"digits: {len(x_train)} training / {len(x_test)} test images of 8x8; "
           f"{config.arch} {config.to_json()}")
     print(f"Equinox: steps 1-{switch}")
-    model = converters.from_canonical(init_state(config, args.seed), config, "eqx")
+    model = zoo.create(config, "eqx", seed=args.seed)
     api = zoo.interface("eqx")
     opt_state = tx.init(api.split(model)[1])
     model, opt_state = run("eqx", model, tx, opt_state, range(switch), (x_train, y_train),

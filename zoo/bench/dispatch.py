@@ -220,14 +220,21 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
     return record
 
 
-def dispatch_cells(record: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
-    """`(impl, call label, cells)` per call style: for each workload µs, × floor, × own."""
+def dispatch_index(record: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], dict]:
+    """Workloads, `(impl, call)` styles in recorded order, and results by (impl, call, workload).
+    """
     workloads = list(record["config"]["workloads"])
     keys: list[tuple[str, str]] = []
     for r in record["results"]:
         if (r["impl"], r["call"]) not in keys:
             keys.append((r["impl"], r["call"]))
     by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    return workloads, keys, by
+
+
+def dispatch_cells(record: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """`(impl, call label, cells)` per call style: for each workload µs, × floor, × own."""
+    workloads, keys, by = dispatch_index(record)
     rows = []
     for impl, call in keys:
         cells = []

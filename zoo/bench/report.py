@@ -74,12 +74,9 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     plt = _plt()
     from matplotlib.ticker import NullFormatter
 
-    workloads = list(record["config"]["workloads"])
-    keys: list[tuple[str, str]] = []
-    for r in record["results"]:
-        if (r["impl"], r["call"]) not in keys:
-            keys.append((r["impl"], r["call"]))
-    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    from zoo.bench.dispatch import dispatch_index
+
+    workloads, keys, by = dispatch_index(record)
     fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 0.3 * len(keys) + 1.5),
                              sharey=True)
     axes = axes if len(workloads) > 1 else [axes]
