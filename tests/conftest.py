@@ -6,12 +6,33 @@ import importlib.util
 import itertools
 
 import jax
+import pytest
 
 import zoo
+from zoo import precision
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
+if HAVE_TORCH:
+    import torch  # noqa: F401  (imported first, so that the precision policy reaches it)
+
+# Exactness is claimed at full float32 on every backend (TF32 on GPUs otherwise).
+precision.set_global(precision.EXACT)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU behaviour, skipped elsewhere."""
+    backend = jax.default_backend()
+    for item in items:
+        mark = item.get_closest_marker("cpu_only")
+        if mark is None:
+            continue
+        reason = mark.kwargs.get("reason") or (mark.args[0] if mark.args else None)
+        if not reason:
+            raise pytest.UsageError(f"{item.nodeid}: cpu_only needs a reason")
+        if backend != "cpu":
+            item.add_marker(pytest.mark.skip(reason=f"CPU only: {reason}"))
 
 # Every architecture's tiny config, plus variants that exercise optional paths.
 CASES: list[tuple[str, zoo.Config]] = [(arch, zoo.make_config(arch).tiny()) for arch in zoo.ARCHS]

@@ -14,9 +14,10 @@ import zoo
 from zoo import fast
 from zoo.bench.presets import find_preset
 from zoo.bench.subjects import JAX_LOSSES, build_models, make_task
+from zoo.testing import tolerance
 
 ARCHS = zoo.ARCHS
-TOL = {"rtol": 1e-5, "atol": 1e-5}
+TOL = tolerance("float32")
 
 
 def tiny(arch: str, **overrides):
@@ -143,7 +144,7 @@ def test_libraries_train_identically():
         losses[impl] = [float(step(api.to_native(task.x), task.target)) for _ in range(3)]
     assert losses["eqx"][0] != losses["eqx"][2]
     for impl in zoo.JAX_IMPLS:
-        np.testing.assert_allclose(losses[impl], losses["eqx"], rtol=1e-5)
+        np.testing.assert_allclose(losses[impl], losses["eqx"], **TOL)
 
 
 @pytest.mark.parametrize("impl", ["nnx"])

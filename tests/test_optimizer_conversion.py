@@ -19,6 +19,7 @@ from converters import ConversionError, convert_file, read
 from converters.core import from_canonical, to_canonical
 from converters.optim import to_canonical_opt
 from zoo.registry import skeleton
+from zoo.testing import tolerance
 
 CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
 # Tolerance of "3 steps in Equinox + 3 in NNX == 6 in NNX", float32 on CPU. The first three steps
@@ -26,7 +27,7 @@ CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
 # Adam's eps is 1e-4 because conv1/conv2 feed BatchNorm: their biases have a true gradient of
 # zero, and Adam with eps=1e-8 would scale the ~1e-9 float noise of that gradient (which differs
 # between libraries) into updates of ~lr. The MLP case keeps optax's defaults.
-ATOL = 1e-5
+ATOL = tolerance("float32")["atol"]
 CASES = {
     "cnn": (CFG, optax.adam(1e-3, eps=1e-4)),
     "mlp": (zoo.make_config("mlp", in_features=64, hidden=(32, 32), out_features=10),
