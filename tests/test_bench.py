@@ -14,7 +14,9 @@ import zoo
 from zoo.bench import cli, fairness
 from zoo.bench.fairness import FairnessError, check_fairness
 from zoo.bench.layers import LinenConvT
+from zoo.bench.options import resolve_calls
 from zoo.bench.presets import ARCHS, LAYER_ARCH, PRESETS, PresetError, find_preset
+from zoo.bench.records import record_name
 from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 
 HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_models())
@@ -148,8 +150,17 @@ def test_cli_exits_nonzero_on_unfair_pair(monkeypatch, tmp_path, capsys):
 
 
 def test_fairness_checks_outputs_and_flops_units():
-    ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5, "c": None})
-    assert not problems and ok["b"]["ok"] and "ratio" not in ok["c"]
+    ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5})
+    assert not problems and ok["b"]["ok"] and ok["b"]["source"] == "compiled"
+    # A program without a usable count is refused, not skipped (it could be anything).
+    for missing in (None, -1.0, 0.0, float("nan")):
+        ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5, "c": missing})
+        assert problems == ["FLOPs (forward): no usable count for c from any source (compiled, "
+                            "lowered, cpu): the work cannot be checked"]
+    # Counts are compared on a source every program has.
+    ok, problems = fairness.compare_flops({"a": {"compiled": 50.0, "lowered": 100.0},
+                                           "b": {"lowered": 100.2}})
+    assert not problems and ok["a"]["source"] == "lowered" and ok["a"]["flops"] == 100.0
     _, problems = fairness.compare_flops({"a": 100.0, "b": 102.0})
     assert problems and "1.020x" in problems[0]
     ref = np.linspace(-1, 1, 50)
@@ -166,8 +177,8 @@ def test_fairness_bfloat16_with_torch():
     models = build_models(spec, IMPLS, dtype="bfloat16")
     report = check_fairness({i: Subject(i, m, task) for i, m in models.items()},
                             ("forward",), dtype="bfloat16")
-    assert report["passed"] and report["output_tolerance"] == fairness.OUTPUT_TOLERANCE[
-        "bfloat16"]
+    assert report["passed"] and report["output_tolerance"] == fairness.output_tolerance(
+        "bfloat16")
 
 
 # --------------------------------------------------------------------------- presets, options
@@ -199,9 +210,8 @@ def test_method_reaches_models():
     assert spec.method == "phase"
     module, _ = build_models(spec, ("linen",))["linen"]
     assert isinstance(module, LinenConvT) and module.spec.method == "phase"
-    assert cli.resolve_calls("all", ("nnx",))["nnx"][0] == "nnx_jit"
-    assert cli.resolve_calls("default", ("eqx", "torch")) == {"eqx": ["fast"],
-                                                              "torch": ["eager"]}
+    assert resolve_calls("all", ("nnx",))["nnx"][0] == "nnx_jit"
+    assert resolve_calls("default", ("eqx", "torch")) == {"eqx": ["fast"], "torch": ["eager"]}
 
 
 def test_build_models_equals_zoo_create():
@@ -221,7 +231,7 @@ def test_torch_alone_gets_flops_from_a_jax_twin(tmp_path):
                      "--repeat", "2", "--warmup", "0", "--json", str(path),
                      "--no-progress"]) == 0
     (row,) = json.loads(path.read_text())["results"]
-    assert row["flops_source"] == "eqx (JAX twin)" and row["flops"] > 0
+    assert row["flops_source"] == "eqx (JAX twin, compiled)" and row["flops"] > 0
 
 
 def test_bad_arguments_exit_2():
@@ -280,7 +290,7 @@ def test_method_all_rows_ratios_and_roofline(tmp_path):
     record = json.loads(path.read_text())
     assert record["config"]["methods"] == list(ALL_METHODS)
     assert record["config"]["auto_picks"] == ["phase"]  # stride 2 -> phase on every backend
-    assert cli.record_name(record).endswith("-methods.json")
+    assert record_name(record).endswith("-methods.json")
     rows = record["results"]
     jax_impls = [i for i in IMPLS if i != "torch"]
     got = {(r["impl"], r["method"]) for r in rows}
@@ -302,10 +312,10 @@ def test_method_all_rows_ratios_and_roofline(tmp_path):
             assert r["ratio_to_torch"] > 0
     flops = record["fairness"]["forward"]["flops"]
     assert {e["group"] for name, e in flops.items() if name != "torch"} == set(ALL_METHODS)
-    from zoo.bench.report import _model_rows
+    from zoo.bench.tables import model_table, to_markdown
 
-    lines = "\n".join(_model_rows(record, "forward"))
-    assert "× lhs_dilation" in lines and "| phase |" in lines
+    lines = "\n".join(to_markdown(model_table(record, "forward")))
+    assert "× lhs_dil" in lines and "| phase |" in lines
 
 
 def test_convt_roofline_hand_computed():

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
+from zoo import precision as policy
+from zoo.bench.display import make_console
+from zoo.bench.options import parse_impls, resolve_calls
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PRESETS, PresetError, find_preset
+from zoo.bench.records import RESULTS_DIR, save
 from zoo.layers.conv_transpose import METHODS
 
-RESULTS_DIR = os.path.join("bench", "results")
 EXIT_UNFAIR = 3
 
 USAGE_EPILOG = """\
 other commands:
   python -m zoo.bench dispatch [--impl ...] [--json PATH] [--record]   per-call overhead suite
   python -m zoo.bench report [--results DIR]     render bench/README.md and bench/plots/
+  python -m zoo.bench matrix --out DIR [--quick]  every architecture, library, mode, dtype, style
   python -m zoo.bench presets                    list the named shapes
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
@@ -25,47 +28,6 @@ call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
   "default" = each library's fastest (fast, torch eager); "all" = every style installed.
 exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
 """
-
-
-def _impls(value: str) -> tuple[str, ...]:
-    import zoo
-
-    available = tuple(i for i in zoo.IMPLS if i in {i for _, i in zoo.list_models()})
-    if value == "all":
-        return available
-    impls = tuple(v.strip() for v in value.split(",") if v.strip())
-    bad = [i for i in impls if i not in zoo.IMPLS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown impl {bad}; choose from all, {zoo.IMPLS}")
-    missing = [i for i in impls if i not in available]
-    if missing:
-        raise argparse.ArgumentTypeError(f"{missing} not installed (PyTorch missing?)")
-    return impls
-
-
-def resolve_calls(value: str, impls: tuple[str, ...], *,
-                  torch_compile: bool = False) -> dict[str, list[str]]:
-    """--call value -> impl -> styles. Names a library lacks are skipped for that library."""
-    from zoo.bench.styles import DEFAULT_STYLE, available_styles
-
-    out: dict[str, list[str]] = {}
-    wanted = [v.strip() for v in value.split(",") if v.strip()]
-    for impl in impls:
-        avail = available_styles(impl, torch_compile=torch_compile)
-        if value == "all":
-            calls = avail
-        elif value == "default":
-            calls = [DEFAULT_STYLE[impl]]
-            if impl == "torch" and torch_compile:
-                calls.append("compile")
-        else:
-            calls = [c for c in wanted if c in avail]
-            if impl == "torch" and torch_compile and "compile" not in calls:
-                calls.append("compile")
-        if not calls:
-            raise ValueError(f"no call style {wanted} for {impl}; it has {avail}")
-        out[impl] = calls
-    return out
 
 
 def bench_parser() -> argparse.ArgumentParser:
@@ -91,6 +53,10 @@ def bench_parser() -> argparse.ArgumentParser:
                    help=f"conv-transpose formulation (Decoder3D conv_method, convt layers): "
                         f"{', '.join((*METHODS, 'auto'))}, a comma list, or all (every method "
                         "side by side in one run, with a x lhs_dilation column)")
+    p.add_argument("--precision", choices=policy.PRECISIONS, default="default",
+                   help="float32 matmul/conv precision timed: default (the libraries' own: TF32 "
+                        "on recent GPUs), high, highest (full float32); outputs are first "
+                        "checked strictly at highest, then at this precision")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20, help="timed steps per call style")
@@ -123,7 +89,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         modes = ("forward", "train") if args.mode == "both" else (args.mode,)
     else:
         modes = preset.modes if preset else ("forward", "train")
-    impls = _impls(args.impl)
+    impls = parse_impls(args.impl)
     parse_methods(args.method)  # ValueError -> exit 2
     return BenchConfig(
         arch=arch, impls=impls,
@@ -132,58 +98,16 @@ def config_from_args(args: argparse.Namespace) -> Any:
         dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
         repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
-        torch_threads=args.torch_threads, profile=args.profile)
-
-
-def record_name(record: dict[str, Any]) -> str:
-    cfg = record["config"]
-    tag = cfg["preset"] or f"b{cfg['batch']}"
-    modes = "both" if len(cfg["modes"]) == 2 else cfg["modes"][0]
-    method = "" if cfg["method"] == "auto" else f"-{cfg['method']}"
-    if len(cfg.get("methods") or ()) > 1:
-        method = "-methods"
-    return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}.json"
-
-
-def write_json(record: dict[str, Any], path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, default=_jsonable)
-        f.write("\n")
-
-
-def _jsonable(o: Any) -> Any:
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, tuple | set):
-        return list(o)
-    return str(o)
-
-
-def save(record: dict[str, Any], args: argparse.Namespace, name: str, console: Any) -> None:
-    paths = [args.json] if args.json else []
-    if args.record:
-        paths.append(os.path.join(args.results_dir, record["device"]["slug"], name))
-    for path in paths:
-        write_json(record, path)
-        console.print(f"wrote {path}")
-
-
-def make_console() -> Any:
-    """A rich console; wide enough for the tables when the output is not a terminal."""
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
+        torch_threads=args.torch_threads, profile=args.profile, precision=args.precision)
 
 
 def bench_main(argv: list[str]) -> int:
     from rich.console import Console
 
-    from zoo.bench.display import print_model_record
+    from zoo.bench.accel import configure_allocator
     from zoo.bench.fairness import FairnessError
     from zoo.bench.runner import run
+    from zoo.bench.tables import print_model_record
 
     parser = bench_parser()
     args = parser.parse_args(argv)
@@ -192,13 +116,15 @@ def bench_main(argv: list[str]) -> int:
         cfg = config_from_args(args)
     except (PresetError, ValueError, argparse.ArgumentTypeError) as e:
         parser.error(str(e))
+    allocator = configure_allocator("torch" in cfg.impls)
     try:
         record = run(cfg, console=console, progress=not args.no_progress)
     except FairnessError as e:
         Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
         return EXIT_UNFAIR
+    record["allocator"] = allocator
     print_model_record(record, console)
-    save(record, args, record_name(record), console)
+    save(record, args.json, args.results_dir if args.record else None, console)
     return 0
 
 
@@ -226,4 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if argv and argv[0] == "presets":
         return presets_main(argv[1:])
+    if argv and argv[0] == "matrix":
+        from zoo.bench.matrix import matrix_main
+
+        return matrix_main(argv[1:])
     return bench_main(argv)

@@ -34,7 +34,12 @@ import numpy as np
 from flax import nnx
 
 import zoo
+from zoo.bench.accel import configure_allocator
+from zoo.bench.display import make_console
+from zoo.bench.options import parse_impls
+from zoo.bench.records import record_base, save
 from zoo.bench.subjects import Subject, Task, make_task
+from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, summarize
 
 WORKLOADS: dict[str, str] = {
@@ -161,7 +166,6 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                  progress: bool = True) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from zoo.bench.runner import _record_base
     from zoo.bench.styles import DEFAULT_STYLE, IDIOMATIC_STYLE, available_styles
     from zoo.bench.styles import STYLES as ALL_STYLES
 
@@ -211,7 +215,7 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                              "within_target": b["ratio_to_floor"] <= TARGET_RATIO,
                              "within_target_own": b["ratio_to_own"] <= TARGET_RATIO}
                          for w, b in best.items()}
-    record = _record_base("dispatch")
+    record = record_base("dispatch")
     record["config"] = {"impls": list(impls), "rounds": rounds, "budget_s": budget_s,
                         "workloads": {w: WORKLOADS[w] for w in workloads},
                         "target_ratio": TARGET_RATIO}
@@ -220,57 +224,10 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
     return record
 
 
-def dispatch_index(record: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], dict]:
-    """Workloads, `(impl, call)` styles in recorded order, and results by (impl, call, workload).
-    """
-    workloads = list(record["config"]["workloads"])
-    keys: list[tuple[str, str]] = []
-    for r in record["results"]:
-        if (r["impl"], r["call"]) not in keys:
-            keys.append((r["impl"], r["call"]))
-    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
-    return workloads, keys, by
-
-
-def dispatch_cells(record: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
-    """`(impl, call label, cells)` per call style: for each workload µs, × floor, × own."""
-    workloads, keys, by = dispatch_index(record)
-    rows = []
-    for impl, call in keys:
-        cells = []
-        for w in workloads:
-            r = by.get((impl, call, w))
-            cells += (["-", "-", "-"] if r is None else
-                      [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}",
-                       "" if impl in ("floor", "torch") else f"{r['ratio_to_own']:.2f}"])
-        idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
-        rows.append((impl, call + idiom, cells))
-    return rows
-
-
-def dispatch_table(record: dict[str, Any]) -> Any:
-    from rich.table import Table
-
-    table = Table(title=f"dispatch: µs per call (median), ratio to the floor and to the "
-                        f"library's own program called raw, {record['device']['name']}",
-                  title_justify="left")
-    table.add_column("impl")
-    table.add_column("call")
-    for w in record["config"]["workloads"]:
-        table.add_column(f"{w} µs", justify="right")
-        table.add_column("× floor", justify="right")
-        table.add_column("× own", justify="right")
-    for impl, call, cells in dispatch_cells(record):
-        table.add_row(impl, call, *cells)
-    return table
-
-
 def dispatch_main(argv: list[str]) -> int:
-    from zoo.bench.cli import _impls, make_console, save
-
     p = argparse.ArgumentParser(prog="python -m zoo.bench dispatch",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--impl", default="all", type=_impls)
+    p.add_argument("--impl", default="all", type=parse_impls)
     p.add_argument("--workload", default=",".join(WORKLOADS),
                    help=f"comma list of {list(WORKLOADS)}")
     p.add_argument("--rounds", type=int, default=100)
@@ -286,13 +243,15 @@ def dispatch_main(argv: list[str]) -> int:
     if unknown:
         p.error(f"unknown workload {unknown}; choose from {list(WORKLOADS)}")
     console = make_console()
+    allocator = configure_allocator("torch" in args.impl)
     record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
                           not args.no_progress)
-    console.print(dispatch_table(record))
+    record["allocator"] = allocator
+    console.print(to_rich(dispatch_table(record)))
     for impl, per in record["summary"].items():
         verdict = ", ".join(
             f"{w}: {v['call']} {v['ratio_to_floor']:.2f}x floor, {v['ratio_to_own']:.2f}x own"
             f"{'' if v['within_target'] else ' (misses vs floor)'}" for w, v in per.items())
         console.print(f"{impl} fastest vs floor (target {TARGET_RATIO}x): {verdict}")
-    save(record, args, "dispatch.json", console)
+    save(record, args.json, args.results_dir if args.record else None, console)
     return 0

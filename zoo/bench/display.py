@@ -1,8 +1,16 @@
-"""Rich tables for the terminal (one per mode) and number formatting shared with the report."""
+"""Number formatting shared by the terminal tables and the report, and the rich console."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+
+def make_console() -> Any:
+    """A rich console; wide enough for the tables when the output is not a terminal."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -58,13 +66,6 @@ def time_unit(seconds: list[float]) -> tuple[str, float]:
     return "s", 1.0
 
 
-def _scaled(value: float | None, factor: float) -> str:
-    if value is None:
-        return "-"
-    v = value * factor
-    return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
-
-
 def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -76,71 +77,3 @@ def method_columns(record: dict[str, Any]) -> bool:
 
 def roofline_columns(record: dict[str, Any]) -> bool:
     return bool(record.get("roofline"))
-
-
-def model_table(record: dict[str, Any], mode: str) -> Any:
-    from rich.table import Table
-
-    cfg = record["config"]
-    title = (f"{cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}"
-             f"{', preset ' + cfg['preset'] if cfg.get('preset') else ''}, "
-             f"{record['device']['name']}")
-    rows = [r for r in record["results"] if r["mode"] == mode]
-    unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
-    methods, roof = method_columns(record), roofline_columns(record)
-    roof_mode = (record.get("roofline") or {}).get(mode) or {}
-    if roof_mode.get("time_s"):
-        title += (f"; roofline {fmt_time(roof_mode['time_s'])} ({fmt_num(roof_mode['flops'])}"
-                  f"FLOP useful, {fmt_num(roof_mode['bytes'], 'B')} min)")
-    table = Table(title=title, title_justify="left")
-    # With several methods the table is wide: min, dispatch and samples/s stay in the JSON.
-    narrow = {"min", "dispatch", "samples/s"} if methods else set()
-    cols = ["impl", *(["method"] if methods else []), "call", f"median {unit}", "p10", "p90",
-            "min", "dispatch", "compile s", "samples/s", "TFLOP/s", "% peak", "GB/s", "MiB",
-            "× fastest", *(["× lhs_dil", "× torch"] if methods else []),
-            *(["× roofline"] if roof else [])]
-    for col in cols:
-        if col not in narrow:
-            table.add_column(col, justify="left" if col in ("impl", "call", "method") else "right")
-    for r in sorted(rows, key=lambda r: r["time"].get("median_s") or float("inf")):
-        t = r["time"]
-        extra = ([fmt_ratio(r.get("ratio_to_lhs_dilation")), fmt_ratio(r.get("ratio_to_torch"))]
-                 if methods else [])
-        if roof:
-            extra.append(fmt_ratio(r.get("ratio_to_roofline")))
-        cells = [
-            r["impl"], *([r.get("method") or "-"] if methods else []),
-            r["call"] + (" *" if r.get("default") else ""),
-            _scaled(t.get("median_s"), factor), _scaled(t.get("p10_s"), factor),
-            _scaled(t.get("p90_s"), factor), _scaled(t.get("min_s"), factor),
-            _scaled(r["dispatch"].get("median_s"), factor), compile_seconds(r),
-            fmt_num(r.get("throughput_per_s")),
-            "-" if r.get("tflops_per_s") is None else f"{r['tflops_per_s']:.3g}",
-            fmt_share(r.get("peak_flops_share")),
-            "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}", memory_mib(r),
-            "-" if r.get("ratio_to_fastest") is None else f"{r['ratio_to_fastest']:.2f}",
-            *extra,
-        ]
-        table.add_row(*(c for c, name in zip(cells, cols, strict=True) if name not in narrow))
-    return table
-
-
-def print_model_record(record: dict[str, Any], console: Any) -> None:
-    for mode in record["config"]["modes"]:
-        console.print(model_table(record, mode))
-    for f in record.get("failed_styles", []):
-        console.print(f"[yellow]skipped {f['impl']} {f['call']} ({f['mode']}): {f['error']}[/]")
-    f = record["fairness"]
-    console.print(
-        f"[green]fairness check passed[/]: parameters {sorted(set(f['parameters'].values()))}, "
-        f"outputs within {f['output_tolerance']:g} of {f['reference']}, FLOPs within "
-        f"{f['flops_tolerance']:.0%}.  * = the library's default (fastest) call style; "
-        "compile = lower + compile seconds, (first call) where the style has no AOT path; "
-        "dispatch = host time until the call returned.")
-    if method_columns(record):
-        picks = record["config"].get("auto_picks")
-        console.print(
-            "× lhs_dil = median / the same impl and call style with method lhs_dilation; × torch "
-            "= median / the faster PyTorch style; × roofline = median / max(min bytes / peak "
-            "GB/s, useful FLOPs / peak FLOP/s). FLOPs compared within 1% per method only."
-            + (f" auto picked {picks} on this backend." if picks else ""))

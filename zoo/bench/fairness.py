@@ -4,11 +4,15 @@ For the implementations being compared (built from one canonical state, so from 
 
 1. parameter counts are equal;
 2. outputs agree in the canonical layout: forward outputs (inference mode) and, for training,
-   the training-mode loss of the first step, within a tolerance per dtype, relative to the
-   reference output's largest magnitude;
-3. the FLOP counts of the compiled programs (XLA `cost_analysis()` of the zoo's fast path, the
-   default call style) agree within 1% (PyTorch has no compiled program: it is checked on
-   outputs only and its FLOPs are reported from its JAX twin).
+   the training-mode loss of the first step, relative to the reference output's largest
+   magnitude. First strictly, at full float32 (`zoo.precision.exact`), then at the precision
+   the benchmark times (`--precision`), each within the precision policy's tolerance for the
+   format the arithmetic runs in (`zoo.precision.tolerance(..., kind="max_relative")`);
+3. the FLOP counts of the programs (the zoo's fast path, the default call style) agree within
+   1%, counted from a source every program has (`zoo.bench.flops`: the compiled program, else
+   the pre-optimisation HLO); a program with no count at all is refused, never skipped
+   (PyTorch has no XLA program: it is checked on outputs only and its FLOPs are reported from
+   its JAX twin).
 
 Any failure raises `FairnessError` naming the implementation and the numbers; `python -m zoo.bench`
 then exits with status 3 and times nothing. This is what catches a Flax layer given an `int`
@@ -22,12 +26,17 @@ from typing import Any
 
 import numpy as np
 
+from zoo import precision as policy
+from zoo.bench import flops as flops_mod
 from zoo.bench.subjects import Subject
 from zoo.bench.timing import CompileInfo, compile_ahead
 
-# Largest |a - b| allowed, relative to max |reference| (some outputs are near zero).
-OUTPUT_TOLERANCE = {"float32": 1e-4, "float64": 1e-10, "bfloat16": 5e-2, "float16": 1e-2}
 FLOPS_TOLERANCE = 0.01
+
+
+def output_tolerance(dtype: str, precision: str = policy.EXACT) -> float:
+    """Largest max |a - b| / max |reference| allowed (some outputs are near zero)."""
+    return policy.tolerance(dtype, precision, kind="max_relative")
 
 
 class FairnessError(RuntimeError):
@@ -100,33 +109,93 @@ def compare_outputs(outputs: dict[str, np.ndarray], tol: float,
     return entries, problems
 
 
-def compare_flops(flops: dict[str, float | None], tol: float = FLOPS_TOLERANCE,
+def compare_flops(counts: dict[str, dict[str, Any] | float | None], tol: float = FLOPS_TOLERANCE,
                   what: str = "forward") -> tuple[dict[str, Any], list[str]]:
-    """Every FLOP count against the first known one, within `tol` (relative)."""
-    known = {k: v for k, v in flops.items() if v}
-    entries: dict[str, Any] = {k: {"flops": v} for k, v in flops.items()}
-    problems: list[str] = []
-    if len(known) < 2:
+    """Every program's FLOP count against the first one's, within `tol` (relative).
+
+    `counts`: name -> {source: flops or (flops, bytes)} (`zoo.bench.flops.count`), or a bare
+    number (the compiled count). The counts compared come from the first source every program
+    has; a program without any count is a problem, not a pass.
+    """
+    per: dict[str, dict[str, float]] = {}
+    for name, c in counts.items():
+        c = {"compiled": c} if not isinstance(c, dict) else c
+        per[name] = {s: float(v[0] if isinstance(v, tuple | list) else v) for s, v in c.items()
+                     if flops_mod.usable(v[0] if isinstance(v, tuple | list) else v)}
+    problems = [f"FLOPs ({what}): no usable count for {name} from any source "
+                f"({', '.join(flops_mod.SOURCES)}): the work cannot be checked"
+                for name, c in per.items() if not c]
+    known = {name: c for name, c in per.items() if c}
+    source = flops_mod.common_source(known)
+    entries: dict[str, Any] = {name: {"flops": c.get(source) if source else None,
+                                      "source": source, "counts": c} for name, c in per.items()}
+    if len(known) < 2 or source is None:
         return entries, problems
-    ref_name, ref = next(iter(known.items()))
-    for name, value in known.items():
+    values = {name: c[source] for name, c in known.items()}
+    ref_name, ref = next(iter(values.items()))
+    for name, value in values.items():
         ratio = value / ref
         ok = abs(ratio - 1.0) <= tol
         entries[name].update(ratio=ratio, ok=ok)
         if not ok:
             problems.append(
                 f"FLOPs ({what}): {name} compiles to {value:.4g} FLOPs, {ratio:.3f}x the "
-                f"{ref:.4g} of {ref_name} (tolerance {tol:.0%}): not the same computation "
-                "(an int kernel_size on a 3-D Flax conv gives a 1-D conv with ~1/9 the FLOPs)")
+                f"{ref:.4g} of {ref_name} (tolerance {tol:.0%}, {source} counts): not the same "
+                "computation (an int kernel_size on a 3-D Flax conv gives a 1-D conv with ~1/9 "
+                "the FLOPs)")
     return entries, problems
 
 
+def _check_mode(subjects: dict[str, Subject], mode: str, tol: float, flops_tolerance: float,
+                flops_groups: dict[str, str] | None, flops_floor: float | None,
+                notes: list[str], check_flops: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Outputs (or first losses) and FLOP counts of one mode, at the precision in effect."""
+    if mode == "forward":
+        results = {name: _forward_output(s) for name, s in subjects.items()}
+        values = {name: r[0] for name, r in results.items()}
+        entries, problems = compare_outputs(values, tol, "forward output")
+    else:
+        results = {name: _train_loss(s) for name, s in subjects.items()}
+        values = {name: np.asarray(r[0]) for name, r in results.items()}
+        entries, problems = compare_outputs(values, tol, "training loss (first step)")
+        for name, r in results.items():
+            entries.setdefault(name, {})["loss"] = r[0]
+    counts = {name: r[1].flop_counts for name, r in results.items() if r[1] is not None}
+    if not check_flops:  # FLOP counts do not depend on the precision: checked once, strictly
+        return {"outputs": entries}, problems
+    groups = flops_groups or {}
+    flop_entries = {}
+    for group in dict.fromkeys(groups.get(name, "") for name in counts):
+        members = {n: v for n, v in counts.items() if groups.get(n, "") == group}
+        entries_g, found = compare_flops(members, flops_tolerance,
+                                         f"{mode}, method {group}" if group else mode)
+        known = [e["flops"] for e in entries_g.values() if e["flops"]]
+        if (found and flops_floor and len(known) == len(members)
+                and all(v >= 0.99 * flops_floor for v in known)):
+            notes.append(
+                f"FLOPs ({mode}{', method ' + group if group else ''}) differ across "
+                f"libraries by up to {max(known) / min(known):.3f}x, all >= the "
+                f"{flops_floor:.4g} useful FLOPs: XLA's accounting of padding")
+            found = []
+        for name in entries_g:
+            if group:
+                entries_g[name]["group"] = group
+        flop_entries.update(entries_g)
+        problems += found
+    return {"outputs": entries, "flops": flop_entries}, problems
+
+
 def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forward",), *,
-                   dtype: str = "float32", flops_tolerance: float = FLOPS_TOLERANCE,
-                   output_tolerance: float | None = None,
+                   dtype: str = "float32", precision: str = policy.EXACT,
+                   flops_tolerance: float = FLOPS_TOLERANCE,
                    flops_groups: dict[str, str] | None = None,
                    flops_floor: dict[str, float] | None = None) -> dict[str, Any]:
     """Run every check over `subjects` (name -> Subject, the first is the reference).
+
+    Outputs and FLOPs are checked strictly at full float32 (the report's top level), then, when
+    `precision` is not "highest", again at `precision` (`report["at_precision"]`, tolerance
+    from the format that precision computes in); the fast path's compile measurements of the
+    last pass are kept for the "fast" call style, so call this with the precision to be timed.
 
     `flops_groups` (name -> group, e.g. the conv-transpose method): FLOP counts are compared only
     within a group. The formulations of a conv-transpose legitimately compile to different FLOP
@@ -141,13 +210,14 @@ def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forw
     int-kernel mistake does 1/9 of the work) is always refused.
 
     Returns the report (also stored in JSON records); raises `FairnessError` on any failure.
-    Compiles and runs the zoo's fast path once per JAX subject and mode (outside any timing);
-    the compile measurements are kept for the "fast" call style.
     """
-    tol = output_tolerance if output_tolerance is not None else OUTPUT_TOLERANCE.get(dtype, 1e-4)
+    policy.check_precision(precision)
+    tol = output_tolerance(dtype)
     report: dict[str, Any] = {"reference": next(iter(subjects)), "dtype": dtype,
-                              "output_tolerance": tol, "flops_tolerance": flops_tolerance}
+                              "precision": policy.EXACT, "output_tolerance": tol,
+                              "flops_tolerance": flops_tolerance}
     problems: list[str] = []
+    notes: list[str] = []
 
     counts = {name: s.parameter_count() for name, s in subjects.items()}
     report["parameters"] = counts
@@ -155,38 +225,28 @@ def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forw
     problems += [f"parameter count: {name} has {n:,}, {ref_name} {counts[ref_name]:,}"
                  for name, n in counts.items() if n != counts[ref_name]]
 
-    for mode in modes:
-        if mode == "forward":
-            results = {name: _forward_output(s) for name, s in subjects.items()}
-            values = {name: r[0] for name, r in results.items()}
-            entries, found = compare_outputs(values, tol, "forward output")
-        else:
-            results = {name: _train_loss(s) for name, s in subjects.items()}
-            values = {name: np.asarray(r[0]) for name, r in results.items()}
-            entries, found = compare_outputs(values, tol, "training loss (first step)")
-            for name, r in results.items():
-                entries.setdefault(name, {})["loss"] = r[0]
-        problems += found
-        flops = {name: r[1].flops for name, r in results.items() if r[1] is not None}
-        groups = flops_groups or {}
-        flop_entries = {}
-        for group in dict.fromkeys(groups.get(name, "") for name in flops):
-            members = {n: v for n, v in flops.items() if groups.get(n, "") == group}
-            entries_g, found = compare_flops(members, flops_tolerance,
-                                             f"{mode}, method {group}" if group else mode)
-            floor = (flops_floor or {}).get(mode)
-            if found and floor and all(v >= 0.99 * floor for v in members.values() if v):
-                report.setdefault("notes", []).append(
-                    f"FLOPs ({mode}{', method ' + group if group else ''}) differ across "
-                    f"libraries by up to {max(members.values()) / min(members.values()):.3f}x, "
-                    f"all >= the {floor:.4g} useful FLOPs: XLA's accounting of padding")
-                found = []
-            for name in entries_g:
-                if group:
-                    entries_g[name]["group"] = group
-            flop_entries.update(entries_g)
-            problems += found
-        report[mode] = {"outputs": entries, "flops": flop_entries}
+    passes = [(policy.EXACT, report)]
+    fmt = policy.compute_format(dtype, precision)
+    if fmt == policy.compute_format(dtype, policy.EXACT):
+        # This backend computes `precision` in the same format (XLA:CPU, PyTorch on CPU): the
+        # strict pass, run with the setting to be timed, is the pass at that precision.
+        passes = [(precision, report)]
+        report["at_precision"] = {"precision": precision, "format": fmt, "same_as_strict": True}
+    else:
+        report["at_precision"] = {"precision": precision, "format": fmt,
+                                  "output_tolerance": output_tolerance(dtype, precision)}
+        passes.append((precision, report["at_precision"]))
+    for i, (prec, out) in enumerate(passes):
+        if problems and i:  # the strict pass failed: refuse now
+            break
+        with policy.use(prec):
+            for mode in modes:
+                out[mode], found = _check_mode(
+                    subjects, mode, out["output_tolerance"], flops_tolerance, flops_groups,
+                    (flops_floor or {}).get(mode), notes, check_flops=i == 0)
+                problems += [f"{p} (at precision {prec})" if i else p for p in found]
+    if notes:
+        report["notes"] = list(dict.fromkeys(notes))
     report["passed"] = not problems
     report["problems"] = problems
     if problems:

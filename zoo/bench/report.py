@@ -13,15 +13,13 @@ import json
 import os
 from typing import Any
 
-from zoo.bench.display import (
-    compile_seconds,
-    fmt_num,
-    fmt_ratio,
-    fmt_share,
-    fmt_time,
-    memory_mib,
-    method_columns,
-    time_unit,
+from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
+from zoo.bench.tables import (
+    dispatch_index,
+    dispatch_table,
+    model_table,
+    precision_label,
+    to_markdown,
 )
 
 IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
@@ -63,8 +61,8 @@ def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
             color=[IMPL_COLORS.get(r["impl"], "#999") for r in rows], capsize=2)
     cfg = record["config"]
     ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
-    ax.set_title(f"{cfg['arch']} {mode}, batch {cfg['batch']}, {cfg['dtype']} "
-                 f"({record['device']['name']})", fontsize=9)
+    ax.set_title(f"{cfg['arch']} {mode}, batch {cfg['batch']}, {cfg['dtype']}, "
+                 f"{precision_label(record)} ({record['device']['name']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -73,8 +71,6 @@ def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
 def plot_dispatch(record: dict[str, Any], path: str) -> None:
     plt = _plt()
     from matplotlib.ticker import NullFormatter
-
-    from zoo.bench.dispatch import dispatch_index
 
     workloads, keys, by = dispatch_index(record)
     fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 0.3 * len(keys) + 1.5),
@@ -99,37 +95,6 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def _model_rows(record: dict[str, Any], mode: str) -> list[str]:
-    rows = sorted((r for r in record["results"] if r["mode"] == mode),
-                  key=lambda r: r["time"].get("median_s") or float("inf"))
-    unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
-    s = lambda v: "-" if v is None else (f"{v * factor:.1f}" if v * factor >= 100
-                                         else f"{v * factor:.3g}")
-    methods, roof = method_columns(record), bool(record.get("roofline"))
-    extra_head = (" method |" if methods else "", (" × lhs_dilation | × torch |" if methods else "")
-                  + (" × roofline |" if roof else ""))
-    n_extra = (2 if methods else 0) + (1 if roof else 0)
-    lines = [f"| impl |{extra_head[0]} call | median {unit} | p10–p90 {unit} | dispatch {unit} | "
-             f"compile s | samples/s | TFLOP/s | % peak | GB/s | MiB | × fastest |{extra_head[1]}",
-             "|---|" + ("---|" if methods else "") + "---|" + "---:|" * (10 + n_extra)]
-    for r in rows:
-        t = r["time"]
-        call = f"**{r['call']}**" if r.get("default") else r["call"]
-        method = f" {r.get('method') or '-'} |" if methods else ""
-        tail = ((f" {fmt_ratio(r.get('ratio_to_lhs_dilation'))} |"
-                 f" {fmt_ratio(r.get('ratio_to_torch'))} |") if methods else "")
-        tail += f" {fmt_ratio(r.get('ratio_to_roofline'))} |" if roof else ""
-        lines.append(
-            f"| {r['impl']} |{method} {call} | {s(t.get('median_s'))} | {s(t.get('p10_s'))}–"
-            f"{s(t.get('p90_s'))} | {s(r['dispatch'].get('median_s'))} | {compile_seconds(r)} "
-            f"| {fmt_num(r.get('throughput_per_s'))} | "
-            f"{'-' if r.get('tflops_per_s') is None else format(r['tflops_per_s'], '.3g')} | "
-            f"{fmt_share(r.get('peak_flops_share'))} | "
-            f"{'-' if r.get('gb_per_s') is None else format(r['gb_per_s'], '.3g')} | "
-            f"{memory_mib(r)} | {r.get('ratio_to_fastest', 0):.2f} |{tail}")
-    return lines
-
-
 def _shown_config(record: dict[str, Any]) -> dict[str, Any]:
     """The resolved config; with several methods its method field is per row."""
     shown = dict(record["config"]["resolved_config"])
@@ -151,17 +116,6 @@ def _roofline_text(record: dict[str, Any], mode: str) -> str:
         text += ("× lhs_dilation: same impl and call style with method `lhs_dilation`; × torch: "
                  "the faster PyTorch style. " + (f"`auto` picked {picks}. " if picks else ""))
     return text
-
-
-def _dispatch_rows(record: dict[str, Any]) -> list[str]:
-    from zoo.bench.dispatch import dispatch_cells
-
-    workloads = list(record["config"]["workloads"])
-    head = "| impl | call | " + " | ".join(f"{w} µs | × floor | × own" for w in workloads) + " |"
-    lines = [head, "|---|---|" + "---:|---:|---:|" * len(workloads)]
-    for impl, call, cells in dispatch_cells(record):
-        lines.append(f"| {impl} | {call} | " + " | ".join(cells) + " |")
-    return lines
 
 
 def _conditions(record: dict[str, Any]) -> str:
@@ -194,7 +148,7 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
              "means, the fairness check and the conclusions: "
              "[docs/benchmarks.md](../docs/benchmarks.md).", "",
              "Every model table passed the fairness check (same weights, outputs within the "
-             "dtype's tolerance, compiled FLOPs within 1%) before it was timed. **Bold** = the "
+             "precision policy's tolerance, FLOPs within 1%) before it was timed. **Bold** = the "
              "library's default (fastest) call style, `zoo.fast`. Times are per step "
              "(median, p10–p90), dispatch = host time until the call returned, compile = "
              "lowering + XLA compilation seconds, or (first call) where a style has no "
@@ -225,7 +179,7 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                       "same raw way (isolates dispatch from program differences). "
                       f"{_conditions(rec)} "
                       f"Record: `{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
-                      *_dispatch_rows(rec), "",
+                      *to_markdown(dispatch_table(rec)), "",
                       f"![dispatch overhead]({plots_rel}/{png})", ""]
         models = [(p, r) for p, r in recs if r["kind"] == "model"]
         models.sort(key=lambda pr: (ARCH_ORDER.index(pr[1]["config"]["arch"])
@@ -238,13 +192,14 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                 png = f"{slug}-{name}-{mode}.png"
                 plot_model(rec, mode, os.path.join(plots_dir, png))
                 shape = "x".join(str(d) for d in cfg["input_shape"])
-                lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}"
+                lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}, "
+                          f"{precision_label(rec)}"
                           + (f", preset `{cfg['preset']}`" if cfg.get("preset") else ""), "",
                           f"Input {shape} (canonical NC...), config "
                           f"`{json.dumps(_shown_config(rec), sort_keys=True)}`. "
                           f"{_roofline_text(rec, mode)}{_conditions(rec)} Record: "
                           f"`{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
-                          *_model_rows(rec, mode), "",
+                          *to_markdown(model_table(rec, mode)), "",
                           f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
     text = "\n".join(lines).rstrip() + "\n"
     with open(readme, "w") as f:

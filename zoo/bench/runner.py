@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import jax
 
+from zoo import precision as policy
+from zoo.bench import accel
 from zoo.bench import styles as styles_mod
 from zoo.bench.fairness import check_fairness
-from zoo.bench.peaks import device_info, device_peak, versions
+from zoo.bench.peaks import device_peak
+from zoo.bench.records import record_base
 from zoo.bench.roofline import model_roofline
 from zoo.bench.subjects import Subject, build_config, build_models, make_task
 from zoo.bench.timing import (
@@ -28,7 +29,6 @@ from zoo.bench.timing import (
     summarize,
 )
 
-SCHEMA = 1
 ALL_METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase", "auto")
 BASELINE_METHOD = "lhs_dilation"
 
@@ -65,6 +65,7 @@ class BenchConfig:
     torch_compile: bool = False
     torch_threads: int | None = None
     profile: str | None = None
+    precision: str = "default"
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -73,17 +74,6 @@ class BenchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _record_base(kind: str) -> dict[str, Any]:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    threads = None
-    if "torch" in sys.modules:
-        threads = sys.modules["torch"].get_num_threads()
-    return {"schema": SCHEMA, "kind": kind, "torch_threads": threads,
-            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "device": device_info(), "versions": versions(),
-            "host_load_avg": list(load) if load else None}
 
 
 def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig, config: Any,
@@ -104,7 +94,8 @@ def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig
             args = (sub.x,) if mode == "forward" else sub.train_args()
             info, _ = compile_ahead(lambda f=fwd, a=args: f.lower(*a))
         if info.flops is not None:
-            twin[mode] = (info.flops, info.bytes_accessed, f"{jax_impls[0]} (JAX twin)")
+            twin[mode] = (info.flops, info.bytes_accessed,
+                          f"{jax_impls[0]} (JAX twin, {info.flops_source})")
     return twin
 
 
@@ -141,7 +132,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     samples: Samples = measured["samples"]
     time_stats = summarize(samples.step_s)
     median = time_stats.get("median_s")
-    flops, nbytes, source = info.flops, info.bytes_accessed, "compiled"
+    flops, nbytes, source = info.flops, info.bytes_accessed, info.flops_source
     if flops is None and mode in twin_flops:
         flops, nbytes, source = twin_flops[mode]
     peak = device_peak()
@@ -157,7 +148,11 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
         "throughput_per_s": cfg.batch / median if median else None,
         "flops": flops, "bytes_accessed": nbytes,
         "flops_source": source if flops is not None else None,
-        "memory": {"compiled": info.memory, "device_peak_bytes": device_peak_memory()},
+        "memory": {"compiled": info.memory,
+                   "device_peak_bytes": measured.get("torch_peak_bytes") or device_peak_memory(),
+                   "device_peak_source": ("torch.cuda.max_memory_allocated"
+                                          if measured.get("torch_peak_bytes")
+                                          else "jax memory_stats (process-wide)")},
     }
     if median and flops:
         res["tflops_per_s"] = flops / median / 1e12
@@ -225,12 +220,17 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
     implementation is built once per method (subjects named "impl:method"), PyTorch once, and
     all of them are checked and timed together in one interleaved run.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if cfg.torch_threads and "torch" in cfg.impls:
         import torch
 
         torch.set_num_threads(cfg.torch_threads)
+    with policy.use(cfg.precision):
+        return _run(cfg, console, progress)
+
+
+def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     clock = time.perf_counter
     phases = {"start": clock()}
     methods = cfg.methods
@@ -263,7 +263,7 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
                 peak.flops_per_s(cfg.dtype) if peak else None,
                 peak.gbps * 1e9 if peak else None)}
     fairness = check_fairness(
-        {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype,
+        {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
         flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
         flops_floor={m: r["flops"] for m, r in rooflines.items()})
     phases["fairness"] = clock()
@@ -280,14 +280,17 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
     with bar if progress else contextlib.nullcontext():
         for mode in cfg.modes:
             runs = [(name, call) for name in order for call in cfg.calls[subjects[name].impl]]
-            prepared, infos, samples = {}, {}, {}
+            prepared, infos, samples, torch_peaks = {}, {}, {}, {}
             setup = bar.add_task(f"{mode}: compile + warm-up", total=len(runs))
             for key in list(runs):
                 impl = subjects[key[0]].impl
                 try:
+                    accel.torch_reset_peak()
                     prepared[key] = styles_mod.STYLES[impl][key[1]](subjects[key[0]], mode)
                     infos[key] = _compile(prepared[key])
                     run_steps(prepared[key], cfg.warmup)
+                    if subjects[key[0]].is_torch:
+                        torch_peaks[key] = accel.torch_peak_bytes()
                 except Exception as e:
                     # A library's default style must work; an optional one may not exist in the
                     # installed version (APIs of nnx partials, torch.compile backends): record it.
@@ -316,7 +319,8 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
                     _profile(prepared[key], os.path.join(
                         cfg.profile, f"{cfg.arch}-{mode}-{name.replace(':', '-')}-{call}"),
                         min(cfg.repeat, 10))
-                res = _result(impl, call, mode, {"compile": infos[key], "samples": samples[key]},
+                res = _result(impl, call, mode, {"compile": infos[key], "samples": samples[key],
+                                                 "torch_peak_bytes": torch_peaks.get(key)},
                               cfg, twin)
                 res["method"] = method_of[name]
                 if prepared[key].note:
@@ -326,7 +330,7 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
 
     _add_ratios(results, cfg.modes, rooflines)
     phases["timing"] = clock()
-    record = _record_base("model")
+    record = record_base("model")
     record["phases_s"] = {k: phases[k] - phases[p] for p, k in
                           (("start", "build"), ("build", "fairness"), ("fairness", "timing"))}
     record["config"] = {**cfg.to_dict(), "resolved_config": config.to_dict(),

@@ -11,6 +11,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from zoo.bench import flops as flops_mod
+from zoo.bench.flops import jax_compiled
+
 
 @dataclass
 class Prepared:
@@ -31,47 +34,31 @@ class Prepared:
 
 @dataclass
 class CompileInfo:
-    """Seconds to lower (trace + StableHLO) and to compile (XLA), plus what the compiled
-    executable reports: FLOPs, bytes accessed and its memory footprint."""
+    """Seconds to lower (trace + StableHLO) and to compile (XLA), the program's FLOP counts per
+    source (`zoo.bench.flops`: source -> (flops, bytes accessed)) and its memory footprint."""
 
     lower_s: float | None = None
     compile_s: float | None = None
     first_call_s: float | None = None
-    flops: float | None = None
-    bytes_accessed: float | None = None
+    flop_counts: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     memory: dict[str, int] | None = None
 
+    @property
+    def flops_source(self) -> str | None:
+        return flops_mod.best(self.flop_counts)[0]
+
+    @property
+    def flops(self) -> float | None:
+        value = flops_mod.best(self.flop_counts)[1]
+        return value[0] if value else None
+
+    @property
+    def bytes_accessed(self) -> float | None:
+        value = flops_mod.best(self.flop_counts)[1]
+        return value[1] if value else None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def jax_compiled(obj: Any) -> Any:
-    """The `jax.stages.Compiled` inside an Equinox or NNX wrapper (or the object itself)."""
-    for _ in range(4):
-        if hasattr(obj, "cost_analysis"):
-            return obj
-        obj = getattr(obj, "compiled", None)
-        if obj is None:
-            return None
-    return None
-
-
-def cost_analysis(compiled: Any) -> tuple[float | None, float | None]:
-    """(flops, bytes accessed) from `compiled.cost_analysis()` (a dict, or a list of dicts in
-    older JAX); None where the backend reports nothing."""
-    compiled = jax_compiled(compiled)
-    if compiled is None:
-        return None, None
-    try:
-        ca = compiled.cost_analysis()
-    except Exception:  # some backends raise instead of returning nothing
-        return None, None
-    if isinstance(ca, list | tuple):
-        ca = ca[0] if ca else {}
-    ca = ca or {}
-    flops, nbytes = ca.get("flops"), ca.get("bytes accessed")
-    return (float(flops) if flops is not None and flops >= 0 else None,
-            float(nbytes) if nbytes is not None and nbytes >= 0 else None)
+        return {**asdict(self), "flops": self.flops, "flops_source": self.flops_source}
 
 
 _MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -100,8 +87,8 @@ def compile_ahead(lower: Callable[[], Any]) -> tuple[CompileInfo, Any]:
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()
-    flops, nbytes = cost_analysis(compiled)
-    return CompileInfo(t1 - t0, t2 - t1, None, flops, nbytes, memory_analysis(compiled)), compiled
+    counts = flops_mod.count(lowered, compiled)
+    return CompileInfo(t1 - t0, t2 - t1, None, counts, memory_analysis(compiled)), compiled
 
 
 def first_call(prepared: Prepared) -> float:

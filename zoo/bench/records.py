@@ -1,0 +1,78 @@
+"""JSON records: the common header of every record, file names, writing."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+from zoo import precision as policy
+from zoo.bench.accel import gpu_info
+from zoo.bench.peaks import device_info, versions
+
+SCHEMA = 2
+RESULTS_DIR = os.path.join("bench", "results")
+
+
+def record_base(kind: str) -> dict[str, Any]:
+    """Header of every record: device (with GPU name, driver, CUDA and cuDNN versions), library
+    versions, the precision settings in effect, host load and PyTorch threads."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    threads = None
+    if "torch" in sys.modules:
+        threads = sys.modules["torch"].get_num_threads()
+    device = device_info()
+    gpu = gpu_info()
+    if gpu:
+        device["gpu"] = gpu
+    return {"schema": SCHEMA, "kind": kind, "torch_threads": threads,
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "device": device, "versions": versions(), "precision_settings": policy.current(),
+            "host_load_avg": list(load) if load else None}
+
+
+def record_name(record: dict[str, Any]) -> str:
+    """File name of a model record: arch, preset or batch, dtype, modes, methods, precision."""
+    if record["kind"] == "dispatch":
+        return "dispatch.json"
+    cfg = record["config"]
+    tag = cfg["preset"] or f"b{cfg['batch']}"
+    modes = "both" if len(cfg["modes"]) == 2 else cfg["modes"][0]
+    method = "" if cfg["method"] == "auto" else f"-{cfg['method']}"
+    if len(cfg.get("methods") or ()) > 1:
+        method = "-methods"
+    prec = cfg.get("precision", "default")
+    prec = "" if prec == "default" else f"-{prec}"
+    return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}{prec}.json"
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, tuple | set):
+        return list(o)
+    return str(o)
+
+
+def write_json(record: dict[str, Any], path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1, default=_jsonable)
+        f.write("\n")
+
+
+def save(record: dict[str, Any], json_path: str | None, results_dir: str | None,
+         console: Any = None) -> list[str]:
+    """Write `record` to `json_path` and/or `results_dir/<device>/<name>.json`."""
+    paths = [json_path] if json_path else []
+    if results_dir:
+        paths.append(os.path.join(results_dir, record["device"]["slug"], record_name(record)))
+    for path in paths:
+        write_json(record, path)
+        if console is not None:
+            console.print(f"wrote {path}")
+    return paths
