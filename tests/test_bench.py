@@ -115,6 +115,37 @@ def test_fairness_refuses_int_kernel_size():
                err.value.problems)
 
 
+def test_flop_check_survives_a_backend_without_counts(monkeypatch):
+    """A backend whose cost analysis gives None, -1 or [] (seen on GPUs): the check counts the
+    pre-optimisation program instead, says so, and still refuses the int-kernel pair; with no
+    count from any source it refuses rather than passing."""
+    import jax.stages
+
+    from zoo.bench import flops
+
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 6))
+    task = Task(x, x, "mse")
+    pair = {"linen-3d": _conv_subject((3, 3, 3), "linen-3d", task),
+            "linen-int-kernel": _conv_subject(3, "linen-int-kernel", task)}
+
+    def refused(source):
+        with pytest.raises(FairnessError) as err:
+            check_fairness(pair)
+        entry = err.value.report["forward"]["flops"]["linen-int-kernel"]
+        assert entry["source"] == source and 0.1 < entry["ratio"] < 0.2
+        assert f"{entry['ratio']:.3f}x the" in str(err.value)
+        assert f"{source} counts" in str(err.value)
+
+    for broken in (None, {"flops": -1.0}, []):
+        monkeypatch.setattr(jax.stages.Compiled, "cost_analysis", lambda self, b=broken: b)
+        refused("lowered")  # the backend's count of the pre-optimisation HLO
+    monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", lambda self: None)
+    refused("cpu")  # the same HLO counted by the host CPU client
+    monkeypatch.setattr(flops, "_cpu_analysis", lambda lowered: [])
+    with pytest.raises(FairnessError, match="no usable count for linen-3d from any source"):
+        check_fairness(pair)
+
+
 class IntKernelConvT(nn.Module):
     """The published mistake on a conv-transpose: `kernel_size=3` on 3-D data."""
 

@@ -40,7 +40,9 @@ def record_name(record: dict[str, Any]) -> str:
     cfg = record["config"]
     tag = cfg["preset"] or f"b{cfg['batch']}"
     modes = "both" if len(cfg["modes"]) == 2 else cfg["modes"][0]
-    method = "" if cfg["method"] == "auto" else f"-{cfg['method']}"
+    resolved = cfg.get("resolved_config") or {}
+    has_method = "method" in resolved or "conv_method" in resolved
+    method = "" if cfg["method"] == "auto" or not has_method else f"-{cfg['method']}"
     if len(cfg.get("methods") or ()) > 1:
         method = "-methods"
     prec = cfg.get("precision", "default")

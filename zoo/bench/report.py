@@ -38,7 +38,11 @@ def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _plt() -> Any:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("the report's plots need matplotlib: pip install "
+                          "'jax-model-zoo[bench]'") from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
