@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
+
+# On a GPU, JAX would take 75% of its memory in every test process (xdist workers, PyTorch).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax
 import pytest

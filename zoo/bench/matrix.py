@@ -28,10 +28,11 @@ from typing import Any
 import zoo
 from zoo.bench.presets import LAYER_ARCH
 
-# Rough seconds per compilation, for the printed estimate and the budget (GPU: XLA autotunes
-# convolutions; torch.compile runs Inductor). Timed steps are cheap next to them.
+# Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
+# host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
+# measured compile times (`compile` in every result row). Timed steps are cheap next to them.
 COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0},
-             "full": {"jax": 3.0, "torch_compile": 25.0, "entry": 3.0}}
+             "full": {"jax": 1.5, "torch_compile": 15.0, "entry": 3.0}}
 JAX_STYLES_ALL = 10  # call styles of the three JAX libraries with --call all
 
 
@@ -90,8 +91,8 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     ]
     size = ("--preset", "tiny") if quick else ()
     calls = ("--call", "default") if quick else ("--call", "all")
-    for arch in zoo.ARCHS:
-        for dtype in ("float32", "bfloat16"):
+    for dtype in ("float32", "bfloat16"):
+        for arch in zoo.ARCHS:
             mode = ("--mode", "forward" if quick and dtype != "float32" else "both")
             entries.append(Entry("models", (arch, *size, *mode, "--dtype", dtype, *impls,
                                             *calls, *(methods if quick else ()), *compile_,

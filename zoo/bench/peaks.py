@@ -19,7 +19,8 @@ import jax
 
 @dataclass(frozen=True)
 class Peak:
-    """Peak TFLOP/s per dtype and memory bandwidth in GB/s."""
+    """Peak TFLOP/s per compute format (`zoo.precision.compute_format`: float32, tf32,
+    bfloat16) and memory bandwidth in GB/s."""
 
     name: str
     tflops: dict[str, float]
@@ -35,15 +36,15 @@ class Peak:
         return asdict(self)
 
 
-# float32 on NVIDIA GPUs: JAX's default precision runs float32 matmuls and convolutions on TF32
-# tensor cores, so the TF32 peak is the relevant one (CUDA-core FP32 in the note).
+# float32 on NVIDIA GPUs runs on TF32 tensor cores at the libraries' default precision and on
+# CUDA cores at "highest": the share of peak uses the format the run computed in.
 GPU_PEAKS: dict[str, Peak] = {
-    "h100-pcie": Peak("NVIDIA H100 PCIe", {"float32": 378.0, "bfloat16": 756.0}, 2000.0,
-                      note="float32 = TF32 tensor cores (FP32 CUDA cores: 51 TFLOP/s)"),
-    "h100": Peak("NVIDIA H100 SXM", {"float32": 494.0, "bfloat16": 989.0}, 3350.0,
-                 note="float32 = TF32 tensor cores (FP32 CUDA cores: 67 TFLOP/s)"),
-    "h200": Peak("NVIDIA H200 SXM", {"float32": 494.0, "bfloat16": 989.0}, 4800.0,
-                 note="float32 = TF32 tensor cores (FP32 CUDA cores: 67 TFLOP/s)"),
+    "h100-pcie": Peak("NVIDIA H100 PCIe", {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0},
+                      2000.0, note="tf32 = float32 at the default precision (tensor cores)"),
+    "h100": Peak("NVIDIA H100 SXM", {"float32": 67.0, "tf32": 494.0, "bfloat16": 989.0}, 3350.0,
+                 note="tf32 = float32 at the default precision (tensor cores)"),
+    "h200": Peak("NVIDIA H200 SXM", {"float32": 67.0, "tf32": 494.0, "bfloat16": 989.0}, 4800.0,
+                 note="tf32 = float32 at the default precision (tensor cores)"),
 }
 CPU_GBPS_PER_CORE = 10.0  # rough: a server core's share of DRAM bandwidth
 

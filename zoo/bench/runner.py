@@ -156,7 +156,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     }
     if median and flops:
         res["tflops_per_s"] = flops / median / 1e12
-        pf = peak.flops_per_s(cfg.dtype) if peak else None
+        pf = peak.flops_per_s(policy.compute_format(cfg.dtype, cfg.precision)) if peak else None
         res["peak_flops_share"] = flops / median / pf if pf else None
     if median and nbytes:
         res["gb_per_s"] = nbytes / median / 1e9
@@ -260,7 +260,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
         roof = model_roofline(config, cfg.batch, cfg.dtype, mode)
         if roof is not None:
             rooflines[mode] = {**roof.to_dict(), "time_s": roof.time_s(
-                peak.flops_per_s(cfg.dtype) if peak else None,
+                peak.flops_per_s(policy.compute_format(cfg.dtype, cfg.precision)) if peak else None,
                 peak.gbps * 1e9 if peak else None)}
     fairness = check_fairness(
         {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
