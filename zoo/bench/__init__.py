@@ -1,13 +1,15 @@
 """Fair benchmarks of the zoo's models: `python -m zoo.bench` (see docs/benchmarks.md).
 
-    python -m zoo.bench cnn --impl all --mode both --call all
+    python -m zoo.bench cnn --impl all --mode both --call all [--precision highest]
     python -m zoo.bench dispatch
+    python -m zoo.bench matrix --out bench/results [--quick]
     python -m zoo.bench report
 
 Before anything is timed, the implementations being compared are built from one canonical
-state and must agree on parameter counts, outputs and compiled FLOP counts
-(`zoo.bench.fairness`); otherwise `FairnessError` is raised and the command exits with status 3.
-The fastest call style of each library is public as `zoo.fast`.
+state and must agree on parameter counts, outputs (strictly at full float32, then at the timed
+precision: `zoo.precision`) and FLOP counts (`zoo.bench.flops`), see `zoo.bench.fairness`;
+otherwise `FairnessError` is raised and the command exits with status 3. The fastest call style
+of each library is public as `zoo.fast`.
 """
 
 from zoo.bench.cli import main

@@ -83,21 +83,17 @@ def _nvidia_smi() -> dict[str, str]:
 
 
 def _jax_cuda_versions() -> dict[str, Any]:
-    """CUDA runtime, cuDNN and driver versions as JAX's CUDA plugin reports them."""
+    """CUDA runtime, cuDNN and driver versions as JAX's CUDA plugin reports them (private API,
+    guarded: `jax._src.lib.cuda_versions` is the plugin's `_versions` module)."""
     out: dict[str, Any] = {}
-    for module in ("jax._src.lib", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
-        with contextlib.suppress(Exception):
-            mod = __import__(module, fromlist=["cuda_versions"])
-            versions = getattr(mod, "cuda_versions", None) or getattr(mod, "_versions", None)
-            if versions is None:
-                continue
-            for key, fn in (("cuda_runtime", "cuda_runtime_get_version"),
-                            ("cudnn", "cudnn_get_version"),
-                            ("cuda_driver", "cuda_driver_get_version")):
-                with contextlib.suppress(Exception):
-                    out[key] = getattr(versions, fn)()
-            if out:
-                return out
+    with contextlib.suppress(Exception):
+        from jax._src.lib import cuda_versions
+
+        for key, fn in (("cuda_runtime", "cuda_runtime_get_version"),
+                        ("cudnn", "cudnn_get_version"),
+                        ("cuda_driver", "cuda_driver_get_version")):
+            with contextlib.suppress(Exception):
+                out[key] = getattr(cuda_versions, fn)()
     return out
 
 
