@@ -28,8 +28,9 @@ from zoo.bench.timing import (
     run_steps,
     summarize,
 )
+from zoo.layers.conv_transpose import METHODS
 
-ALL_METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase", "auto")
+ALL_METHODS: tuple[str, ...] = (*METHODS, "auto")
 BASELINE_METHOD = "lhs_dilation"
 
 
