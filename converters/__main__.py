@@ -21,7 +21,7 @@ from rich.table import Table
 
 from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_size
 from converters.checkpoints import inspect_checkpoint as inspect_file
-from converters.ckpt_io import CheckpointError, ProgressFn
+from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.core import ConversionError
 from zoo.configs import ConfigError
 

@@ -219,7 +219,7 @@ def test_python_api_load_save_and_canonical_helpers(cnn, tmp_path):
 
 
 def test_failed_write_leaves_nothing_and_keeps_the_old_output(cnn, tmp_path, monkeypatch):
-    from converters import checkpoints
+    import equinox
 
     cfg, state = cnn
     ck = Checkpoint(cfg, state)
@@ -229,7 +229,7 @@ def test_failed_write_leaves_nothing_and_keeps_the_old_output(cnn, tmp_path, mon
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(checkpoints.eqx, "tree_serialise_leaves", boom)
+    monkeypatch.setattr(equinox, "tree_serialise_leaves", boom)
     for dst, force in ((tmp_path / "new.eqx", False), (old, True)):
         with pytest.raises(RuntimeError, match="disk full"):
             write(ck, dst, "eqx", force=force)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     Checkpoint,
     Detection,
     _check_version,
@@ -18,11 +18,11 @@ from converters.ckpt_base import (
     _guess_arch,
     parse_config,
 )
-from converters.ckpt_detect import _orbax_tree, detect
-from converters.ckpt_eqx import _eqx_leaves, _eqx_like
-from converters.ckpt_io import CheckpointError, file_size, scan_npy_stream
-from converters.ckpt_rw import read
-from converters.ckpt_torch import _SAFETENSORS_DTYPES, _load_pt
+from converters.checkpoints.detect import _orbax_tree, detect
+from converters.checkpoints.eqx import _eqx_leaves, _eqx_like
+from converters.checkpoints.io import CheckpointError, file_size, scan_npy_stream
+from converters.checkpoints.readwrite import read
+from converters.checkpoints.torch import _SAFETENSORS_DTYPES, _load_pt
 from converters.core import ConversionError
 from converters.optim import param_keys
 from zoo.configs import Config, ConfigError, config_from_dict

@@ -1,23 +1,5 @@
-"""Checkpoint files of Equinox, Flax Linen, Flax NNX and PyTorch, converted through the canonical
-layout (PyTorch ``state_dict`` names and layouts). See docs/checkpoints.md.
+"""The public checkpoint API: `save`, `load`, `convert_file`, `save_canonical`, `load_canonical`."""
 
-    ckpt = converters.load("run/model.eqx")                 # a Checkpoint (canonical arrays)
-    model = converters.load("run/model.eqx", "nnx")         # a native NNX model
-    converters.save(model, "model.safetensors", "canonical")
-    converters.convert_file("model.pt", "model_nnx", to="nnx", config=cfg)
-
-Formats (each the library's own way of saving):
-
-- ``eqx``: an ``eqx.tree_serialise_leaves`` file plus a JSON sidecar ``<file>.json``;
-- ``linen``: an orbax-checkpoint directory of the variables (plus ``zoo.json`` inside);
-- ``nnx``: an orbax-checkpoint directory of ``nnx.state(model)`` (plus ``zoo.json`` inside);
-- ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
-- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
-
-Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
-records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
-destination under a temporary name and renamed at the end.
-"""
 
 from __future__ import annotations
 
@@ -30,29 +12,19 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from converters.ckpt_base import (
-    FORMAT_VERSION,
+from converters.checkpoints.base import (
     FORMATS,
     Checkpoint,
-    Detection,
     _np_state,
     parse_config,
 )
-from converters.ckpt_detect import detect
-from converters.ckpt_inspect import Report, inspect_checkpoint
-from converters.ckpt_inspect import disk_size as disk_size
-from converters.ckpt_io import CheckpointError, ProgressFn
-from converters.ckpt_rw import read, write
+from converters.checkpoints.inspect import disk_size as disk_size
+from converters.checkpoints.io import CheckpointError, ProgressFn
+from converters.checkpoints.readwrite import read, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
 from zoo.registry import ARCHS, make_config
-
-__all__ = [
-    "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "Detection", "Report",
-    "convert_file", "detect", "detect_impl", "inspect_checkpoint", "load", "load_canonical",
-    "parse_config", "read", "save", "save_canonical", "write",
-]
 
 
 def detect_impl(obj: Any) -> str:

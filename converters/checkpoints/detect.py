@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from converters.ckpt_base import FORMAT_VERSION, Detection, _first_line
-from converters.ckpt_io import (
+from converters.checkpoints.base import FORMAT_VERSION, Detection, _first_line
+from converters.checkpoints.io import (
     DIR_METADATA,
     NPY_MAGIC,
     CheckpointError,

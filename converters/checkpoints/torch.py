@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     FORMAT_VERSION,
     OPT_PREFIX,
     Checkpoint,
@@ -23,7 +23,7 @@ from converters.ckpt_base import (
     _Task,
     _write_json,
 )
-from converters.ckpt_io import CheckpointError, ProgressFn
+from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.core import canonical_spec
 from converters.optim import CanonicalOptState
 from zoo.configs import Config

@@ -6,12 +6,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from converters.ckpt_base import FORMATS, Checkpoint, _check_version, _Task, parse_config
-from converters.ckpt_detect import detect
-from converters.ckpt_eqx import _read_eqx, _write_eqx
-from converters.ckpt_io import CheckpointError, ProgressFn, atomic_outputs, sidecar_path
-from converters.ckpt_orbax import _read_orbax, _write_orbax
-from converters.ckpt_torch import _read_safetensors, _read_torch, _write_safetensors, _write_torch
+from converters.checkpoints.base import FORMATS, Checkpoint, _check_version, _Task, parse_config
+from converters.checkpoints.detect import detect
+from converters.checkpoints.eqx import _read_eqx, _write_eqx
+from converters.checkpoints.io import CheckpointError, ProgressFn, atomic_outputs, sidecar_path
+from converters.checkpoints.orbax import _read_orbax, _write_orbax
+from converters.checkpoints.torch import (
+    _read_safetensors,
+    _read_torch,
+    _write_safetensors,
+    _write_torch,
+)
 from converters.core import ConversionError, from_canonical
 from converters.optim import to_native_opt
 

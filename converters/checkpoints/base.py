@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.ckpt_io import SIDECAR_MARKER, CheckpointError, ProgressFn, no_progress
+from converters.checkpoints.io import SIDECAR_MARKER, CheckpointError, ProgressFn, no_progress
 from converters.core import as_numpy_state, canonical_spec, from_canonical, validate
 from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, validate_opt
 from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     Checkpoint,
     Detection,
     _dtype_of,
@@ -24,7 +24,7 @@ from converters.ckpt_base import (
     _with_dtype,
     _write_json,
 )
-from converters.ckpt_io import CheckpointError, ProgressFn, load_npy, scan_npy_stream
+from converters.checkpoints.io import CheckpointError, ProgressFn, load_npy, scan_npy_stream
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, build, canonical_from_native
 from zoo.configs import Config
