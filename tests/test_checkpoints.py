@@ -231,7 +231,7 @@ def test_failed_write_leaves_nothing_and_keeps_the_old_output(cnn, tmp_path, mon
 
     monkeypatch.setattr(equinox, "tree_serialise_leaves", boom)
     for dst, force in ((tmp_path / "new.eqx", False), (old, True)):
-        with pytest.raises(RuntimeError, match="disk full"):
+        with pytest.raises(converters.CheckpointError, match="disk full"):
             write(ck, dst, "eqx", force=force)
     assert not (tmp_path / "new.eqx").exists() and not (tmp_path / "new.eqx.json").exists()
     assert old.read_bytes() == before

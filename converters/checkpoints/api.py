@@ -18,8 +18,9 @@ from converters.checkpoints.base import (
     _np_state,
     parse_config,
 )
+from converters.checkpoints.destination import check_pair
 from converters.checkpoints.inspect import disk_size as disk_size
-from converters.checkpoints.io import CheckpointError, ProgressFn
+from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.readwrite import read, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
@@ -77,10 +78,12 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
 
 def save(obj: Any, path: str | os.PathLike, fmt: str, *, impl: str | None = None,
          config: Any = None, opt_state: Any = None, step: int | None = None,
-         force: bool = False, progress: ProgressFn | None = None) -> Path:
+         force: bool = False, progress: ProgressFn | None = None, cast: Any = None) -> Path:
     """Save a native model (optionally with its optax state and step), a canonical state dict
     (with `config`) or a Checkpoint as `fmt` at `path`, validated and atomically."""
     ck = as_checkpoint(obj, impl=impl, config=config, opt_state=opt_state, step=step)
+    if cast is not None:
+        ck = ck.cast(cast)
     return write(ck, path, fmt, force=force, progress=progress)
 
 
@@ -106,19 +109,20 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
 
 def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
-                 model_only: bool = False, progress: ProgressFn | None = None) -> Checkpoint:
+                 model_only: bool = False, progress: ProgressFn | None = None,
+                 cast: Any = None) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
-    `dst` appears complete or not at all.
+    `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
+    converts every floating array to that dtype (e.g. float64 for a JAX format without x64).
     """
-    src, dst = Path(src), Path(dst)
     if to not in FORMATS:
-        raise CheckpointError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
-    if dst.absolute() == src.absolute() or src.absolute() in dst.absolute().parents:
-        raise CheckpointError(f"refusing to write {dst} over or inside its source {src}")
-    ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress)
-    write(ck, dst, to, force=force, progress=progress)
+        raise UsageError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
+    check_pair(src, dst)
+    ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
+              cast=cast)
+    write(ck, dst, to, force=force, progress=progress, source=src)
     return ck
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,45 +17,82 @@ from converters.checkpoints.io import (
     read_json_meta,
     sidecar_path,
 )
+from converters.checkpoints.metadata import check_meta, loads_json
 
 ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")
 
 
-def _safetensors_meta(path: Path, size: int) -> tuple[dict[str, str] | None, str]:
-    """The safetensors header metadata, or None and why this is not a safetensors file."""
+_ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
+                "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1,
+                "F8_E5M2": 1}
+
+
+def _safetensors_header(path: Path, size: int) -> tuple[dict[str, Any] | None, str]:
+    """The validated safetensors header, or None and why this is not a safetensors file: the
+    length fits the file, the header is a JSON object, every tensor's offsets lie inside the
+    data and match its shape and dtype (all in Python integers: nothing overflows)."""
     if size < 10:
         return None, f"only {size} bytes"
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        if n > size - 8:
-            return None, f"header length {n} exceeds the file size {size}"
-        header = f.read(n)
-    if not header.startswith(b"{"):
+        if n < 2 or n > size - 8:
+            return None, f"header length {n} does not fit the file size {size}"
+        if n > 100 * 2**20:
+            return None, f"header length {n} exceeds 100 MiB"
+        raw = f.read(n)
+    if not raw.startswith(b"{"):
         return None, "no JSON header"
     try:
-        data = json.loads(header)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return None, f"corrupted JSON header ({e})"
-    if not isinstance(data, dict):
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        return None, f"corrupted JSON header ({type(e).__name__})"
+    if not isinstance(header, dict):
         return None, "header is not a JSON object"
-    meta = data.get("__metadata__") or {}
-    return {str(k): str(v) for k, v in meta.items()}, ""
+    data = size - 8 - n
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        ok = (isinstance(t, dict) and t.get("dtype") in _ST_ITEMSIZE
+              and isinstance(t.get("shape"), list) and isinstance(t.get("data_offsets"), list)
+              and all(isinstance(d, int) and d >= 0 for d in t["shape"])
+              and len(t["data_offsets"]) == 2
+              and all(isinstance(o, int) for o in t["data_offsets"]))
+        if not ok:
+            return None, f"tensor {name!r}: malformed header entry"
+        begin, end = t["data_offsets"]
+        if not 0 <= begin <= end <= data:
+            return None, f"tensor {name!r}: offsets {begin}..{end} outside the {data} data bytes"
+        if end - begin != math.prod(t["shape"]) * _ST_ITEMSIZE[t["dtype"]]:
+            return None, f"tensor {name!r}: offsets do not match its shape and dtype"
+    return header, ""
 
 
-def _normalise_safetensors_meta(raw: dict[str, str]) -> dict[str, Any] | None:
+def _safetensors_meta(path: Path, header: dict[str, Any]) -> dict[str, Any] | None:
+    """Our metadata from a safetensors header (None if the file is not ours), type-checked."""
+    raw = header.get("__metadata__")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise CheckpointError(f"{path}: safetensors __metadata__ must be an object of strings, "
+                              f"found {str(raw)[:80]!r}")
     if "arch" not in raw and "zoo_format" not in raw:
         return None
-    meta: dict[str, Any] = {"format_version": raw.get("format_version", FORMAT_VERSION),
-                            "format": raw.get("zoo_format"), "dtype": raw.get("dtype")}
-    try:
-        meta["config"] = json.loads(raw["config"]) if "config" in raw else {"arch": raw["arch"]}
-        meta["optimizer"] = json.loads(raw["optimizer"]) if raw.get("optimizer") else None
-        meta["step"] = int(raw["step"]) if raw.get("step") not in (None, "", "null") else None
-    except (json.JSONDecodeError, ValueError) as e:
-        raise CheckpointError(f"corrupted checkpoint metadata in the safetensors header: {e}"
-                              ) from e
-    meta["kind"] = raw.get("kind", "model")
-    return meta
+    meta: dict[str, Any] = {"format_version": raw.get("format_version", str(FORMAT_VERSION)),
+                            "format": raw.get("zoo_format"), "dtype": raw.get("dtype"),
+                            "kind": raw.get("kind", "model")}
+    meta["config"] = (loads_json(raw["config"], path, "metadata field 'config'")
+                      if "config" in raw else {"arch": raw["arch"]})
+    meta["optimizer"] = (loads_json(raw["optimizer"], path, "metadata field 'optimizer'")
+                         if raw.get("optimizer") else None)
+    step = raw.get("step")
+    if step in (None, "", "null"):
+        meta["step"] = None
+    elif step.isdigit() and len(step) < 20:
+        meta["step"] = int(step)
+    else:
+        raise CheckpointError(f"{path}: metadata field 'step': expected a non-negative "
+                              f"integer, found {step[:40]!r}")
+    return check_meta(meta, path)
 
 
 def _orbax_tree(path: Path) -> dict[str, Any]:
@@ -88,34 +126,41 @@ def _orbax_tree(path: Path) -> dict[str, Any]:
 
 
 def detect(path: str | os.PathLike) -> Detection:
-    """The format of a checkpoint path, and why; CheckpointError if it is none we know."""
+    """The format of a checkpoint path, and why; CheckpointError if it is none we know.
+
+    By content, in a safe order: a directory is orbax (by its metadata); a file is safetensors
+    when its header validates, else torch.save by the zip magic, Equinox by the .npy magic (its
+    sidecar gives the architecture) and, last, a legacy torch.save pickle by its first byte.
+    """
     path = Path(path)
-    if not path.exists():
+    if not (path.exists() or path.is_symlink()):
         raise CheckpointError(f"{path}: no such file or directory")
     if path.is_dir():
         return _detect_dir(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a regular file or directory")
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
-    with open(path, "rb") as f:
-        head = f.read(16)
-    side = read_json_meta(sidecar_path(path))
-    if head.startswith(NPY_MAGIC):
-        why = "starts with the .npy magic: an Equinox tree_serialise_leaves file"
-        return Detection("eqx", why + (f", sidecar {sidecar_path(path).name}" if side else ""),
-                         side)
-    if head.startswith(b"PK\x03\x04"):
-        return Detection("torch", "zip archive: a torch.save file", side, "pt")
-    if head[:1] == b"\x80":
-        return Detection("torch", "pickle stream: a legacy torch.save file", side, "pt")
-    raw, why_not = _safetensors_meta(path, size)
-    if raw is not None:
-        meta = _normalise_safetensors_meta(raw)
+    header, why_not = _safetensors_header(path, size)
+    if header is not None:
+        meta = _safetensors_meta(path, header)
         if meta is not None and meta.get("format") == "canonical":
             return Detection("canonical", "safetensors with zoo metadata format 'canonical'",
                              meta, "safetensors")
         return Detection("torch", "safetensors without canonical metadata: a PyTorch state_dict",
                          meta, "safetensors")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    side, note = _sidecar(path, size)
+    if head.startswith(b"PK\x03\x04"):
+        return Detection("torch", "zip archive: a torch.save file", side, "pt", note)
+    if head.startswith(NPY_MAGIC):
+        why = "starts with the .npy magic: an Equinox tree_serialise_leaves file"
+        return Detection("eqx", why + (f", sidecar {sidecar_path(path).name}" if side else ""),
+                         side, "", note)
+    if head[:1] == b"\x80":
+        return Detection("torch", "pickle stream: a legacy torch.save file", side, "pt", note)
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
         raise CheckpointError(f"{path}: not a valid safetensors file ({why_not}): truncated or "
@@ -130,8 +175,27 @@ def detect(path: str | os.PathLike) -> Detection:
         f"or pickle, not an Equinox .npy stream, not an orbax directory (first bytes {head[:8]!r})")
 
 
+def _sidecar(path: Path, size: int) -> tuple[dict[str, Any] | None, str]:
+    """The sidecar's metadata, or None with a note when it describes other data (stale)."""
+    side = sidecar_path(path)
+    meta = read_json_meta(side)
+    if meta is None:
+        return None, ""
+    check_meta(meta, side)
+    data = meta.get("data")
+    if data is not None:
+        from converters.checkpoints.destination import digest
+
+        if data.get("size") != size or data != digest(path):
+            return None, (f"ignored {side.name}: it describes other data (stale, left by an "
+                          "interrupted write)")
+    return meta, ""
+
+
 def _detect_dir(path: Path) -> Detection:
     meta = read_json_meta(path / DIR_METADATA)
+    if meta is not None:
+        check_meta(meta, path / DIR_METADATA)
     if not any((path / m).exists() for m in ORBAX_MARKERS):
         inner = sorted(str(p.parent.relative_to(path)) for m in ORBAX_MARKERS
                        for p in path.glob(f"*/{m}"))

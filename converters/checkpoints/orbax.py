@@ -141,7 +141,7 @@ def _read_orbax(path: Path, det: Detection, given: Config | None,
 
 
 def _write_orbax(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, Any], tmp: Path,
-                 side: list[Path]) -> None:
+                 dst: Path) -> None:
     import orbax.checkpoint as ocp
 
     model, opt = native
