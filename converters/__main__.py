@@ -136,8 +136,7 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
         console.print(f"loads into the zoo: unknown: {r.problem}", highlight=False)
         return 0
     console.print("loads into the zoo: [red]no[/red]")
-    console.print(r.problem, highlight=False, markup=False)
-    return 1
+    raise CheckpointError(r.problem or f"{r.path} does not load")
 
 
 def _quiet_libraries() -> None:

@@ -59,7 +59,7 @@ def fails(capsys, argv: list[str], *needles: str, code: int = 1) -> str:
         dst = Path(argv[2])
         assert not dst.exists() and not Path(str(dst) + ".json").exists()
         if dst.parent.is_dir():
-            assert not [p for p in dst.parent.iterdir() if ".tmp-" in p.name]  # no temporaries
+            assert not [p for p in dst.parent.iterdir() if p.name.startswith(".zoo-")]
     for p, d in before.items():
         assert digest(Path(p)) == d  # the source is untouched
     return err

@@ -302,8 +302,9 @@ def test_cli_inspect(cnn, tmp_path, capsys):
     # validated against a wrong config: reported, non-zero
     wrong = json.dumps({**cfg.to_dict(), "hidden": 32})
     assert main(["inspect", str(tmp_path / "bare.pt"), "--config", wrong]) == 1
-    out = capsys.readouterr().out
-    assert "loads into the zoo: no" in out and "'fc1.weight': expected shape (32, 32)" in out
+    out, err = capsys.readouterr()
+    assert "loads into the zoo: no" in out and "'fc1.weight': expected shape (32, 32)" in err
+    assert err.startswith("error:")
 
 
 def test_cli_runs_as_a_module(cnn, tmp_path):

@@ -82,7 +82,7 @@ class Checkpoint:
             return self._validated[1]  # nothing that validation looks at has changed
         dtype = validate(self.state, self.config)
         mixed = sorted(k for k, v in self.state.items()
-                       if np.issubdtype(v.dtype, np.floating) and v.dtype != dtype)
+                       if jnp.issubdtype(v.dtype, jnp.floating) and v.dtype != dtype)
         if mixed:
             raise ConversionError(
                 f"the checkpoint mixes floating dtypes: {dtype} parameters, but "
@@ -108,9 +108,9 @@ class Checkpoint:
         import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
 
         dtype = np.dtype(jnp.dtype(dtype))
-        if not np.issubdtype(dtype, np.floating):
+        if not jnp.issubdtype(dtype, jnp.floating):
             raise UsageError(f"--cast {dtype}: not a floating dtype")
-        conv = lambda a: a.astype(dtype) if np.issubdtype(a.dtype, np.floating) else a
+        conv = lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
         opt = self.optimizer
         if opt is not None:
             opt = CanonicalOptState(opt.layout, {k: conv(np.asarray(v))

@@ -145,6 +145,22 @@ def _recover(parent: Path, tmp: Path) -> None:
             os.replace(side, sidecar_path(target))
 
 
+def pending_sidecar(path: Path) -> dict[str, Any] | None:
+    """The sidecar an interrupted write of `path` left unpublished, if it describes exactly the
+    data now at `path` (the crash fell between publishing the data and its sidecar)."""
+    for side in path.parent.glob(f"{TMP_PREFIX}{tag(path)}-*/{SIDECAR}"):
+        pid = side.parent.name.rpartition("-")[2]
+        if not pid.isdigit() or _pid_alive(int(pid)) or (side.parent / DATA).exists():
+            continue
+        try:
+            meta = read_json_meta(side)
+        except CheckpointError:
+            continue
+        if meta is not None and meta.get("data") == digest(path):
+            return meta
+    return None
+
+
 @contextlib.contextmanager
 def lock(dst: Path) -> Iterator[None]:
     """Hold an exclusive lock on `dst` (a hidden lock file beside it, removed afterwards)."""
@@ -173,13 +189,16 @@ def lock(dst: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _check_outputs(dst: Path, with_sidecar: bool, force: bool) -> None:
+def _check_parent(dst: Path) -> None:
     parent = dst.parent
     if not dst.name or dst == parent:
         raise UsageError(f"cannot write {dst}: not a file or directory name")
     if not parent.is_dir():
         why = "is not a directory" if parent.exists() else "does not exist"
         raise CheckpointError(f"cannot write {dst}: {parent} {why}")
+
+
+def _check_outputs(dst: Path, with_sidecar: bool, force: bool) -> None:
     there = describe_existing(dst)
     if there is not None and not force:
         raise CheckpointError(f"{dst} already exists (a {there} checkpoint; pass --force / "
@@ -201,7 +220,7 @@ def publishing(dst: str | os.PathLike, *, with_sidecar: bool, force: bool = Fals
     if source is not None:
         check_pair(source, dst)
     dst = resolve(dst)
-    _check_outputs(dst, with_sidecar, force)
+    _check_parent(dst)
     with lock(dst):
         clean_stale(dst.parent, tag(dst))
         _check_outputs(dst, with_sidecar, force)

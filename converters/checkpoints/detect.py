@@ -177,19 +177,24 @@ def detect(path: str | os.PathLike) -> Detection:
 
 def _sidecar(path: Path, size: int) -> tuple[dict[str, Any] | None, str]:
     """The sidecar's metadata, or None with a note when it describes other data (stale)."""
+    from converters.checkpoints.destination import digest, pending_sidecar
+
     side = sidecar_path(path)
     meta = read_json_meta(side)
+    if meta is not None:
+        check_meta(meta, side)
+        data = meta.get("data")
+        if data is None or (data.get("size") == size and data == digest(path)):
+            return meta, ""
+    pending = pending_sidecar(path)
+    if pending is not None:
+        check_meta(pending, side)
+        return pending, (f"metadata taken from an interrupted write of {path.name} (its sidecar "
+                         "was not published yet; the next write completes it)")
     if meta is None:
         return None, ""
-    check_meta(meta, side)
-    data = meta.get("data")
-    if data is not None:
-        from converters.checkpoints.destination import digest
-
-        if data.get("size") != size or data != digest(path):
-            return None, (f"ignored {side.name}: it describes other data (stale, left by an "
-                          "interrupted write)")
-    return meta, ""
+    return None, (f"ignored {side.name}: it describes other data (stale, left by an "
+                  "interrupted write)")
 
 
 def _detect_dir(path: Path) -> Detection:
