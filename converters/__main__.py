@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -139,22 +138,33 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     raise CheckpointError(r.problem or f"{r.path} does not load")
 
 
-def _quiet_libraries() -> None:
-    """Silence what orbax, absl and asyncio print from background threads on a failure."""
+def _silence() -> None:
     logging.disable(logging.CRITICAL)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     threading.excepthook = lambda args: None
     sys.unraisablehook = lambda unraisable: None
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence what orbax, absl and asyncio print (logs, thread and unraisable exceptions) from
+    background threads on a failure; restored afterwards."""
+    saved = logging.root.manager.disable, threading.excepthook, sys.unraisablehook
+    _silence()
+    try:
+        yield
+    finally:
+        logging.disable(saved[0])
+        threading.excepthook, sys.unraisablehook = saved[1], saved[2]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not args.debug:
-        _quiet_libraries()
+    quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
-        return _convert(args, console) if args.command == "convert" else _inspect(args, console)
+        with quiet:
+            return (_convert if args.command == "convert" else _inspect)(args, console)
     except (UsageError, ConfigError) as e:
         if args.debug:
             raise
@@ -184,4 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if "--debug" not in sys.argv:
+        _silence()  # for the whole process: orbax threads may still report at exit
     sys.exit(main())
