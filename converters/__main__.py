@@ -5,14 +5,17 @@
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE]
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
-message names each offending key), 2 on a usage error.
+message names each offending key), 2 on a usage error (bad arguments, --config, DST that is the
+source). Every failure is one ``error: ...`` line; tracebacks only with --debug.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,7 +24,7 @@ from rich.table import Table
 
 from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_size
 from converters.checkpoints import inspect_checkpoint as inspect_file
-from converters.ckpt_io import CheckpointError, ProgressFn
+from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError
 from zoo.configs import ConfigError
 
@@ -46,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("dst", help="destination (written atomically; refused if it exists)")
     c.add_argument("--to", required=True, choices=FORMATS, help="target format")
     c.add_argument("--force", action="store_true", help="replace DST if it exists")
+    c.add_argument("--cast", metavar="DTYPE", choices=("float32", "float16", "bfloat16",
+                                                       "float64"),
+                   help="convert every floating array to DTYPE (needed e.g. for float64 into a "
+                        "JAX format without x64); nothing is ever cast without it")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
     bar = c.add_mutually_exclusive_group()
@@ -83,10 +90,13 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
     det = detect(args.src)
     console.print(f"source: {args.src}")
     console.print(f"  detected format: [bold]{det.fmt}[/bold] ({det.reason})")
+    if det.note:
+        console.print(f"  note: {det.note}", markup=False)
     show = args.progress if args.progress is not None else disk_size(args.src) >= PROGRESS_BYTES
     with _progress_bar(console, show) as progress:
         ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
-                          config=args.config, model_only=args.model_only, progress=progress)
+                          config=args.config, model_only=args.model_only, progress=progress,
+                          cast=args.cast)
     console.print(f"  architecture: {ck.config.arch} {ck.config.to_json()}", highlight=False)
     kind = (f"training checkpoint (step {ck.step}, optimizer state "
             f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
@@ -99,6 +109,8 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     r: Report = inspect_file(args.src, arch=args.arch, config=args.config)
     console.print(f"path: {r.path}")
     console.print(f"format: [bold]{r.fmt}[/bold] ({r.reason})")
+    if r.note:
+        console.print(f"note: {r.note}", markup=False)
     if r.config is not None:
         console.print(f"architecture: {r.config.arch}")
         console.print(f"config: {r.config.to_json()}", highlight=False)
@@ -123,25 +135,65 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
         console.print(f"loads into the zoo: unknown: {r.problem}", highlight=False)
         return 0
     console.print("loads into the zoo: [red]no[/red]")
-    console.print(r.problem, highlight=False, markup=False)
-    return 1
+    raise CheckpointError(r.problem or f"{r.path} does not load")
+
+
+def _silence() -> None:
+    logging.disable(logging.CRITICAL)
+    threading.excepthook = lambda args: None
+    sys.unraisablehook = lambda unraisable: None
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence what orbax, absl and asyncio print (logs, thread and unraisable exceptions) from
+    background threads on a failure; restored afterwards."""
+    saved = logging.root.manager.disable, threading.excepthook, sys.unraisablehook
+    _silence()
+    try:
+        yield
+    finally:
+        logging.disable(saved[0])
+        threading.excepthook, sys.unraisablehook = saved[1], saved[2]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
-        return _convert(args, console) if args.command == "convert" else _inspect(args, console)
-    except (CheckpointError, ConversionError, ConfigError, OSError) as e:
+        with quiet:
+            return (_convert if args.command == "convert" else _inspect)(args, console)
+    except (UsageError, ConfigError) as e:
+        if args.debug:
+            raise
+        errors.print(f"error: {e}", markup=False)
+        return 2
+    except (CheckpointError, ConversionError) as e:
         if args.debug:
             raise
         errors.print(f"error: {e}", markup=False)
         return 1
+    except OSError as e:
+        if args.debug:
+            raise
+        where = e.filename if e.filename is not None else args.src
+        errors.print(f"error: {where}: {e.strerror or e}", markup=False)
+        return 1
     except KeyboardInterrupt:
         errors.print("interrupted: nothing was written")
         return 130
+    except Exception as e:  # a failure no check above foresaw: still one line, no traceback
+        if args.debug:
+            raise
+        text = str(e).strip().splitlines()
+        errors.print(f"error: {args.src}: {type(e).__name__}: {text[0] if text else ''} (run "
+                     "with --debug for the traceback)", markup=False)
+        return 1
 
 
 if __name__ == "__main__":
+    if "--debug" not in sys.argv:
+        _silence()  # for the whole process: orbax threads may still report at exit
     sys.exit(main())

@@ -219,7 +219,7 @@ def test_python_api_load_save_and_canonical_helpers(cnn, tmp_path):
 
 
 def test_failed_write_leaves_nothing_and_keeps_the_old_output(cnn, tmp_path, monkeypatch):
-    from converters import checkpoints
+    import equinox
 
     cfg, state = cnn
     ck = Checkpoint(cfg, state)
@@ -229,9 +229,9 @@ def test_failed_write_leaves_nothing_and_keeps_the_old_output(cnn, tmp_path, mon
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(checkpoints.eqx, "tree_serialise_leaves", boom)
+    monkeypatch.setattr(equinox, "tree_serialise_leaves", boom)
     for dst, force in ((tmp_path / "new.eqx", False), (old, True)):
-        with pytest.raises(RuntimeError, match="disk full"):
+        with pytest.raises(converters.CheckpointError, match="disk full"):
             write(ck, dst, "eqx", force=force)
     assert not (tmp_path / "new.eqx").exists() and not (tmp_path / "new.eqx.json").exists()
     assert old.read_bytes() == before
@@ -302,8 +302,9 @@ def test_cli_inspect(cnn, tmp_path, capsys):
     # validated against a wrong config: reported, non-zero
     wrong = json.dumps({**cfg.to_dict(), "hidden": 32})
     assert main(["inspect", str(tmp_path / "bare.pt"), "--config", wrong]) == 1
-    out = capsys.readouterr().out
-    assert "loads into the zoo: no" in out and "'fc1.weight': expected shape (32, 32)" in out
+    out, err = capsys.readouterr()
+    assert "loads into the zoo: no" in out and "'fc1.weight': expected shape (32, 32)" in err
+    assert err.startswith("error:")
 
 
 def test_cli_runs_as_a_module(cnn, tmp_path):

@@ -31,12 +31,14 @@ class Config:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, list):  # JSON gives lists; configs hold tuples so they hash.
-                object.__setattr__(self, field.name, tuple(value))
-            hint = typing.get_origin(hints[field.name]) or hints[field.name]
-            if hint is tuple and not isinstance(getattr(self, field.name), tuple):
-                raise ConfigError(
-                    f"{type(self).__name__}.{field.name}: expected a tuple, found {value!r}"
-                )
+                value = tuple(value)
+                object.__setattr__(self, field.name, value)
+            if not _matches(value, hints[field.name]):
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                raise ConfigError(f"{type(self).__name__}.{field.name}: expected "
+                                  f"{_describe(hints[field.name])}, found {shown}")
+            if hints[field.name] is float:
+                object.__setattr__(self, field.name, float(value))
         self.validate()
 
     def validate(self) -> None:
@@ -75,6 +77,36 @@ class Config:
                 f"unknown {cls.arch} config keys {unknown}; valid keys: {sorted(known)}"
             )
         return cls(**data)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether `value` has the type `hint` (int, float, bool, str, Literal, tuple[...])."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(map(_matches, value, args))
+    if hint is float:  # JSON writes 1.0 as 1
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list, each item {_describe(args[0])}"
+        return f"a list of {len(args)} ({', '.join(map(_describe, args))})"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        hint, str(hint))
 
 
 def _positive(name: str, values: tuple[int, ...]) -> None:
@@ -229,7 +261,11 @@ CONFIGS: dict[str, type[Config]] = {c.arch: c for c in (MLPConfig, CNNConfig, De
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build the config named by data['arch']."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a JSON object, found {type(data).__name__}")
     arch = data.get("arch")
+    if not isinstance(arch, str):
+        raise ConfigError(f"config field 'arch' must be an architecture name, found {arch!r}")
     if arch not in CONFIGS:
         raise ConfigError(f"unknown architecture {arch!r}; known: {sorted(CONFIGS)}")
     return CONFIGS[arch].from_dict(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     Checkpoint,
     Detection,
     _check_version,
@@ -18,11 +19,11 @@ from converters.ckpt_base import (
     _guess_arch,
     parse_config,
 )
-from converters.ckpt_detect import _orbax_tree, detect
-from converters.ckpt_eqx import _eqx_leaves, _eqx_like
-from converters.ckpt_io import CheckpointError, file_size, scan_npy_stream
-from converters.ckpt_rw import read
-from converters.ckpt_torch import _SAFETENSORS_DTYPES, _load_pt
+from converters.checkpoints.detect import _orbax_tree, detect
+from converters.checkpoints.eqx import _eqx_leaves, _eqx_like
+from converters.checkpoints.io import CheckpointError, file_size, scan_npy_stream
+from converters.checkpoints.readwrite import read
+from converters.checkpoints.torch import _SAFETENSORS_DTYPES, _load_pt
 from converters.core import ConversionError
 from converters.optim import param_keys
 from zoo.configs import Config, ConfigError, config_from_dict
@@ -44,6 +45,7 @@ class Report:
     parameters: int | None = None
     stored_values: int = 0
     checkpoint: Checkpoint | None = None
+    note: str = ""
 
 
 def _entries(path: Path, det: Detection, config: Config | None
@@ -88,17 +90,22 @@ def inspect_checkpoint(path: str | os.PathLike, *, arch: str | None = None,
     det = detect(path)
     _check_version(path, det.meta)
     given = parse_config(arch, config)
-    stored_cfg = None
+    stored_cfg, bad_config = None, None
     if det.meta and det.meta.get("config") is not None:
         try:
             stored_cfg = config_from_dict(det.meta["config"])
-        except (ConfigError, TypeError):
-            stored_cfg = None
+        except ConfigError as e:
+            bad_config = f"{path}: the stored config is invalid: {e}"
     cfg = stored_cfg or given
     entries = _entries(path, det, cfg)
     report = Report(path, det.fmt, det.reason, cfg, entries,
-                    kind=(det.meta or {}).get("kind", "model"), step=(det.meta or {}).get("step"))
-    report.stored_values = sum(int(np.prod(s, dtype=np.int64)) for _, s, _ in entries)
+                    kind=(det.meta or {}).get("kind", "model"), step=(det.meta or {}).get("step"),
+                    note=det.note)
+    if bad_config is not None:
+        report.stored_values = sum(math.prod(s) for _, s, _ in entries)
+        report.loads, report.problem = False, bad_config
+        return report
+    report.stored_values = sum(math.prod(s) for _, s, _ in entries)
     if cfg is None:
         keys = [k for k, _, _ in entries]
         report.problem = ("no architecture or config stored: pass --arch/--config to validate"

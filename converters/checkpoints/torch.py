@@ -5,25 +5,24 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     FORMAT_VERSION,
     OPT_PREFIX,
     Checkpoint,
     Detection,
     _first_line,
-    _meta,
     _np_state,
     _resolve_config,
     _Task,
-    _write_json,
 )
-from converters.ckpt_io import CheckpointError, ProgressFn
+from converters.checkpoints.io import CheckpointError, ProgressFn, has_sidecar
 from converters.core import canonical_spec
 from converters.optim import CanonicalOptState
 from zoo.configs import Config
@@ -72,8 +71,49 @@ def _import_torch() -> Any:
     return torch
 
 
+_TORCH_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                 "uint8", "bool")
+
+
+def _check_zip(path: Path) -> None:
+    """A torch.save zip whose every member passes its CRC-32 check (torch.load checks none)
+    and claims no more bytes than the file holds; CheckpointError otherwise."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as z:
+            big = [i.filename for i in z.infolist() if i.file_size > size]
+            if big:
+                raise CheckpointError(f"{path}: zip member {big[0]!r} claims more bytes than the "
+                                      "file holds: corrupted")
+            bad = z.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+            NotImplementedError, RuntimeError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: damaged zip archive ({_first_line(e)})") from e
+    if bad is not None:
+        raise CheckpointError(f"{path}: zip member {bad!r} fails its CRC-32 check: the file is "
+                              "corrupted")
+
+
+def _check_tensors(path: Path, obj: Mapping[str, Any]) -> None:
+    torch = _import_torch()
+    for k, v in obj.items():
+        if v.layout != torch.strided:
+            raise CheckpointError(f"{path}: {k!r} is a {v.layout} tensor: only dense tensors "
+                                  "are supported")
+        if v.device.type == "meta":
+            raise CheckpointError(f"{path}: {k!r} is a meta tensor (it holds no data)")
+        name = str(v.dtype).removeprefix("torch.")
+        if name not in _TORCH_DTYPES:
+            raise CheckpointError(f"{path}: {k!r} has dtype {name}, which the zoo does not "
+                                  f"store (supported: {', '.join(_TORCH_DTYPES)})")
+
+
 def _load_pt(path: Path) -> dict[str, Any]:
     torch = _import_torch()
+    if zipfile.is_zipfile(path):
+        _check_zip(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -96,6 +136,7 @@ def _load_pt(path: Path) -> dict[str, Any]:
     if bad:
         raise CheckpointError(f"{path}: not a state_dict of tensors: entries {bad[:10]} are not "
                               "name -> tensor")
+    _check_tensors(path, obj)
     return dict(obj)
 
 
@@ -132,7 +173,7 @@ def _safetensors_metadata(ck: Checkpoint, fmt: str, dtype: np.dtype) -> dict[str
 
 
 def _write_safetensors(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, tmp: Path,
-                       side: list[Path]) -> None:
+                       dst: Path) -> None:
     from safetensors.numpy import save_file
 
     arrays = dict(_ordered_state(ck))
@@ -143,9 +184,9 @@ def _write_safetensors(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, t
 
 
 def _write_torch(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, tmp: Path,
-                 side: list[Path]) -> None:
-    if not side:  # .safetensors: a PyTorch state_dict with the same metadata as canonical
-        _write_safetensors(ck, fmt, dtype, native, tmp, side)
+                 dst: Path) -> None:
+    if not has_sidecar(dst, fmt):  # .safetensors: a state_dict with canonical's metadata
+        _write_safetensors(ck, fmt, dtype, native, tmp, dst)
         return
     from collections import OrderedDict
 
@@ -154,5 +195,3 @@ def _write_torch(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, tmp: Pa
     torch = _import_torch()
     state = OrderedDict((k, numpy_to_torch(v)) for k, v in _ordered_state(ck).items())
     torch.save(state, tmp)
-    meta = _meta(ck, fmt, dtype)
-    _write_json(side[0], meta)

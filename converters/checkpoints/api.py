@@ -1,23 +1,5 @@
-"""Checkpoint files of Equinox, Flax Linen, Flax NNX and PyTorch, converted through the canonical
-layout (PyTorch ``state_dict`` names and layouts). See docs/checkpoints.md.
+"""The public checkpoint API: `save`, `load`, `convert_file`, `save_canonical`, `load_canonical`."""
 
-    ckpt = converters.load("run/model.eqx")                 # a Checkpoint (canonical arrays)
-    model = converters.load("run/model.eqx", "nnx")         # a native NNX model
-    converters.save(model, "model.safetensors", "canonical")
-    converters.convert_file("model.pt", "model_nnx", to="nnx", config=cfg)
-
-Formats (each the library's own way of saving):
-
-- ``eqx``: an ``eqx.tree_serialise_leaves`` file plus a JSON sidecar ``<file>.json``;
-- ``linen``: an orbax-checkpoint directory of the variables (plus ``zoo.json`` inside);
-- ``nnx``: an orbax-checkpoint directory of ``nnx.state(model)`` (plus ``zoo.json`` inside);
-- ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
-- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
-
-Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
-records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
-destination under a temporary name and renamed at the end.
-"""
 
 from __future__ import annotations
 
@@ -30,29 +12,20 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from converters.ckpt_base import (
-    FORMAT_VERSION,
+from converters.checkpoints.base import (
     FORMATS,
     Checkpoint,
-    Detection,
     _np_state,
     parse_config,
 )
-from converters.ckpt_detect import detect
-from converters.ckpt_inspect import Report, inspect_checkpoint
-from converters.ckpt_inspect import disk_size as disk_size
-from converters.ckpt_io import CheckpointError, ProgressFn
-from converters.ckpt_rw import read, write
+from converters.checkpoints.destination import check_pair
+from converters.checkpoints.inspect import disk_size as disk_size
+from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
+from converters.checkpoints.readwrite import read, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
 from zoo.registry import ARCHS, make_config
-
-__all__ = [
-    "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "Detection", "Report",
-    "convert_file", "detect", "detect_impl", "inspect_checkpoint", "load", "load_canonical",
-    "parse_config", "read", "save", "save_canonical", "write",
-]
 
 
 def detect_impl(obj: Any) -> str:
@@ -105,10 +78,12 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
 
 def save(obj: Any, path: str | os.PathLike, fmt: str, *, impl: str | None = None,
          config: Any = None, opt_state: Any = None, step: int | None = None,
-         force: bool = False, progress: ProgressFn | None = None) -> Path:
+         force: bool = False, progress: ProgressFn | None = None, cast: Any = None) -> Path:
     """Save a native model (optionally with its optax state and step), a canonical state dict
     (with `config`) or a Checkpoint as `fmt` at `path`, validated and atomically."""
     ck = as_checkpoint(obj, impl=impl, config=config, opt_state=opt_state, step=step)
+    if cast is not None:
+        ck = ck.cast(cast)
     return write(ck, path, fmt, force=force, progress=progress)
 
 
@@ -134,19 +109,20 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
 
 def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
-                 model_only: bool = False, progress: ProgressFn | None = None) -> Checkpoint:
+                 model_only: bool = False, progress: ProgressFn | None = None,
+                 cast: Any = None) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
-    `dst` appears complete or not at all.
+    `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
+    converts every floating array to that dtype (e.g. float64 for a JAX format without x64).
     """
-    src, dst = Path(src), Path(dst)
     if to not in FORMATS:
-        raise CheckpointError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
-    if dst.absolute() == src.absolute() or src.absolute() in dst.absolute().parents:
-        raise CheckpointError(f"refusing to write {dst} over or inside its source {src}")
-    ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress)
-    write(ck, dst, to, force=force, progress=progress)
+        raise UsageError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
+    check_pair(src, dst)
+    ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
+              cast=cast)
+    write(ck, dst, to, force=force, progress=progress, source=src)
     return ck
 
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     Checkpoint,
     Detection,
     _dtype_of,
@@ -23,8 +23,8 @@ from converters.ckpt_base import (
     _with_dtype,
     _write_json,
 )
-from converters.ckpt_detect import _orbax_tree
-from converters.ckpt_io import DIR_METADATA, CheckpointError, ProgressFn
+from converters.checkpoints.detect import _orbax_tree
+from converters.checkpoints.io import DIR_METADATA, CheckpointError, ProgressFn
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, build, canonical_from_native
 from zoo.configs import Config
@@ -141,7 +141,7 @@ def _read_orbax(path: Path, det: Detection, given: Config | None,
 
 
 def _write_orbax(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, Any], tmp: Path,
-                 side: list[Path]) -> None:
+                 dst: Path) -> None:
     import orbax.checkpoint as ocp
 
     model, opt = native

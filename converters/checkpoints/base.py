@@ -16,8 +16,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.ckpt_io import SIDECAR_MARKER, CheckpointError, ProgressFn, no_progress
-from converters.core import as_numpy_state, canonical_spec, from_canonical, validate
+from converters.checkpoints.io import (
+    SIDECAR_MARKER,
+    CheckpointError,
+    ProgressFn,
+    UsageError,
+    no_progress,
+)
+from converters.core import (
+    ConversionError,
+    as_numpy_state,
+    canonical_spec,
+    from_canonical,
+    validate,
+)
 from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, validate_opt
 from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict
 from zoo.interface import interface
@@ -36,6 +48,7 @@ class Detection:
     reason: str
     meta: dict[str, Any] | None = None
     variant: str = ""  # torch: "pt" or "safetensors"
+    note: str = ""  # e.g. a stale sidecar that was ignored
 
 
 @dataclass
@@ -68,6 +81,14 @@ class Checkpoint:
         if self._validated is not None and self._validated[0] == stamp:
             return self._validated[1]  # nothing that validation looks at has changed
         dtype = validate(self.state, self.config)
+        mixed = sorted(k for k, v in self.state.items()
+                       if jnp.issubdtype(v.dtype, jnp.floating) and v.dtype != dtype)
+        if mixed:
+            raise ConversionError(
+                f"the checkpoint mixes floating dtypes: {dtype} parameters, but "
+                + ", ".join(f"{k!r} is {self.state[k].dtype}" for k in mixed[:10])
+                + f"; the canonical layout holds one floating dtype: pass --cast {dtype} "
+                "(cast=...) to convert them")
         if self.optimizer is not None:
             validate_opt(self.optimizer, self.config, OPT_PREFIX)
         self._validated = (stamp, dtype)
@@ -81,6 +102,21 @@ class Checkpoint:
         return (self.config, opt_layout, tuple(
             (k, type(v), tuple(np.shape(v)), str(getattr(v, "dtype", ""))) for k, v in
             arrays.items()))
+
+    def cast(self, dtype: Any) -> Checkpoint:
+        """A copy whose floating arrays (model and optimizer) are `dtype`; integers are kept."""
+        import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+
+        dtype = np.dtype(jnp.dtype(dtype))
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise UsageError(f"--cast {dtype}: not a floating dtype")
+        conv = lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+        opt = self.optimizer
+        if opt is not None:
+            opt = CanonicalOptState(opt.layout, {k: conv(np.asarray(v))
+                                                 for k, v in opt.arrays.items()})
+        return dataclasses.replace(self, state={k: conv(v) for k, v in self.state.items()},
+                                   optimizer=opt, _validated=None)
 
     def model_only(self) -> Checkpoint:
         return dataclasses.replace(self, optimizer=None, step=None)
@@ -131,18 +167,25 @@ def parse_config(arch: str | None = None, config: Any = None) -> Config | None:
     if isinstance(config, Mapping):
         data = dict(config)
     elif config is not None:
-        text = str(config)
+        text, where = str(config), "--config"
         if not text.lstrip().startswith("{"):
             p = Path(text)
             if not p.is_file():
                 raise ConfigError(f"--config {text!r}: neither a JSON object nor a file")
-            text = p.read_text()
+            where = f"--config file {p}"
+            try:
+                text = p.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{where} is not UTF-8 text (binary?)") from e
+            except OSError as e:
+                raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from e
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--config is not valid JSON: {e}") from e
+        except (json.JSONDecodeError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise ConfigError(f"{where} is not valid JSON: {why}") from e
         if not isinstance(data, dict):
-            raise ConfigError(f"--config must be a JSON object, found {type(data).__name__}")
+            raise ConfigError(f"{where} must be a JSON object, found {type(data).__name__}")
     if arch is not None:
         if data.get("arch", arch) != arch:
             raise ConfigError(f"--arch {arch!r} contradicts the config's arch {data['arch']!r}")
@@ -227,6 +270,18 @@ def _dtype_of(meta: dict[str, Any] | None) -> np.dtype | None:
 
 def _most_common(dtypes: list[np.dtype]) -> np.dtype:
     return Counter(dtypes).most_common(1)[0][0] if dtypes else np.dtype("float32")
+
+
+JAX_FORMATS = ("eqx", "linen", "nnx")
+
+
+def check_target_dtype(ck: Checkpoint, fmt: str, dtype: np.dtype) -> None:
+    """Refuse a dtype the JAX formats would silently change (float64 without jax x64)."""
+    if fmt in JAX_FORMATS and np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
+        raise CheckpointError(
+            f"the checkpoint holds float64 arrays, which {fmt} (JAX without jax_enable_x64) "
+            "would store as float32: pass --cast float32 (cast='float32') to convert them "
+            "explicitly, or enable x64")
 
 
 def _first_line(e: BaseException) -> str:

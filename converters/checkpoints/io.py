@@ -5,12 +5,10 @@ Nothing here knows about models: `converters.checkpoints` builds on it.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,6 +26,10 @@ class CheckpointError(ValueError):
     """A checkpoint file cannot be read, detected or written; the message says why."""
 
 
+class UsageError(CheckpointError):
+    """The arguments themselves are wrong (e.g. DST is the source): exit status 2."""
+
+
 def no_progress(description: str, completed: int, total: int | None) -> None:
     del description, completed, total
 
@@ -39,80 +41,22 @@ def sidecar_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
+def has_sidecar(path: Path, fmt: str) -> bool:
+    """Whether format `fmt` at `path` keeps its metadata in a sidecar (Equinox, `.pt`)."""
+    return fmt == "eqx" or (fmt == "torch" and path.suffix.lower() != ".safetensors")
+
+
 def read_json_meta(path: Path) -> dict[str, Any] | None:
     """Our metadata JSON at `path`, None if there is none; a clear error if it is broken."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint metadata JSON: {e}") from e
     if not isinstance(data, dict) or SIDECAR_MARKER not in data:
         return None  # some other JSON file: not ours, ignore it
     return data
-
-
-# --------------------------------------------------------------------------- atomic output
-def check_destination(dst: Path, extra: tuple[Path, ...] = (), force: bool = False) -> None:
-    """Fail early (before any work) when `dst` cannot or must not be written."""
-    parent = dst.parent
-    if not parent.exists():
-        raise CheckpointError(f"cannot write {dst}: directory {parent} does not exist")
-    if not parent.is_dir():
-        raise CheckpointError(f"cannot write {dst}: {parent} is not a directory")
-    if not force:
-        for p in (dst, *extra):
-            if p.exists() or p.is_symlink():
-                raise CheckpointError(f"{p} already exists (pass --force / force=True to "
-                                      "overwrite it)")
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-
-
-@contextlib.contextmanager
-def atomic_outputs(dst: Path, extra: tuple[Path, ...] = (), force: bool = False
-                   ) -> Iterator[dict[Path, Path]]:
-    """Write `dst` (and sibling files `extra`, e.g. a sidecar) all or nothing.
-
-    Yields `{final_path: temporary_path}`; the temporaries live in a fresh hidden directory next
-    to `dst` (same filesystem), so the final moves are renames. On success every output is
-    moved into place (`dst` last, replacing existing ones only with `force`); on any failure the
-    temporaries are removed and previous outputs restored, so nothing new is left behind.
-    """
-    check_destination(dst, extra, force)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    except OSError as e:
-        raise CheckpointError(f"cannot write {dst}: {e.strerror or e}") from e
-    outputs = {p: tmp / p.name for p in (*extra, dst)}
-    moved: list[tuple[Path, Path | None]] = []  # (final, backup of what was there)
-    try:
-        yield outputs
-        check_destination(dst, extra, force)  # nothing appeared meanwhile
-        for final, temp in outputs.items():
-            if not temp.exists():
-                continue
-            backup = None
-            if final.exists() or final.is_symlink():
-                backup = tmp / f"{final.name}.old"
-                os.replace(final, backup)
-            moved.append((final, backup))
-            os.replace(temp, final)
-    except BaseException:
-        for final, backup in reversed(moved):  # roll back: restore previous outputs
-            _remove(final)
-            if backup is not None:
-                with contextlib.suppress(OSError):
-                    os.replace(backup, final)
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- npy streams
@@ -144,8 +88,11 @@ def scan_npy_stream(f: BinaryIO, size: int, name: str = "Equinox file"
             import ml_dtypes
 
             dtype = np.dtype(ml_dtypes.bfloat16)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if f.tell() + nbytes > size:
+        if any(not isinstance(n, int) or n < 0 for n in shape):
+            raise CheckpointError(f"{name}: array #{len(out)} at byte {start}: invalid shape "
+                                  f"{shape}: the file is corrupted")
+        nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+        if nbytes > size - f.tell():
             raise CheckpointError(
                 f"{name}: array #{len(out)} of shape {shape} {dtype} needs {nbytes} bytes, only "
                 f"{size - f.tell()} left: the file is truncated")

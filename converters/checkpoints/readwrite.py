@@ -6,22 +6,40 @@ import os
 from pathlib import Path
 from typing import Any
 
-from converters.ckpt_base import FORMATS, Checkpoint, _check_version, _Task, parse_config
-from converters.ckpt_detect import detect
-from converters.ckpt_eqx import _read_eqx, _write_eqx
-from converters.ckpt_io import CheckpointError, ProgressFn, atomic_outputs, sidecar_path
-from converters.ckpt_orbax import _read_orbax, _write_orbax
-from converters.ckpt_torch import _read_safetensors, _read_torch, _write_safetensors, _write_torch
+from converters.checkpoints.base import (
+    FORMATS,
+    Checkpoint,
+    _check_version,
+    _first_line,
+    _meta,
+    _Task,
+    _write_json,
+    check_target_dtype,
+    parse_config,
+)
+from converters.checkpoints.destination import digest, publishing
+from converters.checkpoints.detect import detect
+from converters.checkpoints.eqx import _read_eqx, _write_eqx
+from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError, has_sidecar
+from converters.checkpoints.orbax import _read_orbax, _write_orbax
+from converters.checkpoints.torch import (
+    _read_safetensors,
+    _read_torch,
+    _write_safetensors,
+    _write_torch,
+)
 from converters.core import ConversionError, from_canonical
 from converters.optim import to_native_opt
 
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
-         model_only: bool = False, progress: ProgressFn | None = None) -> Checkpoint:
+         model_only: bool = False, progress: ProgressFn | None = None,
+         cast: Any = None) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
-    ``torch.save(model.state_dict())``); if both exist they must agree.
+    ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
+    dtype) converts every floating array explicitly; nothing is ever cast without it.
     """
     path = Path(path)
     det = detect(path)
@@ -32,6 +50,8 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     ck = reader(path, det, given, progress)
     if model_only:
         ck = ck.model_only()
+    if cast is not None:
+        ck = ck.cast(cast)
     ck.source = det
     try:
         ck.validate()
@@ -40,18 +60,12 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     return ck
 
 
-def _outputs(path: Path, fmt: str) -> tuple[Path, ...]:
-    """Extra files written next to `path` (sidecars)."""
-    if fmt == "eqx" or (fmt == "torch" and path.suffix.lower() != ".safetensors"):
-        return (sidecar_path(path),)
-    return ()
-
-
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
-          progress: ProgressFn | None = None) -> Path:
-    """Write a canonical checkpoint in format `fmt`, validated first, atomically."""
+          progress: ProgressFn | None = None, source: str | os.PathLike | None = None) -> Path:
+    """Write a canonical checkpoint in format `fmt`, validated first, atomically (see
+    `converters.checkpoints.destination` for the rules; `source` is refused as DST)."""
     if fmt not in FORMATS:
-        raise CheckpointError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
+        raise UsageError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
     path = Path(path)
     dtype = ck.validate()
     if fmt == "torch" and ck.training:
@@ -59,14 +73,26 @@ def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = Fa
             "the torch format holds a model state_dict only, but this checkpoint has optimizer "
             "state / a step: pass --model-only (model_only=True) to drop them, or use another "
             "format")
-    side = _outputs(path, fmt)
+    check_target_dtype(ck, fmt, dtype)
     writer = {"eqx": _write_eqx, "linen": _write_orbax, "nnx": _write_orbax,
               "canonical": _write_safetensors, "torch": _write_torch}[fmt]
-    with atomic_outputs(path, side, force) as outs:
+    side = has_sidecar(path, fmt)
+    with publishing(path, with_sidecar=side, force=force, source=source) as staged:
         task = _Task(progress, "writing", 2)
         native = _native(ck, fmt)
         task.advance()
-        writer(ck, fmt, dtype, native, outs[path], [outs[s] for s in side])
+        try:
+            writer(ck, fmt, dtype, native, staged.data, path)
+            if side:
+                _write_json(staged.sidecar, {**_meta(ck, fmt, dtype),
+                                             "data": digest(staged.data)})
+        except (CheckpointError, ConversionError):
+            raise
+        except OSError as e:
+            raise CheckpointError(f"cannot write {path}: {e.strerror or e}") from e
+        except Exception as e:  # orbax / tensorstore wrap I/O errors in their own types
+            raise CheckpointError(f"cannot write {path}: {type(e).__name__}: "
+                                  f"{_first_line(e)}") from e
         task.advance()
     return path
 

@@ -10,21 +10,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.ckpt_base import (
+from converters.checkpoints.base import (
     Checkpoint,
     Detection,
     _dtype_of,
     _first_line,
-    _meta,
     _most_common,
     _np_state,
     _resolve_config,
     _restore_nbt,
     _Task,
     _with_dtype,
-    _write_json,
 )
-from converters.ckpt_io import CheckpointError, ProgressFn, load_npy, scan_npy_stream
+from converters.checkpoints.io import CheckpointError, ProgressFn, load_npy, scan_npy_stream
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, build, canonical_from_native
 from zoo.configs import Config
@@ -122,9 +120,8 @@ def _read_eqx(path: Path, det: Detection, given: Config | None,
 
 
 def _write_eqx(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, Any], tmp: Path,
-               side: list[Path]) -> None:
+               dst: Path) -> None:
     model, opt = native
     tree = (model, opt, ck.step) if ck.training else model
     with open(tmp, "wb") as f:  # a handle: given a path, Equinox would force a .eqx suffix
         eqx.tree_serialise_leaves(f, tree)
-    _write_json(side[0], _meta(ck, fmt, dtype))

@@ -1,0 +1,42 @@
+"""Checkpoint files of Equinox, Flax Linen, Flax NNX and PyTorch, converted through the canonical
+layout (PyTorch ``state_dict`` names and layouts). See docs/checkpoints.md.
+
+    ckpt = converters.load("run/model.eqx")                 # a Checkpoint (canonical arrays)
+    model = converters.load("run/model.eqx", "nnx")         # a native NNX model
+    converters.save(model, "model.safetensors", "canonical")
+    converters.convert_file("model.pt", "model_nnx", to="nnx", config=cfg)
+
+Formats (each the library's own way of saving):
+
+- ``eqx``: an ``eqx.tree_serialise_leaves`` file plus a JSON sidecar ``<file>.json``;
+- ``linen``: an orbax-checkpoint directory of the variables (plus ``zoo.json`` inside);
+- ``nnx``: an orbax-checkpoint directory of ``nnx.state(model)`` (plus ``zoo.json`` inside);
+- ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
+- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
+
+Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
+records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
+destination under a temporary name and renamed at the end.
+"""
+
+from converters.checkpoints.api import (
+    as_checkpoint,
+    convert_file,
+    detect_impl,
+    load,
+    load_canonical,
+    save,
+    save_canonical,
+)
+from converters.checkpoints.base import FORMAT_VERSION, FORMATS, Checkpoint, Detection, parse_config
+from converters.checkpoints.detect import detect
+from converters.checkpoints.inspect import Report, disk_size, inspect_checkpoint
+from converters.checkpoints.io import CheckpointError, ProgressFn
+from converters.checkpoints.readwrite import read, write
+
+__all__ = [
+    "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "Detection", "ProgressFn",
+    "Report", "as_checkpoint", "convert_file", "detect", "detect_impl", "disk_size",
+    "inspect_checkpoint", "load", "load_canonical", "parse_config", "read", "save",
+    "save_canonical", "write",
+]
