@@ -12,25 +12,21 @@ imports neither `zoo` nor `converters`.
 
 from canonical import rules
 from canonical.errors import ConversionError
-from canonical.kinds import KINDS, Layer, LayerKind, kind_of, register_class, register_kind
+from canonical.kinds import (
+    KINDS,
+    Layer,
+    LayerKind,
+    kind_of,
+    register_class,
+    register_kind,
+    unregister_kind,
+)
 from canonical.paths import path_name
 from canonical.state import layers, read, spec, write
 from canonical.walkers import WALKERS, Walker
 
 __all__ = [
-    "KINDS",
-    "WALKERS",
-    "ConversionError",
-    "Layer",
-    "LayerKind",
-    "Walker",
-    "kind_of",
-    "layers",
-    "path_name",
-    "read",
-    "register_class",
-    "register_kind",
-    "rules",
-    "spec",
+    "KINDS", "WALKERS", "ConversionError", "Layer", "LayerKind", "Walker", "kind_of", "layers",
+    "path_name", "read", "register_class", "register_kind", "rules", "spec", "unregister_kind",
     "write",
 ]

@@ -110,6 +110,12 @@ def register_kind(kind: LayerKind) -> LayerKind:
     return kind
 
 
+def unregister_kind(name: str) -> None:
+    """Remove a layer kind (tests that register toy kinds clean up with it)."""
+    KINDS.pop(name, None)
+    _BY_CLASS.clear()
+
+
 def register_class(kind: str, impl: str, cls: type | str) -> None:
     """Let kind `kind` also cover native class `cls` of `impl` (e.g. a custom Equinox layer
     with the same arrays as the library's)."""

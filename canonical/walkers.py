@@ -31,8 +31,60 @@ LIBRARIES = ("equinox", "flax", "torch", "jax")  # whose own classes need a kind
 PARAMETER = "parameter"
 
 
+CONTAINERS = ("Sequential", "List", "ModuleList", "ModuleDict", "Dict", "Module", "Object")
+
+
 def _library_class(obj: Any) -> bool:
     return type(obj).__module__.split(".")[0] in LIBRARIES
+
+
+def _library_layer(obj: Any, impl: str) -> bool:
+    """A library's layer (not a container) that no kind covers: an unregistered composite."""
+    return (_library_class(obj) and type(obj).__name__ not in CONTAINERS
+            and kind_of(obj, impl) is None)
+
+
+def _outermost_layer(path: tuple, module_at: Callable[[tuple], Any], impl: str) -> tuple | None:
+    """The outermost library layer without a kind on `path` (its owner included), if any."""
+    for i in range(1, len(path) + 1):
+        try:
+            m = module_at(path[:i])
+        except (KeyError, AttributeError, IndexError, TypeError):
+            continue
+        if _library_layer(m, impl):
+            return path[:i]
+    return None
+
+
+def _unconverted(path: tuple, name: str, owner: Any, module_at: Callable[[tuple], Any],
+                 impl: str, problems: list[str]) -> None:
+    """Name an array no kind converts, or once the library layer (e.g. attention) holding it."""
+    outer = _outermost_layer(path, module_at, impl)
+    if outer is None or outer == path:
+        problems.append(f"{name!r} of {_class_name(owner)}")
+        return
+    _composite(outer, module_at, problems)
+
+
+def _composite(path: tuple, module_at: Callable[[tuple], Any], problems: list[str]) -> None:
+    entry = f"{'.'.join(map(str, path))!r}: {_class_name(module_at(path))} (no kind covers it)"
+    if entry not in problems:
+        problems.append(entry)
+
+
+def _outside_composites(layers: list[Layer], module_at: Callable[[tuple], Any], impl: str,
+                        problems: list[str]) -> list[Layer]:
+    """`layers` less those inside a library layer no kind covers (e.g. attention made of
+    linear layers), which is named in `problems` once instead."""
+    out = []
+    for layer in layers:
+        outer = next((layer.path[:i] for i in range(1, len(layer.path))
+                      if _library_layer(module_at(layer.path[:i]), impl)), None)
+        if outer is None:
+            out.append(layer)
+        else:
+            _composite(outer, module_at, problems)
+    return out
 
 
 def _class_name(obj: Any) -> str:
@@ -147,9 +199,11 @@ class EqxWalker(Walker):
             elif eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct):
                 owner = get(model, [key_name(k) for k in path[:-1]])
                 if _library_class(owner):
-                    problems.append(f"{name!r} of {_class_name(owner)}")
+                    _unconverted(tuple(key_name(k) for k in path[:-1]), name, owner,
+                                 lambda p: get(model, p), "eqx", problems)
                 else:
                     out.append(Layer(name, PARAMETER, tuple(key_name(k) for k in path)))
+        out = _outside_composites(out, lambda p: get(model, p), "eqx", problems)
         _refuse("eqx", problems)
         return out
 
@@ -260,8 +314,9 @@ class LinenWalker(Walker):
             if collection == "params" and owner[1] is not None and not _library_class(owner[1]):
                 out.append(Layer(join(owner[0], path[-1]), PARAMETER, path))
             else:
-                kind = _class_name(owner[1]) if owner[1] is not None else "no module"
-                problems.append(f"{collection}/{'/'.join(path)!r} of {kind}")
+                _unconverted(path[:-1], f"{collection}/{'/'.join(path)}", owner[1],
+                             lambda p: found[p][1], "linen", problems)
+        out = _outside_composites(out, lambda p: found[p][1], "linen", problems)
         _refuse("linen", problems)
         return out
 
@@ -330,7 +385,8 @@ class NNXWalker(Walker):
             if owner is not None and not _library_class(owner):
                 out.append(Layer(name, PARAMETER, path))
             else:
-                problems.append(f"{name!r} of {_class_name(owner)}")
+                _unconverted(path[:-1], name, owner, lambda p: modules[p], "nnx", problems)
+        out = _outside_composites(out, lambda p: modules[p], "nnx", problems)
         _refuse("nnx", problems)
         return out
 
@@ -381,9 +437,11 @@ class TorchWalker(Walker):
                 continue
             owner = modules[".".join(path[:-1])]
             if _library_class(owner):
-                problems.append(f"{key!r} of {_class_name(owner)}")
+                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)], "torch",
+                             problems)
             else:
                 out.append(Layer(key, PARAMETER, path))
+        out = _outside_composites(out, lambda p: modules[".".join(p)], "torch", problems)
         _refuse("torch", problems)
         return out
 
