@@ -20,7 +20,6 @@ import jax.numpy as jnp
 
 import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
-from zoo.models.common import dtype_of
 
 IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
 JAX_IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx")
@@ -158,7 +157,7 @@ def walk_facts(config: Config, impl: str) -> dict[str, Any]:
 def native_init(config: Config, impl: str, key: jax.Array, dtype: Any = "float32") -> Any:
     """A model initialised by the library's own initialisers (init='native')."""
     cls = model_class(config.arch, impl)
-    dt = dtype_of(dtype)
+    dt = jnp.dtype(dtype)
     if impl == "eqx":
         if getattr(cls, "has_state", False):
             import equinox as eqx
@@ -187,7 +186,7 @@ def skeleton(config: Config, impl: str, dtype: Any = "float32") -> Any:
 
         return eqx.filter_eval_shape(native_init, config, impl, key, dtype)
     if impl == "linen":
-        module = model_class(config.arch, impl)(config, param_dtype=dtype_of(dtype).name)
+        module = model_class(config.arch, impl)(config, param_dtype=jnp.dtype(dtype).name)
         x = abstract_input(config, impl)
         return module, jax.eval_shape(module.init, {"params": key, "dropout": key}, x)
     if impl == "nnx":
