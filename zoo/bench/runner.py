@@ -27,10 +27,10 @@ from zoo.bench.timing import (
     run_steps,
     summarize,
 )
-from zoo.layers.conv_transpose import choose_method
+from zoo.layers.conv_transpose import CHOICES, choose_method
 
 SCHEMA = 1
-ALL_METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase", "auto")
+ALL_METHODS: tuple[str, ...] = CHOICES
 BASELINE_METHOD = "lhs_dilation"
 
 

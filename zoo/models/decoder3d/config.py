@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zoo.configs import Config, ConfigError, ConvTransposeSpec, positive
-from zoo.layers.conv_transpose import METHODS
+from zoo.layers.conv_transpose import CHOICES
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class Decoder3DConfig(Config):
     def validate(self) -> None:
         if len(self.channels) != 3:
             raise ConfigError(f"decoder3d.channels needs 3 stages, found {self.channels}")
-        if self.conv_method not in ("auto", *METHODS):
-            raise ConfigError(f"decoder3d.conv_method must be one of {('auto', *METHODS)}, "
+        if self.conv_method not in CHOICES:
+            raise ConfigError(f"decoder3d.conv_method must be one of {CHOICES}, "
                               f"found {self.conv_method!r}")
         n = len(self.channels) + 1
         for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
