@@ -8,6 +8,7 @@ and layouts as a flat ``{name: array}`` dict.
     model, eqx_state = converters.convert(nnx_model, "nnx", "eqx")
 """
 
+from canonical import KINDS, Layer, LayerKind, register_class, register_kind
 from converters.core import (
     ConversionError,
     as_numpy_state,
@@ -19,11 +20,11 @@ from converters.core import (
     to_canonical,
     validate,
 )
-from converters.rules import KINDS, Layer
 
 __all__ = [
-    "KINDS", "ConversionError", "Layer", "as_numpy_state", "canonical_layers", "canonical_spec",
-    "config_of", "convert", "from_canonical", "to_canonical", "validate",
+    "KINDS", "ConversionError", "Layer", "LayerKind", "as_numpy_state", "canonical_layers",
+    "canonical_spec", "config_of", "convert", "from_canonical", "register_class",
+    "register_kind", "to_canonical", "validate",
 ]
 
 # Checkpoint files (issue 4): formats eqx / linen / nnx / canonical / torch, `python -m converters`.

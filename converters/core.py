@@ -1,7 +1,11 @@
-"""Convert models between Equinox, Linen, NNX and PyTorch through the canonical layout.
+"""Convert zoo models between Equinox, Linen, NNX and PyTorch through the canonical layout.
 
 The canonical state is a flat ``{name: array}`` dict with PyTorch ``state_dict`` names and
-layouts (``fc1.weight``, ``bn1.running_var``, ``bn1.num_batches_tracked``, ...).
+layouts (``fc1.weight``, ``bn1.running_var``, ``bn1.num_batches_tracked``, ...). The schema of a
+conversion comes from the models themselves: `to_canonical` reads the model handed in,
+`from_canonical` fills the skeleton of the target library, and the architecture's config (the
+model's `.config`) contributes only the facts a tree does not show (an input to trace a Linen
+module with, a flattened feature map).
 """
 
 from __future__ import annotations
@@ -13,66 +17,75 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters import rules
-from converters.trees import TREES, Tree, torch_to_numpy
+import canonical
+from canonical import KINDS, ConversionError, Layer
+from canonical.state import walker
+from canonical.torch_arrays import torch_to_numpy
 from zoo.configs import Config
-from zoo.registry import IMPLS, make_config, skeleton
+from zoo.registry import make_config, schema, skeleton, walk_facts
 
-_STATISTICS = ("running_mean", "running_var")
-
-
-class ConversionError(ValueError):
-    """A state does not fit a model; the message lists every offending key."""
+__all__ = ["ConversionError", "as_numpy_state", "canonical_layers", "canonical_spec",
+           "config_of", "convert", "from_canonical", "to_canonical", "validate"]
 
 
-def _tree(impl: str) -> Tree:
-    if impl not in TREES:
-        raise ValueError(f"unknown implementation {impl!r}; available: {list(IMPLS)}")
-    return TREES[impl]
+def config_of(model: Any, impl: str) -> Config:
+    """The zoo config a native model was built from (its `.config`; for Equinox `(model,
+    state)` and Linen `(module, variables)` that of the first element)."""
+    walker(impl)
+    obj = model[0] if isinstance(model, tuple) else model
+    config = getattr(obj, "config", None)
+    if not isinstance(config, Config):
+        raise ConversionError(
+            f"{impl} model {type(obj).__name__} has no zoo config (a `.config` attribute "
+            "holding a zoo.Config): build it with zoo.create, or convert it with "
+            "canonical.read and the facts its architecture needs")
+    return config
 
 
 def to_canonical(model: Any, impl: str) -> dict[str, Any]:
-    """The canonical state of a native model (arrays keep their dtype; nothing is copied
-    beyond the layout changes). For Equinox pass `(model, state)` when the model has state."""
-    tree = _tree(impl)
-    out: dict[str, Any] = {}
-    for layer in tree.layers(model):
-        native = tree.read(model, layer)
-        for key, value in rules.to_canonical(tree.family, native, layer).items():
-            out[f"{layer.name}.{key}"] = value
-    return out
+    """The canonical state of a native zoo model: every parameter and statistic, or a
+    ConversionError naming what no layer kind converts. Arrays keep their dtype. For Equinox
+    pass `(model, state)` when the model has state."""
+    config = config_of(model, impl)
+    return canonical.read(model, impl, **walk_facts(config, impl))
 
 
-def canonical_layers(config: Config) -> list[rules.Layer]:
-    """The parameterised layers of an architecture, found in its Equinox tree."""
-    return TREES["eqx"].layers(skeleton(config, "eqx"))
+def canonical_layers(config: Config, impl: str | None = None) -> list[Layer]:
+    """The layers of an architecture, read from the skeleton of `impl`."""
+    return schema(config, impl)[0]
 
 
-def canonical_spec(config: Config, dtype: Any = "float32") -> dict[str, jax.ShapeDtypeStruct]:
-    """Expected canonical keys with shapes and dtypes (floating arrays in `dtype`, counters int64).
-    """
-    model = skeleton(config, "eqx", dtype)
-    zeros = lambda a: jnp.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a
-    spec = jax.eval_shape(lambda: to_canonical(jax.tree.map(zeros, model), "eqx"))
-    return {
-        k: v if jnp.issubdtype(v.dtype, jnp.floating)
-        else jax.ShapeDtypeStruct(v.shape, np.int64)
-        for k, v in spec.items()
-    }
+def canonical_spec(config: Config, dtype: Any = "float32", impl: str | None = None
+                   ) -> dict[str, jax.ShapeDtypeStruct]:
+    """Expected canonical keys with shapes and dtypes (floating arrays in `dtype`, counters
+    int64), read from the skeleton of `impl` (default: any implementation of the
+    architecture: all have the same canonical keys)."""
+    return {k: jax.ShapeDtypeStruct(v.shape, dtype if jnp.issubdtype(v.dtype, jnp.floating)
+                                    else v.dtype)
+            for k, v in schema(config, impl)[1].items()}
 
 
-def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.dtype:
-    """Check every key, shape and dtype of `state` against `config`; return the float dtype.
+def buffer_keys(config: Config, impl: str | None = None) -> frozenset[str]:
+    """Canonical keys of statistics (never trained): the layer kinds' `buffers`."""
+    return frozenset(f"{layer.name}.{b}" for layer in canonical_layers(config, impl)
+                     for b in KINDS[layer.kind].buffers)
+
+
+def validate(state: Mapping[str, Any], config: Config, dtype: Any = None,
+             impl: str | None = None) -> np.dtype:
+    """Check every key, shape and dtype of `state` against `config` (as built in `impl`);
+    return the float dtype.
 
     Raises `ConversionError` listing every missing, unexpected, misshaped or mistyped key.
     """
     state = as_numpy_state(state)
-    floats = [np.dtype(v.dtype) for k, v in state.items() if not k.endswith(_STATISTICS)
+    buffers = buffer_keys(config, impl)
+    floats = [np.dtype(v.dtype) for k, v in state.items() if k not in buffers
               and hasattr(v, "dtype") and jnp.issubdtype(np.dtype(v.dtype), jnp.floating)]
     if dtype is None:  # the most common floating dtype sets the expectation
         dtype = max(set(floats), key=floats.count) if floats else np.dtype("float32")
     dtype = np.dtype(dtype)
-    spec = canonical_spec(config, dtype)
+    spec = canonical_spec(config, dtype, impl)
     problems = [f"missing key {k!r} (expected shape {tuple(spec[k].shape)})"
                 for k in spec if k not in state]
     problems += [f"unexpected key {k!r} (shape {tuple(np.shape(state[k]))})"
@@ -86,7 +99,7 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None) -> np.
             problems.append(f"{k!r}: expected shape {tuple(want.shape)}, found {tuple(got.shape)}")
         got_dtype = np.dtype(got.dtype)
         # Flax keeps BatchNorm statistics in float32 whatever the parameter dtype.
-        allowed = {dtype, np.dtype("float32")} if k.endswith(_STATISTICS) else {dtype}
+        allowed = {dtype, np.dtype("float32")} if k in buffers else {dtype}
         if jnp.issubdtype(want.dtype, jnp.floating) and got_dtype not in allowed:
             problems.append(f"{k!r}: expected dtype {dtype}, found {got_dtype}")
         if jnp.issubdtype(want.dtype, jnp.integer) and not jnp.issubdtype(got_dtype, jnp.integer):
@@ -105,22 +118,16 @@ def from_canonical(state: Mapping[str, Any], config: Config | str, impl: str,
                    *, dtype: Any = None) -> Any:
     """Build a native model of `impl` holding the arrays of a canonical `state`.
 
-    `config` is a config or an architecture name (default config). `state` is validated first
-    and never modified. Returns what `zoo.create` returns for that library.
+    `config` is a config or an architecture name (default config). `state` is validated
+    against the skeleton of `impl` first and never modified. Returns what `zoo.create`
+    returns for that library.
     """
+    walker(impl)
     config = make_config(config)
-    tree = _tree(impl)
     state = as_numpy_state(state)
-    dtype = validate(state, config, dtype)
-    model = skeleton(config, impl, dtype)
-    layers = tree.layers(model)
-    as_array = (lambda a: a) if impl == "torch" else jnp.asarray
-    arrays = {}
-    for layer in layers:
-        prefix = layer.name + "."
-        canon = {k[len(prefix):]: as_array(v) for k, v in state.items() if k.startswith(prefix)}
-        arrays[layer.name] = rules.to_native(tree.family, canon, layer)
-    return tree.write(model, arrays, layers)
+    dtype = validate(state, config, dtype, impl)
+    return canonical.write(skeleton(config, impl, dtype), state, impl,
+                           **walk_facts(config, impl))
 
 
 def as_numpy_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,10 +140,4 @@ def as_numpy_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def convert(model: Any, src: str, dst: str) -> Any:
     """Convert a native `src` model into a native `dst` model (through the canonical state)."""
-    config = _tree(src).config(model)
-    return from_canonical(to_canonical(model, src), config, dst)
-
-
-def config_of(model: Any, impl: str) -> Config:
-    """The architecture config a native model was built from."""
-    return _tree(impl).config(model)
+    return from_canonical(to_canonical(model, src), config_of(model, src), dst)

@@ -29,9 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from canonical.paths import key_name as _key_name
 from converters.core import (
     ConversionError,
-    canonical_layers,
+    buffer_keys,
     canonical_spec,
     config_of,
     from_canonical,
@@ -43,7 +44,6 @@ from zoo.interface import interface
 LEAF = "__leaf__"
 EMPTY = "__empty__"
 PARAMS_LEAF = {LEAF: "params"}
-BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
 @dataclass
@@ -61,14 +61,13 @@ class CanonicalOptState:
 
 
 def param_keys(config: Config) -> list[str]:
-    """Canonical keys of the trainable parameters (the state minus BatchNorm buffers)."""
+    """Canonical keys of the trainable parameters (the state minus the layer kinds' buffers)."""
     return list(_param_keys(config))
 
 
 @functools.lru_cache(maxsize=64)
 def _param_keys(config: Config) -> tuple[str, ...]:
-    buffers = {f"{layer.name}.{b}" for layer in canonical_layers(config)
-               if layer.kind == "batch_norm" for b in BN_BUFFERS}
+    buffers = buffer_keys(config)
     return tuple(k for k in canonical_spec(config) if k not in buffers)
 
 
@@ -79,13 +78,6 @@ def _spec_shapes(config: Config) -> dict[str, tuple[int, ...]]:
 
 def join(path: str, key: Any) -> str:
     return f"{path}/{key}" if path else str(key)
-
-
-def _key_name(k: Any) -> str:
-    for attr in ("name", "key", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
 
 
 def is_array_leaf(x: Any) -> bool:

@@ -5,8 +5,8 @@
 The switch goes through files, as it would between two jobs: the Equinox run saves a training
 checkpoint (parameters, BatchNorm statistics, Adam's state, step) with `converters.save`, the
 file is converted into a Linen orbax checkpoint with `converters.convert_file`, and the Linen run
-resumes from it with `converters.load(..., optimizer=tx)`. The training step is written once for
-both libraries with `zoo.interface`. Prints the loss curve and saves it as a PNG.
+resumes from it with `converters.load(..., optimizer=tx)`. Both libraries train with the zoo's
+one training step, `zoo.fast.train_step`. Prints the loss curve and saves it as a PNG.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 import optax
 
 import converters
-from zoo.configs import CNNConfig
+from zoo import fast
+from zoo.training import cross_entropy
 
 
 def digits(seed: int) -> tuple[np.ndarray, ...]:
@@ -43,24 +44,6 @@ def digits(seed: int) -> tuple[np.ndarray, ...]:
     return x[:n], y[:n], x[n:], y[n:]
 
 
-def make_step(impl: str, static, tx):
-    """A jitted Adam step for any JAX library of the zoo; the loss sees canonical logits."""
-    api = zoo.interface(impl)
-
-    def loss_fn(params, state, x, y):
-        out, state = api.apply(static, params, state, api.to_native(x), train=True)
-        logits = api.to_canonical(out)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
-
-    @jax.jit
-    def step(params, state, opt_state, x, y):
-        (loss, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), state, opt_state, loss
-
-    return step
-
-
 def accuracy(impl: str, model, x: np.ndarray, y: np.ndarray) -> float:
     api = zoo.interface(impl)
     static, params, state = api.split(model)
@@ -71,19 +54,18 @@ def accuracy(impl: str, model, x: np.ndarray, y: np.ndarray) -> float:
 
 def run(impl: str, model, tx, opt_state, steps: range, data, batch: int, seed: int,
         every: int, losses: list[tuple[int, float]]):
+    """Train with the zoo's training step (`zoo.fast.train_step`), resuming `opt_state`."""
     api = zoo.interface(impl)
-    static, params, state = api.split(model)
-    step = make_step(impl, static, tx)
+    step = fast.train_step(model, impl, tx, cross_entropy, opt_state=opt_state)
     x_train, y_train = data
     rng = np.random.default_rng(seed + steps.start)  # batches depend on the step only
     for i in steps:
         idx = rng.integers(0, len(x_train), batch)
-        params, state, opt_state, loss = step(params, state, opt_state, x_train[idx],
-                                              y_train[idx])
+        loss = step(api.to_native(x_train[idx]), y_train[idx])
         losses.append((i + 1, float(loss)))
         if (i + 1) % every == 0 or i + 1 == steps.stop:
             print(f"  [{impl:>5}] step {i + 1:4d}  loss {float(loss):.4f}")
-    return api.merge(static, params, state), opt_state
+    return step.model(), step.opt_state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
     x_train, y_train, x_test, y_test = digits(args.seed)
     # bn_momentum 0.9: the running statistics catch up within a few hundred steps
-    config = CNNConfig(input_size=(8, 8), features=(16, 32), hidden=64, bn_momentum=0.9)
+    config = zoo.make_config("cnn", input_size=(8, 8), features=(16, 32), hidden=64,
+                             bn_momentum=0.9)
     tx = optax.adam(args.lr)
     losses: list[tuple[int, float]] = []
 
@@ -114,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{config.arch} {config.to_json()}")
     print(f"Equinox: steps 1-{switch}")
     model = zoo.create(config, "eqx", seed=args.seed)
-    api = zoo.interface("eqx")
-    opt_state = tx.init(api.split(model)[1])
-    model, opt_state = run("eqx", model, tx, opt_state, range(switch), (x_train, y_train),
+    model, opt_state = run("eqx", model, tx, None, range(switch), (x_train, y_train),
                            args.batch_size, args.seed, every, losses)
     acc_eqx = accuracy("eqx", model, x_test, y_test)
 

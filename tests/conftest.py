@@ -12,6 +12,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax
 import pytest
 
+import tests.toy_architecture  # noqa: F401  (an architecture registered only for the tests)
 import zoo
 from zoo import precision
 
@@ -38,16 +39,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if backend != "cpu":
             item.add_marker(pytest.mark.skip(reason=f"CPU only: {reason}"))
 
-# Every architecture's tiny config, plus variants that exercise optional paths.
-CASES: list[tuple[str, zoo.Config]] = [(arch, zoo.make_config(arch).tiny()) for arch in zoo.ARCHS]
-CASES += [
-    ("cnn-nobn", zoo.CNNConfig.tiny(batch_norm=False)),
-    ("gelu", zoo.MLPConfig.tiny(activation="gelu")),
-    ("decoder3d-odd", zoo.Decoder3DConfig.tiny(
-        kernel_size=(3, 5, 3, 1), stride=(2, 3, 1, 1), padding=(1, 2, 2, 0),
-        output_padding=(1, 2, 0, 0), dilation=(1, 2, 2, 1), conv_method="pad")),
-]
+# Every registered architecture's tiny config, plus the variants it declares (`VARIANTS`) to
+# exercise its optional paths.
+CASES: list[tuple[str, zoo.Config]] = [(arch, zoo.tiny_config(arch)) for arch in zoo.ARCHS]
+CASES += [(f"{arch}-{name}", zoo.tiny_config(arch, **overrides)) for arch in zoo.ARCHS
+          for name, overrides in zoo.architecture(arch).config.VARIANTS.items()]
 CASE_IDS = [name for name, _ in CASES]
 PAIRS = list(itertools.permutations(zoo.JAX_IMPLS, 2))
 PAIR_IDS = [f"{a}->{b}" for a, b in PAIRS]
-

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import canonical
 import converters
 import zoo
 from zoo.layers.batch_norm import BatchNorm
@@ -112,7 +113,7 @@ def test_same_raw_key_same_shape_gives_identical_dropout_masks():
 
 @pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
 def test_cnn_dropout_is_inverted_keyed_and_off_in_eval(impl):
-    config = zoo.CNNConfig.tiny(dropout=0.5, batch_norm=False)
+    config = zoo.tiny_config("cnn", dropout=0.5, batch_norm=False)
     model = zoo.create(config, impl, seed=0)
     api = zoo.interface(impl)
     static, params, state = api.split(model)
@@ -143,15 +144,14 @@ def test_flax_int_kernel_size_is_a_1d_convolution():
 
 @pytest.mark.parametrize(("arch", "impl"), [(a, i) for a in zoo.ARCHS for i in ("linen", "nnx")])
 def test_every_flax_conv_kernel_has_rank_spatial_plus_two(arch, impl):
-    config = zoo.make_config(arch).tiny()
+    config = zoo.tiny_config(arch)
     spatial = len(config.input_shape) - 1
     model = zoo.create(config, impl)
-    layers = converters.trees.TREES[impl].layers(model)
+    walker = canonical.WALKERS[impl]
+    layers = walker.layers(model, example=zoo.registry.abstract_input(config, impl))
     convs = [layer for layer in layers if layer.kind in ("conv", "conv_transpose")]
-    assert all(layer.spatial_dims == spatial for layer in convs)
-    for layer in convs:
-        kernel = converters.trees.TREES[impl].read(model, layer)["kernel"]
-        assert kernel.ndim == spatial + 2, (layer.name, kernel.shape)
+    for layer, native in walker.read(model, convs).items():
+        assert native["kernel"].ndim == spatial + 2, (layer, native["kernel"].shape)
 
 
 def test_flax_layers_with_int_kernel_size_are_refused_by_the_converters():
@@ -162,7 +162,7 @@ def test_flax_layers_with_int_kernel_size_are_refused_by_the_converters():
         def __call__(self, x, train=False):
             return nn.Conv(2, kernel_size=3, name="conv1")(x)  # type: ignore[arg-type]
 
-    config = zoo.CNNConfig.tiny()
+    config = zoo.tiny_config("cnn")
     module = Bad(config)
     variables = module.init(jax.random.key(0), jnp.zeros((1, 10, 9, 2)))
     with pytest.raises(ValueError, match="int kernel_size"):
@@ -176,8 +176,8 @@ def test_flax_same_padding_differs_from_torch_for_k3_s2_p1_op1():
     x = torch.randn(1, 2, 5, 5)
     y = layer(x).detach().numpy()
     canon = {k: v.detach().numpy() for k, v in layer.state_dict().items()}
-    native = converters.rules.to_native("flax", canon,
-                                        converters.Layer("t", "conv_transpose", spatial_dims=2))
+    layer = converters.Layer("t", "conv_transpose")
+    native = converters.KINDS[layer.kind].convert("flax", canon, layer, to="native")
     xl = np.moveaxis(x.numpy(), 1, -1)
     same = nn.ConvTranspose(3, (3, 3), strides=(2, 2), padding="SAME")
     explicit = nn.ConvTranspose(3, (3, 3), strides=(2, 2), padding=((1, 2), (1, 2)))

@@ -63,7 +63,7 @@ def test_round_trip_through_each_library_is_bitwise(case, impl, dtype):
 
 @pytest.mark.parametrize(("src", "dst"), list(itertools.permutations(IMPLS, 2)))
 def test_convert_between_every_pair_is_bitwise(src, dst):
-    for _, config in CASES[:3]:
+    for config in map(zoo.tiny_config, zoo.ARCHS):
         model = zoo.create(config, src, seed=1)
         out = converters.convert(model, src, dst)
         a, b = converters.to_canonical(model, src), converters.to_canonical(out, dst)
@@ -73,7 +73,7 @@ def test_convert_between_every_pair_is_bitwise(src, dst):
 
 @pytest.mark.parametrize("arch", zoo.ARCHS)
 def test_same_seed_gives_identical_models_everywhere(arch):
-    config = zoo.make_config(arch).tiny()
+    config = zoo.tiny_config(arch)
     states = [converters.to_canonical(zoo.create(config, impl, seed=4), impl) for impl in IMPLS]
     for other in states[1:]:
         assert_bitwise_equal(states[0], other)
@@ -83,20 +83,20 @@ def test_same_seed_gives_identical_models_everywhere(arch):
 
 
 def test_canonical_init_follows_the_documented_scheme():
-    config = zoo.CNNConfig.tiny()
+    config = zoo.tiny_config("cnn")
     state = zoo.canonical_init(config, seed=0)
     w = state["conv1.weight"]
     bound = 1 / np.sqrt(w.shape[1] * 9)
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
     assert np.all(state["bn1.weight"] == 1) and np.all(state["bn1.running_var"] == 1)
     assert state["bn1.num_batches_tracked"].dtype == np.int64
-    dec = zoo.canonical_init(zoo.Decoder3DConfig.tiny(), seed=0)
+    dec = zoo.canonical_init(zoo.tiny_config("decoder3d"), seed=0)
     w = dec["up1.weight"]  # ConvTranspose: PyTorch's fan_in is weight.shape[1] * prod(k)
     assert np.abs(w).max() <= 1 / np.sqrt(w.shape[1] * 64)
 
 
 def test_native_init_keeps_library_initialisers():
-    config = zoo.MLPConfig.tiny()
+    config = zoo.tiny_config("mlp")
     _, variables = zoo.create(config, "linen", init="native")
     assert np.all(np.asarray(variables["params"]["fc1"]["bias"]) == 0)  # Flax: zeros bias
     eqx_model = zoo.create(config, "eqx", init="native")
@@ -106,7 +106,7 @@ def test_native_init_keeps_library_initialisers():
 @pytest.mark.parametrize("impl", IMPLS)
 def test_float32_statistics_under_bfloat16_parameters_are_kept(impl):
     """Flax keeps BatchNorm statistics in float32 whatever the parameter dtype."""
-    config = zoo.CNNConfig.tiny()
+    config = zoo.tiny_config("cnn")
     state = converters.to_canonical(zoo.create(config, "linen", init="native",
                                                dtype="bfloat16"), "linen")
     assert state["bn1.running_var"].dtype == np.float32 and state["fc1.weight"].dtype != np.float32
@@ -118,7 +118,7 @@ def test_float32_statistics_under_bfloat16_parameters_are_kept(impl):
 # ----------------------------------------------------------------------------- bad input
 @pytest.fixture
 def cnn_state():
-    return zoo.canonical_init(zoo.CNNConfig.tiny(), seed=0)
+    return zoo.canonical_init(zoo.tiny_config("cnn"), seed=0)
 
 
 def _error(state, config, impl="nnx") -> str:
@@ -130,7 +130,7 @@ def _error(state, config, impl="nnx") -> str:
 
 
 def test_every_offending_key_is_listed(cnn_state):
-    config = zoo.CNNConfig.tiny()
+    config = zoo.tiny_config("cnn")
     cnn_state.pop("fc2.bias")
     cnn_state.pop("bn1.running_var")
     cnn_state["extra.weight"] = np.zeros(3, np.float32)
@@ -144,7 +144,7 @@ def test_every_offending_key_is_listed(cnn_state):
 
 
 def test_dtype_errors(cnn_state):
-    config = zoo.CNNConfig.tiny()
+    config = zoo.tiny_config("cnn")
     cnn_state["fc1.weight"] = cnn_state["fc1.weight"].astype(np.float16)
     assert "'fc1.weight': expected dtype float32, found float16" in _error(cnn_state, config)
     cnn_state["fc1.weight"] = cnn_state["fc1.weight"].astype(np.float32)
@@ -153,7 +153,7 @@ def test_dtype_errors(cnn_state):
 
 
 def test_wrong_architecture_is_named(cnn_state):
-    msg = _error(cnn_state, zoo.MLPConfig.tiny(), "eqx")
+    msg = _error(cnn_state, zoo.tiny_config("mlp"), "eqx")
     assert "state does not fit mlp" in msg and "is this a mlp checkpoint" in msg
 
 
@@ -170,16 +170,16 @@ def test_unknown_impl_and_arch():
 
 
 def test_eqx_model_with_state_needs_the_state():
-    model, _ = zoo.create(zoo.CNNConfig.tiny(), "eqx")
+    model, _ = zoo.create(zoo.tiny_config("cnn"), "eqx")
     with pytest.raises(ValueError, match=r"pass \(model, state\)"):
         converters.to_canonical(model, "eqx")
 
 
 def test_config_json_round_trip_and_errors():
     for arch in zoo.ARCHS:
-        config = zoo.make_config(arch).tiny()
+        config = zoo.tiny_config(arch)
         assert zoo.configs.config_from_dict(__import__("json").loads(config.to_json())) == config
     with pytest.raises(zoo.ConfigError, match="unknown cnn config keys"):
-        zoo.CNNConfig.from_dict({"arch": "cnn", "kernel": 3})
+        zoo.architecture("cnn").config.from_dict({"arch": "cnn", "kernel": 3})
     with pytest.raises(zoo.ConfigError, match="output_padding"):
-        zoo.Decoder3DConfig.tiny(output_padding=(2, 0, 0, 0))
+        zoo.tiny_config("decoder3d", output_padding=(2, 0, 0, 0))

@@ -20,7 +20,9 @@ from absl.testing import parameterized
 import converters
 import zoo
 from tests.conftest import CASE_IDS, CASES, PAIR_IDS, PAIRS
+from zoo import fast
 from zoo.testing import tolerance
+from zoo.training import mse
 
 TOL = tolerance("float32")
 
@@ -50,23 +52,10 @@ def _loss_and_grads(impl, model, x, cotangent):
 def _train(impl, model, xs, targets, steps=5):
     """`steps` SGD-with-momentum steps on a squared error; returns the final native model."""
     api = zoo.interface(impl)
-    static, params, state = api.split(model)
-    opt = optax.sgd(0.05, momentum=0.9)
-    opt_state = opt.init(params)
-
-    @jax.jit
-    def step(params, state, opt_state, x, t):
-        def loss(p):
-            y, new_state = api.apply(static, p, state, api.to_native(x), train=True)
-            return jnp.mean(jnp.square(api.to_canonical(y) - t)), new_state
-
-        (_, state), grads = jax.value_and_grad(loss, has_aux=True)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), state, opt_state
-
+    step = fast.train_step(model, impl, optax.sgd(0.05, momentum=0.9), mse)
     for i in range(steps):
-        params, state, opt_state = step(params, state, opt_state, xs[i], targets[i])
-    return api.merge(static, params, state)
+        step(api.to_native(xs[i]), api.to_native(targets[i]))
+    return step.model()
 
 
 def _output_shape(impl, model, x):

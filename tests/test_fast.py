@@ -12,16 +12,13 @@ import pytest
 
 import zoo
 from zoo import fast
-from zoo.bench.presets import find_preset
-from zoo.bench.subjects import JAX_LOSSES, build_models, make_task
+from zoo.bench.subjects import build_models, make_task
 from zoo.testing import tolerance
+from zoo.training import LOSSES, pure_step
 
 ARCHS = zoo.ARCHS
 TOL = tolerance("float32")
-
-
-def tiny(arch: str, **overrides):
-    return zoo.make_config(arch, **{**find_preset("tiny", arch).config, **overrides})
+tiny = zoo.tiny_config
 
 
 @functools.cache
@@ -33,22 +30,11 @@ def case(arch: str):
 
 
 def reference_step(model, impl, optimizer, loss_fn, x, target, key=None):
-    """One training step written directly with the interface (no flattening, no donation)."""
+    """The pure step jitted over the interface's pytrees (no flattening, no donation)."""
     api = zoo.interface(impl)
     static, params, state = api.split(model)
-    opt_state = optimizer.init(params)
-
-    @jax.jit
-    def step(params, opt_state, state):
-        def objective(params):
-            y, new_state = api.apply(static, params, state, x, train=True, key=key)
-            return loss_fn(y, target), new_state
-
-        (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, new_state, loss
-
-    return step(params, opt_state, state)
+    step = jax.jit(pure_step(api, static, optimizer, loss_fn))
+    return step(params, optimizer.init(params), state, x, target, key)
 
 
 def jitted_apply(model, impl, train=False):
@@ -81,19 +67,19 @@ def test_forward_matches_interface(arch, impl):
 
 
 def test_donation_default_is_off_on_cpu_only():
-    model = zoo.create(zoo.MLPConfig.tiny(), "nnx")
+    model = zoo.create(zoo.tiny_config("mlp"), "nnx")
     step = fast.train_step(model, "nnx", optax.sgd(0.1), lambda y, t: ((y - t) ** 2).mean())
     assert step.donate == (jax.default_backend() != "cpu")
 
 
 @pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
-@pytest.mark.parametrize("arch", ["mlp", "cnn"])  # no state / BatchNorm state; the decoder's
-def test_train_step_matches_reference_and_donates(arch, impl):  # train step: test_bench (CI)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_train_step_matches_reference_and_donates(arch, impl):
     _, task, models = case(arch)
     api = zoo.interface(impl)
     x = api.to_native(task.x)
     target = task.target if task.loss == "cross_entropy" else api.to_native(task.target)
-    loss_fn, opt = JAX_LOSSES[task.loss], optax.adam(1e-2)
+    loss_fn, opt = LOSSES[task.loss], optax.adam(1e-2)
     model = models[impl]
     before = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
 
@@ -140,7 +126,7 @@ def test_libraries_train_identically():
     losses = {}
     for impl, model in models.items():
         api = zoo.interface(impl)
-        step = fast.train_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss])
+        step = fast.train_step(model, impl, optax.sgd(0.1), LOSSES[task.loss])
         losses[impl] = [float(step(api.to_native(task.x), task.target)) for _ in range(3)]
     assert losses["eqx"][0] != losses["eqx"][2]
     for impl in zoo.JAX_IMPLS:
@@ -155,9 +141,9 @@ def test_dropout_key(impl):
     model = build_models(config, (impl,))[impl]
     api = zoo.interface(impl)
     x = api.to_native(task.x)
-    step = fast.train_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss], donate=False)
+    step = fast.train_step(model, impl, optax.sgd(0.1), LOSSES[task.loss], donate=False)
     loss = step(x, task.target, task.key)
-    *_, want = reference_step(model, impl, optax.sgd(0.1), JAX_LOSSES[task.loss], x,
+    *_, want = reference_step(model, impl, optax.sgd(0.1), LOSSES[task.loss], x,
                               task.target, task.key)
     np.testing.assert_allclose(loss, want, **TOL)
 

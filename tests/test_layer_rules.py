@@ -2,8 +2,8 @@
 
 For random Conv / ConvTranspose hyper-parameters (kernel 1-5, stride 1-3, padding, output padding
 < stride, dilation 1-2, odd and non-cubic sizes, 1-3 spatial dims), a PyTorch layer's weights are
-converted with `converters.rules` into the Equinox, Linen and NNX layers (and the zoo's own
-conv-transpose layers, every method) and all outputs must equal PyTorch's.
+converted with the layer kinds' rules (`canonical.KINDS`) into the Equinox, Linen and NNX layers
+(and the zoo's own conv-transpose layers, every method) and all outputs must equal PyTorch's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converters import rules
-from converters.trees import torch_to_numpy
+from canonical import KINDS, Layer
+from canonical.torch_arrays import torch_to_numpy
 from tests.test_conv_transpose_methods import xla_operand_swap_hazard
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
@@ -30,6 +30,14 @@ from zoo.testing import tolerance
 torch = pytest.importorskip("torch")
 TOL = tolerance("float32")
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+
+
+def to_native(family, canon, layer):
+    return KINDS[layer.kind].convert(family, canon, layer, to="native")
+
+
+def to_canonical(family, native, layer):
+    return KINDS[layer.kind].convert(family, native, layer, to="canonical")
 
 
 @st.composite
@@ -70,8 +78,7 @@ def _reference(c, transpose):
         y = layer(x)
     canon = {k: torch_to_numpy(v) for k, v in layer.state_dict().items()}
     kind = "conv_transpose" if transpose else "conv"
-    spec = rules.Layer("layer", kind, spatial_dims=c["n"], has_bias=c["bias"])
-    return x.numpy(), y.numpy(), canon, spec
+    return x.numpy(), y.numpy(), canon, Layer("layer", kind)
 
 
 def _channels_last(a):
@@ -104,16 +111,16 @@ def test_conv_rule_matches_torch(c):
                             use_bias=c["bias"], key=key)
     flax_args = dict(strides=c["s"], padding=pairs, kernel_dilation=c["d"], use_bias=c["bias"])
     outputs = {
-        "eqx": _eqx_apply(eqx_layer, rules.to_native("eqx", canon, spec), x),
+        "eqx": _eqx_apply(eqx_layer, to_native("eqx", canon, spec), x),
         "linen": _linen_apply(nn.Conv(c["cout"], c["k"], **flax_args),
-                              rules.to_native("flax", canon, spec), x),
+                              to_native("flax", canon, spec), x),
         "nnx": _nnx_apply(nnx.Conv(c["cin"], c["cout"], c["k"], **flax_args, rngs=nnx.Rngs(0)),
-                          rules.to_native("flax", canon, spec), x),
+                          to_native("flax", canon, spec), x),
     }
     for impl, out in outputs.items():
         np.testing.assert_allclose(out, y, **TOL, err_msg=f"{impl} {c}")
     for family in ("eqx", "flax"):  # and the rule is exactly invertible
-        back = rules.to_canonical(family, rules.to_native(family, canon, spec), spec)
+        back = to_canonical(family, to_native(family, canon, spec), spec)
         for k in canon:
             assert np.array_equal(back[k], canon[k])
 
@@ -126,8 +133,8 @@ def test_conv_transpose_rule_matches_torch(c):
     pairs = torch_padding(c["k"], c["s"], c["p"], c["op"], c["d"])
     eqx_args = (n, c["cin"], c["cout"], c["k"], c["s"], c["p"], c["op"], c["d"])
     flax_args = dict(strides=c["s"], padding=pairs, kernel_dilation=c["d"], use_bias=c["bias"])
-    eqx_native = rules.to_native("eqx", canon, spec)
-    flax_native = rules.to_native("flax", canon, spec)
+    eqx_native = to_native("eqx", canon, spec)
+    flax_native = to_native("flax", canon, spec)
     outputs = {}
     # The libraries' own layers lower to lhs_dilation, which XLA:CPU can abort on (see
     # xla_operand_swap_hazard); those cases are covered by the zoo's other methods.
@@ -151,7 +158,7 @@ def test_conv_transpose_rule_matches_torch(c):
     for impl, out in outputs.items():
         np.testing.assert_allclose(out, y, **TOL, err_msg=f"{impl} {c}")
     for family in ("eqx", "flax"):
-        back = rules.to_canonical(family, rules.to_native(family, canon, spec), spec)
+        back = to_canonical(family, to_native(family, canon, spec), spec)
         for k in canon:
             assert np.array_equal(back[k], canon[k])
 
@@ -165,11 +172,11 @@ def test_linear_rule_with_flattened_input(c, h, w, out):
     with torch.no_grad():
         y = layer(x.flatten(1)).numpy()
     canon = {k: v.numpy() for k, v in layer.state_dict().items()}
-    spec = rules.Layer("fc", "linear", flatten_shape=(c, h, w))
-    flax = rules.to_native("flax", canon, spec)
+    spec = Layer("fc", "linear", flatten_shape=(c, h, w))
+    flax = to_native("flax", canon, spec)
     y_flax = _channels_last(x.numpy()).reshape(3, -1) @ flax["kernel"] + flax["bias"]
     np.testing.assert_allclose(y_flax, y, **TOL)
-    back = rules.to_canonical("flax", flax, spec)
+    back = to_canonical("flax", flax, spec)
     assert np.array_equal(back["weight"], canon["weight"])
 
 
@@ -178,7 +185,7 @@ def test_square_linear_needs_the_transpose():
     layer = torch.nn.Linear(4, 4)
     x = torch.randn(2, 4)
     canon = {k: v.detach().numpy() for k, v in layer.state_dict().items()}
-    flax = rules.to_native("flax", canon, rules.Layer("fc", "linear"))
+    flax = to_native("flax", canon, Layer("fc", "linear"))
     y = layer(x).detach().numpy()
     np.testing.assert_allclose(x.numpy() @ flax["kernel"] + flax["bias"], y, **TOL)
     assert not np.allclose(x.numpy() @ canon["weight"] + canon["bias"], y, atol=1e-3)

@@ -1,7 +1,7 @@
 """Training checkpoints: parameters, BatchNorm statistics, optax state and step change library.
 
-The training step is written once, for every library, with `zoo.interface(impl)`; the loss is
-computed in the canonical layout (`api.to_canonical(y)`).
+Every registered architecture trains with the zoo's one training step (`zoo.fast.train_step`),
+resumed from a converted checkpoint in another library.
 """
 
 from __future__ import annotations
@@ -18,63 +18,39 @@ import zoo
 from converters import ConversionError, convert_file, read
 from converters.core import from_canonical, to_canonical
 from converters.optim import to_canonical_opt
+from zoo import fast
 from zoo.registry import skeleton
 from zoo.testing import tolerance
+from zoo.training import LOSSES, targets
 
 CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
 # Tolerance of "3 steps in Equinox + 3 in NNX == 6 in NNX", float32 on CPU. The first three steps
 # run in a different library, so they agree to float rounding only (~1e-7 on the parameters).
-# Adam's eps is 1e-4 because conv1/conv2 feed BatchNorm: their biases have a true gradient of
-# zero, and Adam with eps=1e-8 would scale the ~1e-9 float noise of that gradient (which differs
-# between libraries) into updates of ~lr. The MLP case keeps optax's defaults.
+# Adam's eps is 1e-4 because a conv feeding BatchNorm has a bias whose true gradient is zero,
+# and Adam with eps=1e-8 would scale the ~1e-9 float noise of that gradient (which differs
+# between libraries) into updates of ~lr.
 ATOL = tolerance("float32")["atol"]
-CASES = {
-    "cnn": (CFG, optax.adam(1e-3, eps=1e-4)),
-    "mlp": (zoo.make_config("mlp", in_features=64, hidden=(32, 32), out_features=10),
-            optax.adam(1e-3)),
-}
+
+
+def optimizer() -> optax.GradientTransformation:
+    return optax.adam(1e-3, eps=1e-4)
 
 
 def batch(config: zoo.Config, seed: int = 1) -> tuple[jax.Array, jax.Array]:
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((32, *config.input_shape)).astype(np.float32)
-    return jnp.asarray(x), jnp.asarray(rng.integers(0, 10, 32))
-
-
-def make_step(impl: str, static, tx):
-    """One jitted training step for library `impl`, written once for all of them."""
-    api = zoo.interface(impl)
-
-    def loss_fn(params, state, x, y):
-        out, state = api.apply(static, params, state, api.to_native(x), train=True)
-        logits = api.to_canonical(out)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
-
-    @jax.jit
-    def step(params, state, opt_state, x, y):
-        (_, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), state, opt_state
-
-    return step
-
-
-_STEPS: dict = {}  # (impl, config, tx) -> (static, step): compile once per library
+    """32 canonical inputs and the architecture's targets."""
+    x = zoo.example_input(config, batch=32, seed=seed)
+    return x, targets(config, 32, jax.random.key(seed + 1))
 
 
 def train(impl: str, model, tx, opt_state, steps: int, x, y):
-    """`steps` optimizer steps with `zoo.interface(impl)`; returns (model, opt_state)."""
+    """`steps` optimizer steps of `zoo.fast.train_step`; returns (model, opt_state)."""
     api = zoo.interface(impl)
-    static, params, state = api.split(model)
-    key = (impl, converters.config_of(model, impl), id(tx))
-    if key not in _STEPS:
-        _STEPS[key] = (static, make_step(impl, static, tx))
-    static, step = _STEPS[key]  # an equal static part: same config, same library
-    if opt_state is None:
-        opt_state = tx.init(params)
+    config = converters.config_of(model, impl)
+    target = y if config.LOSS == "cross_entropy" else api.to_native(y)
+    step = fast.train_step(model, impl, tx, LOSSES[config.LOSS], opt_state=opt_state)
     for _ in range(steps):
-        params, state, opt_state = step(params, state, opt_state, x, y)
-    return api.merge(static, params, state), opt_state
+        step(api.to_native(x), target)
+    return step.model(), step.opt_state
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -82,9 +58,9 @@ def max_diff(a: dict, b: dict) -> float:
                for k in a)
 
 
-@pytest.mark.parametrize("arch", list(CASES))
+@pytest.mark.parametrize("arch", zoo.ARCHS)
 def test_three_eqx_steps_then_three_nnx_or_linen_steps_equal_six(arch, tmp_path):
-    config, tx = CASES[arch]
+    config, tx = zoo.tiny_config(arch), optimizer()
     start = zoo.canonical_init(config)
     x, y = batch(config)
     model, opt_state = train("eqx", from_canonical(start, config, "eqx"), tx, None, 3, x, y)

@@ -12,7 +12,7 @@ import pytest
 
 import converters
 import zoo
-from converters.trees import torch_to_numpy
+from canonical.torch_arrays import torch_to_numpy
 from tests.conftest import CASE_IDS, CASES
 from zoo.testing import tolerance
 

@@ -11,23 +11,31 @@ from typing import Any
 
 import jax
 
-from zoo.configs import CNNConfig, Config, ConfigError, Decoder3DConfig, MLPConfig
+import canonical
+import zoo.models  # noqa: F401  (registers every architecture folder)
+from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
 from zoo.interface import Interface, interface
 from zoo.registry import (
     ARCHS,
     IMPLS,
     JAX_IMPLS,
+    architecture,
     example_input,
     list_models,
     make_config,
     model_class,
+    native_init,
+    register,
+    skeleton,
+    tiny_config,
+    walk_facts,
 )
 
 __all__ = [
-    "ARCHS", "IMPLS", "JAX_IMPLS", "CNNConfig", "Config", "ConfigError", "Decoder3DConfig",
-    "Interface", "MLPConfig", "canonical_init", "create", "example_input", "interface",
-    "list_models", "make_config", "model_class",
+    "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
+    "canonical_init", "create", "example_input", "interface", "list_models", "make_config",
+    "model_class", "register", "tiny_config",
 ]
 
 
@@ -42,12 +50,10 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
     `seed` and converts it, so one seed gives numerically identical models in every library.
     `init="native"` uses the library's own initialisers instead.
     """
-    from converters.core import from_canonical
-    from zoo.registry import native_init
-
     cfg = make_config(arch, **config)
     if init == "canonical":
-        return from_canonical(canonical_init(cfg, seed, dtype), cfg, impl)
+        state = canonical_init(cfg, seed, dtype)
+        return canonical.write(skeleton(cfg, impl, dtype), state, impl, **walk_facts(cfg, impl))
     if init == "native":
         return native_init(cfg, impl, jax.random.key(seed), dtype)
     raise ValueError(f"init must be 'canonical' or 'native', got {init!r}")

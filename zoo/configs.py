@@ -1,7 +1,10 @@
 """Architecture configurations: frozen, hashable, JSON-serialisable dataclasses.
 
 A config describes an architecture in library-neutral terms (PyTorch semantics, channels-first
-shapes). Every implementation of an architecture is built from the same config.
+shapes). Every implementation of an architecture is built from the same config. Each
+architecture's config lives in its own folder (`zoo/models/<arch>/config.py`) and declares what
+tools need to know about it: input and output shapes, the task's loss, a tiny config for tests,
+a default benchmark batch, and structural facts the converters rely on (`flatten_shape`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
-Activation = Literal["relu", "gelu"]
+from zoo.layers.conv_transpose import output_shape, torch_padding
+
+Loss = Literal["cross_entropy", "mse"]
 
 
 class ConfigError(ValueError):
@@ -24,7 +29,10 @@ class Config:
     """Base class: validation and JSON round trips shared by every architecture config."""
 
     arch: ClassVar[str]
-    TINY: ClassVar[dict[str, Any]] = {}
+    TINY: ClassVar[dict[str, Any]] = {}  # overrides giving a small config (tests, CI presets)
+    DEFAULT_BATCH: ClassVar[int] = 8  # the benchmark's batch when none is given
+    LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
+    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {}  # named TINY overrides tests also run
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -49,9 +57,21 @@ class Config:
         """Shape of one input sample, channels-first (PyTorch layout, no batch axis)."""
         raise NotImplementedError
 
-    def flatten_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Layers whose input is a flattened feature map, with that map's (C, *spatial) shape."""
-        return {}
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """Shape of one output sample, channels-first (no batch axis)."""
+        raise NotImplementedError
+
+    @property
+    def flatten_shape(self) -> tuple[int, ...] | None:
+        """(C, *spatial) of the feature map the model flattens into its first linear layer with
+        that many inputs (Flax flattens channels-last: the converters permute that layer)."""
+        return None
+
+    def conv_transposes(self) -> list[ConvTransposeSpec]:
+        """The model's conv-transpose layers with their input sizes, in order (the benchmark's
+        method choice and roofline read them)."""
+        return []
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:
@@ -109,154 +129,45 @@ def _describe(hint: Any) -> str:
         hint, str(hint))
 
 
-def _positive(name: str, values: tuple[int, ...]) -> None:
+def positive(name: str, values: tuple[int, ...]) -> None:
     if any(not isinstance(v, int) or v < 1 for v in values):
         raise ConfigError(f"{name} must be positive integers, found {values}")
 
 
 @dataclass(frozen=True)
-class MLPConfig(Config):
-    """Three linear layers: in -> hidden[0] -> hidden[1] -> out, activation between them."""
+class ConvTransposeSpec:
+    """One conv-transpose layer: channels, PyTorch hyper-parameters (one int for every spatial
+    dim) and the spatial size of its input."""
 
-    arch: ClassVar[str] = "mlp"
-    TINY: ClassVar[dict[str, Any]] = {"in_features": 12, "hidden": (16, 8), "out_features": 5}
-    in_features: int = 784
-    hidden: tuple[int, int] = (512, 512)
-    out_features: int = 10
-    activation: Activation = "relu"
-
-    def validate(self) -> None:
-        if len(self.hidden) != 2:
-            raise ConfigError(f"mlp.hidden must have 2 entries, found {self.hidden}")
-        _positive("mlp sizes", (self.in_features, *self.hidden, self.out_features))
-        if self.activation not in typing.get_args(Activation):
-            raise ConfigError(f"mlp.activation must be relu or gelu, found {self.activation!r}")
+    in_channels: int
+    out_channels: int
+    kernel_size: int
+    stride: int
+    padding: int
+    output_padding: int
+    dilation: int
+    input_size: tuple[int, ...]
+    name: str = ""
 
     @property
-    def input_shape(self) -> tuple[int, ...]:
-        return (self.in_features,)
-
-
-@dataclass(frozen=True)
-class CNNConfig(Config):
-    """The Flax MNIST CNN: two conv3x3 [BN] relu avgpool2 stages, dense [dropout] relu, dense."""
-
-    arch: ClassVar[str] = "cnn"
-    TINY: ClassVar[dict[str, Any]] = {"in_channels": 2, "input_size": (10, 9), "features": (4, 6),
-                                      "hidden": 16, "num_classes": 5}
-    in_channels: int = 1
-    input_size: tuple[int, int] = (28, 28)
-    features: tuple[int, int] = (32, 64)
-    hidden: int = 256
-    num_classes: int = 10
-    batch_norm: bool = True
-    dropout: float = 0.0
-    bn_momentum: float = 0.99  # Flax convention: weight of the old running value.
-    bn_eps: float = 1e-5
-
-    def validate(self) -> None:
-        if len(self.features) != 2 or len(self.input_size) != 2:
-            raise ConfigError("cnn.features and cnn.input_size must have 2 entries each")
-        _positive("cnn sizes", (self.in_channels, *self.input_size, *self.features,
-                                self.hidden, self.num_classes))
-        if min(self.input_size) < 4:
-            raise ConfigError(f"cnn.input_size must be at least 4x4, found {self.input_size}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"cnn.dropout must be in [0, 1), found {self.dropout}")
-        if not 0.0 <= self.bn_momentum < 1.0:
-            raise ConfigError(f"cnn.bn_momentum must be in [0, 1), found {self.bn_momentum}")
+    def per_dim(self) -> tuple[tuple[int, ...], ...]:
+        """(kernel_size, stride, padding, output_padding, dilation), each one entry per dim."""
+        n = len(self.input_size)
+        return tuple((v,) * n for v in (self.kernel_size, self.stride, self.padding,
+                                         self.output_padding, self.dilation))
 
     @property
-    def input_shape(self) -> tuple[int, ...]:
-        return (self.in_channels, *self.input_size)
+    def output_size(self) -> tuple[int, ...]:
+        """PyTorch's (i - 1)s - 2p + d(k - 1) + op + 1 per dim (ValueError if < 1)."""
+        return output_shape(self.input_size, *self.per_dim)
 
     @property
-    def feature_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of the map flattened into fc1: two 2x2 average pools, floor division."""
-        h, w = self.input_size
-        return (self.features[1], h // 4, w // 4)
-
-    def flatten_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"fc1": self.feature_shape}
+    def flax_padding(self) -> tuple[tuple[int, int], ...]:
+        """The explicit (low, high) padding pairs of the Flax layer."""
+        return torch_padding(*self.per_dim)
 
 
-@dataclass(frozen=True)
-class Decoder3DConfig(Config):
-    """A 3-D upsampling decoder: ConvTranspose3d + relu stages, then a ConvTranspose3d head.
-
-    Stages up1..up3 map latent_channels -> channels[0] -> channels[1] -> channels[2], the head
-    maps channels[2] -> out_channels. The
-    per-layer tuples (kernel_size, stride, padding, output_padding, dilation) have one entry per
-    conv-transpose (stages + head), with PyTorch semantics.
-    """
-
-    arch: ClassVar[str] = "decoder3d"
-    TINY: ClassVar[dict[str, Any]] = {"latent_channels": 6, "latent_size": (2, 3, 2),
-                                      "channels": (5, 4, 3), "out_channels": 2}
-    latent_channels: int = 32
-    latent_size: tuple[int, int, int] = (8, 8, 8)
-    channels: tuple[int, int, int] = (16, 8, 4)
-    out_channels: int = 4
-    kernel_size: tuple[int, ...] = (4, 4, 4, 3)
-    stride: tuple[int, ...] = (2, 2, 2, 1)
-    padding: tuple[int, ...] = (1, 1, 1, 1)
-    output_padding: tuple[int, ...] = (0, 0, 0, 0)
-    dilation: tuple[int, ...] = (1, 1, 1, 1)
-    conv_method: str = "auto"  # see zoo.layers.conv_transpose.choose_method
-
-    def validate(self) -> None:
-        if len(self.channels) != 3:
-            raise ConfigError(f"decoder3d.channels needs 3 stages, found {self.channels}")
-        if self.conv_method not in ("auto", "lhs_dilation", "pad", "phase"):
-            raise ConfigError(f"decoder3d.conv_method must be auto, lhs_dilation, pad or phase, "
-                              f"found {self.conv_method!r}")
-        n = len(self.channels) + 1
-        for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
-            if len(getattr(self, name)) != n:
-                raise ConfigError(
-                    f"decoder3d.{name} needs {n} entries (one per conv-transpose), "
-                    f"found {getattr(self, name)}"
-                )
-        _positive("decoder3d sizes", (self.latent_channels, *self.latent_size, *self.channels,
-                                      self.out_channels, *self.kernel_size, *self.stride,
-                                      *self.dilation))
-        for i, (s, d, op) in enumerate(zip(self.stride, self.dilation, self.output_padding,
-                                           strict=True)):
-            if not 0 <= op < max(s, d):
-                raise ConfigError(
-                    f"decoder3d layer {i}: output_padding {op} must be < max(stride, dilation)"
-                )
-        size = self.latent_size
-        for i, layer in enumerate(self.layers()):
-            size = tuple(
-                (n - 1) * layer["stride"] - 2 * layer["padding"]
-                + layer["dilation"] * (layer["kernel_size"] - 1) + layer["output_padding"] + 1
-                for n in size
-            )
-            if min(size) < 1:
-                raise ConfigError(f"decoder3d layer {i} would produce spatial size {size}")
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return (self.latent_channels, *self.latent_size)
-
-    def layer_names(self) -> tuple[str, ...]:
-        return (*(f"up{i + 1}" for i in range(len(self.channels))), "head")
-
-    def layers(self) -> list[dict[str, Any]]:
-        """One dict per conv-transpose: name, in/out channels and PyTorch hyper-parameters."""
-        ins = (self.latent_channels, *self.channels)
-        outs = (*self.channels, self.out_channels)
-        return [
-            dict(name=name, in_channels=i, out_channels=o, kernel_size=k, stride=s, padding=p,
-                 output_padding=op, dilation=d)
-            for name, i, o, k, s, p, op, d in zip(
-                self.layer_names(), ins, outs, self.kernel_size, self.stride, self.padding,
-                self.output_padding, self.dilation, strict=True)
-        ]
-
-
-CONFIGS: dict[str, type[Config]] = {c.arch: c for c in (MLPConfig, CNNConfig, Decoder3DConfig)}
+CONFIGS: dict[str, type[Config]] = {}  # filled by zoo.registry.register
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

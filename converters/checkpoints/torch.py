@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.base import (
     FORMAT_VERSION,
     OPT_PREFIX,
@@ -189,8 +190,6 @@ def _write_torch(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, tmp: Pa
         _write_safetensors(ck, fmt, dtype, native, tmp, dst)
         return
     from collections import OrderedDict
-
-    from converters.trees import numpy_to_torch
 
     torch = _import_torch()
     state = OrderedDict((k, numpy_to_torch(v)) for k, v in _ordered_state(ck).items())

@@ -4,7 +4,7 @@ The published conv-transpose reports time a single layer, which no zoo architect
 has four), so the `convt` presets build this layer instead: `zoo.layers.eqx.ConvTranspose`,
 `zoo.layers.linen.ConvTranspose`, `zoo.layers.nnx.ConvTranspose` (all with a `method` switch) and
 `torch.nn.ConvTranspose3d`, with weights converted from one canonical (PyTorch-layout) state by
-`converters.rules.to_native`.
+`canonical.KINDS["conv_transpose"]`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.rules import Layer, to_native
-from converters.trees import TREES
+from canonical import KINDS, Layer
+from canonical.kinds import FAMILIES
+from canonical.torch_arrays import numpy_to_torch
+from zoo.configs import ConvTransposeSpec
 from zoo.layers.conv_transpose import output_shape, torch_padding
 
-LAYER = Layer("convt", "conv_transpose", spatial_dims=3)
+LAYER = Layer("convt", "conv_transpose")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class ConvTSpec:
     dilation: int = 1
     method: str = "auto"
     arch = "convt"
+    LOSS = "mse"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spatial", tuple(self.spatial))
@@ -68,6 +71,11 @@ class ConvTSpec:
     @property
     def flax_padding(self) -> tuple[tuple[int, int], ...]:
         return torch_padding(*self._per_dim())
+
+    def conv_transposes(self) -> list[ConvTransposeSpec]:
+        return [ConvTransposeSpec(self.in_channels, self.out_channels, self.kernel_size,
+                                  self.stride, self.padding, self.output_padding, self.dilation,
+                                  self.spatial, "convt")]
 
     def to_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, **dataclasses.asdict(self)}
@@ -112,7 +120,6 @@ def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
     if impl == "torch":
         import torch
 
-        from converters.trees import numpy_to_torch
 
         layer = torch.nn.ConvTranspose3d(
             s.in_channels, s.out_channels, s.kernel_size, stride=s.stride, padding=s.padding,
@@ -120,7 +127,8 @@ def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
         layer = layer.to(getattr(torch, dtype.name))
         layer.load_state_dict({k: numpy_to_torch(v) for k, v in canon.items()})
         return layer
-    native = to_native(TREES[impl].family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER)
+    native = KINDS["conv_transpose"].convert(
+        FAMILIES[impl], {k: jnp.asarray(v) for k, v in canon.items()}, LAYER, to="native")
     if impl == "eqx":
         from zoo.layers.eqx import ConvTranspose
 

@@ -2,7 +2,8 @@
 
 A preset names an architecture (a zoo architecture, or "convt" for a single conv-transpose
 layer), its configuration, the batch size, dtype and the modes it is meant for. `tiny` exists for
-every architecture (CI); `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
+every registered architecture (CI: its config's `TINY`, batch min(4, `DEFAULT_BATCH`)), read
+live from the registry; `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
 `convt-256` and `convt-wgrad` are the published conv-transpose reports' shapes (docs/benchmarks.md
 states how they were read).
 """
@@ -10,14 +11,36 @@ states how they were read).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import zoo
 
 LAYER_ARCH = "convt"  # a single 3-D conv-transpose layer (zoo.bench.layers)
-ARCHS: tuple[str, ...] = (*zoo.ARCHS, LAYER_ARCH)
 MODES: tuple[str, ...] = ("forward", "train")
+
+
+class Live(Sequence):
+    """A tuple recomputed at every use (it follows the architecture registry)."""
+
+    def __init__(self, make: Callable[[], tuple]) -> None:
+        self._make = make
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._make()[i]
+
+    def __len__(self) -> int:
+        return len(self._make())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._make())
+
+    def __repr__(self) -> str:
+        return repr(self._make())
+
+
+ARCHS: Sequence[str] = Live(lambda: (*zoo.ARCHS, LAYER_ARCH))
 
 
 @dataclass(frozen=True)
@@ -44,22 +67,20 @@ class Preset:
 _TINY_CONVT = dict(in_channels=4, out_channels=4, spatial=(4, 4, 4), kernel_size=3, stride=2,
                    padding=1, output_padding=1)
 
-def _tiny(arch: str, fallback: dict[str, Any]) -> dict[str, Any]:
-    """The architecture's own tiny config (`Config.TINY`, shared with the tests) if it has one."""
-    from zoo.configs import CONFIGS
 
-    return dict(getattr(CONFIGS[arch], "TINY", None) or fallback)
+def tiny_presets() -> tuple[Preset, ...]:
+    """One `tiny` preset per registered architecture: its `TINY` config (shared with the
+    tests), batch min(4, its `DEFAULT_BATCH`)."""
+    out = []
+    for arch in zoo.ARCHS:
+        cls = zoo.architecture(arch).config
+        batch = min(4, cls.DEFAULT_BATCH)
+        out.append(Preset("tiny", arch, batch, dict(cls.TINY),
+                          doc=f"CI: the {arch} tiny config, batch {batch}"))
+    return tuple(out)
 
 
-PRESETS: tuple[Preset, ...] = (
-    Preset("tiny", "mlp", 4, _tiny("mlp", dict(in_features=16, hidden=(32, 32), out_features=4)),
-           doc="CI: the MLP's tiny config, batch 4"),
-    Preset("tiny", "cnn", 4, _tiny("cnn", dict(in_channels=1, input_size=(8, 8), features=(4, 8),
-                                               hidden=16, num_classes=4)),
-           doc="CI: the CNN's tiny config, batch 4"),
-    Preset("tiny", "decoder3d", 2, _tiny("decoder3d", dict(
-        latent_channels=4, latent_size=(1, 1, 1), channels=(4, 4, 2), out_channels=2)),
-        doc="CI: the decoder's tiny config, batch 2"),
+_FIXED: tuple[Preset, ...] = (
     Preset("tiny", LAYER_ARCH, 2, _TINY_CONVT,
            doc="CI: one 4->4 conv-transpose, k3 s2 p1 op1, on 4^3, batch 2"),
     Preset("cpu", "mlp", 128, {}, doc="default MLP (784-512-512-10), batch 128"),
@@ -92,6 +113,8 @@ PRESETS: tuple[Preset, ...] = (
                "64x64x64x32 read as (C=64, D=64, H=64, W=32)"),
 )
 
+PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *_FIXED))
+
 
 class PresetError(ValueError):
     """An unknown preset, or one that does not fit the architecture asked for."""
@@ -110,4 +133,17 @@ def find_preset(name: str, arch: str | None = None) -> Preset:
                       "name the architecture")
 
 
-DEFAULT_BATCH: dict[str, int] = {"mlp": 128, "cnn": 64, "decoder3d": 2, LAYER_ARCH: 1}
+class _DefaultBatch(Mapping):
+    """The benchmark batch per architecture: its config's `DEFAULT_BATCH` (1 for "convt")."""
+
+    def __getitem__(self, arch: str) -> int:
+        return 1 if arch == LAYER_ARCH else zoo.architecture(arch).config.DEFAULT_BATCH
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ARCHS)
+
+    def __len__(self) -> int:
+        return len(ARCHS)
+
+
+DEFAULT_BATCH: Mapping[str, int] = _DefaultBatch()

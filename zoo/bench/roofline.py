@@ -10,9 +10,9 @@ multiply-adds again, a weight-sized write) and, when the layer's input needs a g
 for the first layer of a network, nor for the single `convt` layer), the input gradient (the
 same multiply-adds again, an input-sized write). Roofline time = ``max(bytes / peak bandwidth,
 FLOPs / peak FLOP/s)``; measured time / roofline time is the "× roofline" of the reports (1.0 =
-at the roof). Decoder3D's roofline is the sum over its conv-transposes, each reading its input
-and writing its output (an unfused, layer-by-layer lower bound; activations, loss and optimizer
-are not counted).
+at the roof). A model made of conv-transposes only (Decoder3D) has the sum over them as its
+roofline, each reading its input and writing its output (an unfused, layer-by-layer lower
+bound; activations, loss and optimizer are not counted).
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import jax.numpy as jnp
+
+from zoo.configs import Config
 from zoo.layers.conv_transpose import output_shape
+from zoo.registry import schema
 
 
 @dataclass(frozen=True)
@@ -92,24 +96,18 @@ def convt_roofline(batch: int, in_channels: int, out_channels: int,
 
 
 def model_roofline(config: Any, batch: int, dtype: str, mode: str) -> Roofline | None:
-    """The roofline of a `ConvTSpec` or a Decoder3D config (None for other architectures)."""
-    import jax.numpy as jnp
-
+    """The roofline of a model made of conv-transposes (a `ConvTSpec`, a decoder): the sum over
+    its `conv_transposes()`, every layer but the first also computing its input gradient in
+    training. None for models with other layers."""
+    specs = config.conv_transposes()
+    if not specs or (isinstance(config, Config) and any(
+            layer.kind != "conv_transpose" for layer in schema(config)[0])):
+        return None
     itemsize = jnp.dtype(dtype).itemsize
-    if getattr(config, "arch", None) == "convt":
-        c = config
-        return convt_roofline(batch, c.in_channels, c.out_channels, c.spatial, c.kernel_size,
-                              c.stride, c.padding, c.output_padding, c.dilation,
-                              itemsize=itemsize, mode=mode)
-    if getattr(config, "arch", None) == "decoder3d":
-        total, size = Roofline(0.0, 0.0), tuple(config.latent_size)
-        for i, layer in enumerate(config.layers()):
-            hp = {key: layer[key] for key in ("kernel_size", "stride", "padding",
-                                                "output_padding", "dilation")}
-            total = total + convt_roofline(batch, layer["in_channels"], layer["out_channels"],
-                                           size, itemsize=itemsize, mode=mode,
-                                           input_grad=i > 0, **hp)
-            size = output_shape(size, *((hp[key],) * len(size) for key in (
-                "kernel_size", "stride", "padding", "output_padding", "dilation")))
-        return total
-    return None
+    total = Roofline(0.0, 0.0)
+    for i, sp in enumerate(specs):
+        total = total + convt_roofline(
+            batch, sp.in_channels, sp.out_channels, sp.input_size, sp.kernel_size, sp.stride,
+            sp.padding, sp.output_padding, sp.dilation, itemsize=itemsize, mode=mode,
+            input_grad=i > 0)
+    return total

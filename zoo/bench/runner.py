@@ -28,9 +28,9 @@ from zoo.bench.timing import (
     run_steps,
     summarize,
 )
-from zoo.layers.conv_transpose import METHODS
+from zoo.layers.conv_transpose import CHOICES, choose_method
 
-ALL_METHODS: tuple[str, ...] = (*METHODS, "auto")
+ALL_METHODS: tuple[str, ...] = CHOICES
 BASELINE_METHOD = "lhs_dilation"
 
 
@@ -166,29 +166,15 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
 
 
 def auto_picks(config: Any, batch: int) -> list[str] | None:
-    """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer."""
-    from zoo.layers.conv_transpose import choose_method
-
-    arch = getattr(config, "arch", None)
-    if arch == "convt":
-        specs = [dict(in_channels=config.in_channels, out_channels=config.out_channels,
-                      kernel_size=config.kernel_size, stride=config.stride,
-                      dilation=config.dilation)]
-        sizes = [config.spatial]
-    elif arch == "decoder3d":
-        from zoo.layers.conv_transpose import output_shape
-
-        specs, sizes, size = config.layers(), [], tuple(config.latent_size)
-        for spec in specs:
-            sizes.append(size)
-            size = output_shape(size, *((spec[k],) * 3 for k in (
-                "kernel_size", "stride", "padding", "output_padding", "dilation")))
-    else:
+    """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer
+    (None for a model without any)."""
+    specs = config.conv_transposes()
+    if not specs:
         return None
-    return [choose_method((batch, sp["in_channels"], *size),
-                          (sp["in_channels"], sp["out_channels"], *(sp["kernel_size"],) * 3),
-                          (sp["stride"],) * 3, (sp["dilation"],) * 3, jax.default_backend())
-            for sp, size in zip(specs, sizes, strict=True)]
+    return [choose_method((batch, sp.in_channels, *sp.input_size),
+                          (sp.in_channels, sp.out_channels, *sp.per_dim[0]), sp.per_dim[1],
+                          sp.per_dim[4], jax.default_backend())
+            for sp in specs]
 
 
 def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],

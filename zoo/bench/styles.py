@@ -17,11 +17,11 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from zoo.bench.subjects import LEARNING_RATE, Subject, torch_device, torch_sync
 from zoo.bench.timing import Prepared
+from zoo.training import pure_step
 
 StyleFn = Callable[[Subject, str], Prepared]
 
@@ -34,19 +34,11 @@ def _copy_tree(tree: Any) -> Any:
 
 def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
                       donate: bool) -> Prepared:
-    """`jax.jit` of a pure step over (params, opt_state, state) pytrees, threaded by a closure."""
-    api, tx, loss_fn = subject.api, subject.optimizer(), subject.loss_fn
-
-    def step(params, opt_state, state, x, target, key):
-        def objective(params):
-            y, new_state = api.apply(static, params, state, x, train=True, key=key)
-            return loss_fn(y, target), new_state
-
-        (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, new_state, loss
-
-    jitted = jax.jit(step, donate_argnums=(0, 1, 2) if donate else ())
+    """`jax.jit` of the zoo's pure step (`zoo.training.pure_step`) over (params, opt_state,
+    state) pytrees, threaded by a closure."""
+    tx = subject.optimizer()
+    jitted = jax.jit(pure_step(subject.api, static, tx, subject.loss_fn),
+                     donate_argnums=(0, 1, 2) if donate else ())
     params = _copy_tree(params)
     carry = [params, tx.init(params), _copy_tree(state)]
     x, target, key = subject.x, subject.target, subject.task.key

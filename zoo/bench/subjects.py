@@ -8,6 +8,7 @@ layout.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import canonical
 import zoo
+from canonical.torch_arrays import numpy_to_torch
+from zoo import fast
 from zoo.bench import layers
 from zoo.bench.presets import LAYER_ARCH
-from zoo.layers.conv_transpose import output_shape as convt_output_shape
+from zoo.training import LOSSES, targets
 
 LEARNING_RATE = 1e-3
 
@@ -57,57 +61,24 @@ class Task:
         return jnp.dtype(self.x.dtype).name
 
 
-def cross_entropy(y: jax.Array, labels: jax.Array) -> jax.Array:
-    return optax.softmax_cross_entropy_with_integer_labels(y.astype(jnp.float32), labels).mean()
-
-
-def mse(y: jax.Array, target: jax.Array) -> jax.Array:
-    return jnp.mean(jnp.square(y.astype(jnp.float32) - target.astype(jnp.float32)))
-
-
-JAX_LOSSES = {"cross_entropy": cross_entropy, "mse": mse}
-
-
-def canonical_output_shape(config: Any) -> tuple[int, ...]:
-    """Shape of one output sample (channels first) of a zoo config or a `ConvTSpec`."""
-    if isinstance(config, layers.ConvTSpec):
-        return config.output_shape
-    if config.arch == "mlp":
-        return (config.out_features,)
-    if config.arch == "cnn":
-        return (config.num_classes,)
-    if config.arch == "decoder3d":
-        size = config.latent_size
-        for spec in config.layers():
-            per = [(spec[k],) * 3 for k in ("kernel_size", "stride", "padding", "output_padding",
-                                            "dilation")]
-            size = convt_output_shape(size, *per)
-        return (config.out_channels, *size)
-    raise ValueError(f"no output shape rule for architecture {config.arch!r}")
+JAX_LOSSES = LOSSES
 
 
 def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
-    """Random normal inputs (seed `seed`), labels or regression targets (seed `seed + 1`)."""
+    """Random normal inputs (seed `seed`), the architecture's targets (seed `seed + 1`)."""
     x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape), jnp.float32)
-    x = x.astype(dtype)
-    out = canonical_output_shape(config)
-    tkey = jax.random.key(seed + 1)
-    if getattr(config, "arch", None) in ("mlp", "cnn"):
-        target = jax.random.randint(tkey, (batch,), 0, out[0])
-        loss = "cross_entropy"
-    else:
-        target = jax.random.normal(tkey, (batch, *out), jnp.float32).astype(dtype)
-        loss = "mse"
+    target = targets(config, batch, jax.random.key(seed + 1), dtype)
     key = jax.random.key(seed + 2) if getattr(config, "dropout", 0.0) > 0 else None
-    return Task(*jax.block_until_ready((x, target)), loss=loss, key=key)
+    return Task(*jax.block_until_ready((x.astype(dtype), target)), loss=config.LOSS, key=key)
 
 
 def build_config(arch: str, overrides: dict[str, Any], method: str) -> Any:
-    """A zoo config (Decoder3D gets `conv_method=method`) or a `ConvTSpec` for "convt"."""
+    """A zoo config (one with a `conv_method` field gets `method`) or a `ConvTSpec` for
+    "convt"."""
     overrides = dict(overrides)
     if arch == LAYER_ARCH:
         return layers.ConvTSpec(**{"method": method, **overrides})
-    if arch == "decoder3d":
+    if "conv_method" in {f.name for f in dataclasses.fields(zoo.architecture(arch).config)}:
         overrides.setdefault("conv_method", method)
     return zoo.make_config(arch, **overrides)
 
@@ -123,10 +94,9 @@ def build_models(config: Any, impls: tuple[str, ...], seed: int = 0,
     if isinstance(config, layers.ConvTSpec):
         state = layers.canonical_state(config, seed, dtype)
         return {impl: layers.build(config, impl, state) for impl in impls}
-    from converters.core import from_canonical
-
     state = zoo.canonical_init(config, seed, dtype)
-    return {impl: from_canonical(state, config, impl) for impl in impls}
+    return {impl: canonical.write(zoo.skeleton(config, impl, dtype), state, impl,
+                                  **zoo.walk_facts(config, impl)) for impl in impls}
 
 
 @dataclass(eq=False)
@@ -172,8 +142,6 @@ class Subject:
 
     def _native_array(self, a: jax.Array, layout: bool = True) -> Any:
         if self.is_torch:
-            from converters.trees import numpy_to_torch
-
             return numpy_to_torch(np.asarray(a)).to(torch_device())
         return jax.block_until_ready(self.api.to_native(a) if layout else a)
 
@@ -211,13 +179,9 @@ class Subject:
 
     # ---- the zoo's fast path, shared by the fairness check and the "fast" call style
     def fast_forward(self) -> Any:
-        from zoo import fast
-
         return self._memo("fast_forward", lambda: fast.forward(self.native, self.impl))
 
     def fast_train(self) -> Any:
-        from zoo import fast
-
         return self._memo("fast_train", lambda: fast.train_step(
             self.native, self.impl, self.optimizer(), self.loss_fn))
 

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+import canonical
+
 
 class BatchNorm(eqx.Module):
     """Batch normalisation over all axes but the first (channels) of one sample.
@@ -95,3 +97,6 @@ class BatchNorm(eqx.Module):
         y = (x.astype(jnp.float32) - mean32) * scale.reshape(shape)
         y = y + self.bias.astype(jnp.float32).reshape(shape)
         return y.astype(jnp.result_type(x.dtype, self.weight.dtype)), state
+
+
+canonical.register_class("batch_norm", "eqx", BatchNorm)

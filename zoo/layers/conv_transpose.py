@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 __all__ = [
+    "CHOICES",
     "METHODS",
     "choose_method",
     "conv_transpose",
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 METHODS: tuple[str, ...] = ("lhs_dilation", "pad", "phase")
+CHOICES: tuple[str, ...] = (*METHODS, "auto")  # what a `method=` argument accepts
 
 IntOrSeq = int | Sequence[int]
 
@@ -258,7 +260,7 @@ def conv_transpose(
         return conv(xp, kernel, [(0, 0)] * n, d)
     if method == "phase":
         return _phase(x, kernel, dn, s, d, pads, out_size, conv)
-    raise ValueError(f"unknown method {method!r}; expected one of {(*METHODS, 'auto')}")
+    raise ValueError(f"unknown method {method!r}; expected one of {CHOICES}")
 
 
 def _phase(

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.batch_norm import BatchNorm
-from zoo.layers.conv_transpose import METHODS, conv_transpose
+from zoo.layers.conv_transpose import CHOICES, conv_transpose
 
 __all__ = ["BatchNorm", "ConvTranspose"]
 
@@ -24,9 +24,9 @@ class ConvTranspose(eqx.nn.ConvTranspose):
 
     def __init__(self, *args, method: str = "auto", **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if method not in (*METHODS, "auto"):
+        if method not in CHOICES:
             raise ValueError(f"unknown conv-transpose method {method!r}; use one of "
-                             f"{(*METHODS, 'auto')}")
+                             f"{CHOICES}")
         if self.groups != 1 or self.padding_mode != "ZEROS" or isinstance(self.padding, str):
             raise ValueError("zoo ConvTranspose supports groups=1, zero, explicit padding only")
         if any(lo != hi for lo, hi in self.padding):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flax import nnx
 from jax import Array
 
-from zoo.layers.conv_transpose import METHODS
+from zoo.layers.conv_transpose import CHOICES
 from zoo.layers.flax_common import flax_conv_transpose
 
 
@@ -18,9 +18,9 @@ class ConvTranspose(nnx.ConvTranspose):
 
     def __init__(self, *args, method: str = "auto", **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if method not in (*METHODS, "auto"):
+        if method not in CHOICES:
             raise ValueError(f"unknown conv-transpose method {method!r}; use one of "
-                             f"{(*METHODS, 'auto')}")
+                             f"{CHOICES}")
         self.method = method
 
     def __call__(self, inputs: Array) -> Array:

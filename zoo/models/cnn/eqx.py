@@ -9,8 +9,8 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.configs import CNNConfig
 from zoo.layers.eqx import BatchNorm
+from zoo.models.cnn.config import CNNConfig
 from zoo.models.common import dtype_of
 
 
@@ -36,7 +36,7 @@ class CNN(eqx.Module):
         self.bn1 = bn(c1) if config.batch_norm else None
         self.conv2 = eqx.nn.Conv2d(c1, c2, (3, 3), padding=1, key=k2, dtype=dt)
         self.bn2 = bn(c2) if config.batch_norm else None
-        self.fc1 = eqx.nn.Linear(math.prod(config.feature_shape), config.hidden, key=k3, dtype=dt)
+        self.fc1 = eqx.nn.Linear(math.prod(config.flatten_shape), config.hidden, key=k3, dtype=dt)
         self.dropout = eqx.nn.Dropout(config.dropout)
         self.fc2 = eqx.nn.Linear(config.hidden, config.num_classes, key=k4, dtype=dt)
         self.pool = eqx.nn.AvgPool2d((2, 2), stride=(2, 2))

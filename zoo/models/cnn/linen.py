@@ -5,7 +5,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
-from zoo.configs import CNNConfig
+from zoo.models.cnn.config import CNNConfig
 from zoo.models.common import dtype_of
 
 

@@ -7,7 +7,7 @@ import math
 import jax
 from flax import nnx
 
-from zoo.configs import CNNConfig
+from zoo.models.cnn.config import CNNConfig
 from zoo.models.common import dtype_of
 
 
@@ -24,7 +24,7 @@ class CNN(nnx.Module):
         self.bn1 = bn(c1) if config.batch_norm else None
         self.conv2 = conv(c1, c2)
         self.bn2 = bn(c2) if config.batch_norm else None
-        self.fc1 = nnx.Linear(math.prod(config.feature_shape), config.hidden, param_dtype=dt,
+        self.fc1 = nnx.Linear(math.prod(config.flatten_shape), config.hidden, param_dtype=dt,
                               rngs=rngs)
         self.dropout = nnx.Dropout(config.dropout)
         self.fc2 = nnx.Linear(config.hidden, config.num_classes, param_dtype=dt, rngs=rngs)

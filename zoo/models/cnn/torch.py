@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.configs import CNNConfig
+from zoo.models.cnn.config import CNNConfig
 
 
 class CNN(nn.Module):
@@ -14,7 +14,7 @@ class CNN(nn.Module):
         super().__init__()
         self.config = config
         c1, c2 = config.features
-        c, h, w = config.feature_shape
+        c, h, w = config.flatten_shape
         bn = lambda n: nn.BatchNorm2d(n, eps=config.bn_eps, momentum=1.0 - config.bn_momentum)
         self.conv1 = nn.Conv2d(config.in_channels, c1, 3, padding=1)
         self.bn1 = bn(c1) if config.batch_norm else None

@@ -6,16 +6,17 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.configs import Decoder3DConfig
+from zoo.configs import ConvTransposeSpec
 from zoo.layers.eqx import ConvTranspose
 from zoo.models.common import dtype_of
+from zoo.models.decoder3d.config import Decoder3DConfig
 
 
-def _layer(spec: dict, method: str, key: PRNGKeyArray, dtype) -> ConvTranspose:
+def _layer(spec: ConvTransposeSpec, method: str, key: PRNGKeyArray, dtype) -> ConvTranspose:
     return ConvTranspose(
-        3, spec["in_channels"], spec["out_channels"], (spec["kernel_size"],) * 3,
-        stride=spec["stride"], padding=spec["padding"], output_padding=spec["output_padding"],
-        dilation=spec["dilation"], method=method, key=key, dtype=dtype,
+        3, spec.in_channels, spec.out_channels, (spec.kernel_size,) * 3, stride=spec.stride,
+        padding=spec.padding, output_padding=spec.output_padding, dilation=spec.dilation,
+        method=method, key=key, dtype=dtype,
     )
 
 
@@ -27,10 +28,11 @@ class Decoder3D(eqx.Module):
     config: Decoder3DConfig = eqx.field(static=True)
 
     def __init__(self, config: Decoder3DConfig, *, key: PRNGKeyArray, dtype=None) -> None:
-        keys = jax.random.split(key, 4)
+        specs = config.conv_transposes()
+        keys = jax.random.split(key, len(specs))
         self.config = config
-        for spec, k in zip(config.layers(), keys, strict=True):
-            setattr(self, spec["name"], _layer(spec, config.conv_method, k, dtype_of(dtype)))
+        for spec, k in zip(specs, keys, strict=True):
+            setattr(self, spec.name, _layer(spec, config.conv_method, k, dtype_of(dtype)))
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         for up in (self.up1, self.up2, self.up3):

@@ -5,17 +5,16 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
-from zoo.configs import Decoder3DConfig
-from zoo.layers.conv_transpose import torch_padding
+from zoo.configs import ConvTransposeSpec
 from zoo.layers.linen import ConvTranspose
 from zoo.models.common import dtype_of
+from zoo.models.decoder3d.config import Decoder3DConfig
 
 
-def _layer(spec: dict, method: str, dtype) -> ConvTranspose:
-    k, s, d = (spec["kernel_size"],) * 3, (spec["stride"],) * 3, (spec["dilation"],) * 3
-    pad = torch_padding(k, s, (spec["padding"],) * 3, (spec["output_padding"],) * 3, d)
-    return ConvTranspose(spec["out_channels"], k, strides=s, padding=pad, kernel_dilation=d,
-                         method=method, param_dtype=dtype)
+def _layer(spec: ConvTransposeSpec, method: str, dtype) -> ConvTranspose:
+    k, s, _, _, d = spec.per_dim
+    return ConvTranspose(spec.out_channels, k, strides=s, padding=spec.flax_padding,
+                         kernel_dilation=d, method=method, param_dtype=dtype)
 
 
 class Decoder3D(nn.Module):
@@ -24,7 +23,7 @@ class Decoder3D(nn.Module):
 
     def setup(self) -> None:
         up1, up2, up3, head = (_layer(spec, self.config.conv_method, dtype_of(self.param_dtype))
-                               for spec in self.config.layers())
+                               for spec in self.config.conv_transposes())
         self.up1, self.up2, self.up3, self.head = up1, up2, up3, head
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from zoo.configs import Decoder3DConfig
-from zoo.layers.conv_transpose import torch_padding
+from zoo.configs import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
 from zoo.models.common import dtype_of
+from zoo.models.decoder3d.config import Decoder3DConfig
 
 
-def _layer(spec: dict, method: str, dtype, rngs: nnx.Rngs) -> ConvTranspose:
-    k, s, d = (spec["kernel_size"],) * 3, (spec["stride"],) * 3, (spec["dilation"],) * 3
-    pad = torch_padding(k, s, (spec["padding"],) * 3, (spec["output_padding"],) * 3, d)
-    return ConvTranspose(spec["in_channels"], spec["out_channels"], k, s, padding=pad,
+def _layer(spec: ConvTransposeSpec, method: str, dtype, rngs: nnx.Rngs) -> ConvTranspose:
+    k, s, _, _, d = spec.per_dim
+    return ConvTranspose(spec.in_channels, spec.out_channels, k, s, padding=spec.flax_padding,
                          kernel_dilation=d, method=method, param_dtype=dtype, rngs=rngs)
 
 
@@ -23,7 +22,7 @@ class Decoder3D(nnx.Module):
         self.config = config
         self.up1, self.up2, self.up3, self.head = (
             _layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
-            for spec in config.layers()
+            for spec in config.conv_transposes()
         )
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.configs import Decoder3DConfig
+from zoo.configs import ConvTransposeSpec
+from zoo.models.decoder3d.config import Decoder3DConfig
 
 
-def _layer(spec: dict) -> nn.ConvTranspose3d:
+def _layer(spec: ConvTransposeSpec) -> nn.ConvTranspose3d:
     return nn.ConvTranspose3d(
-        spec["in_channels"], spec["out_channels"], spec["kernel_size"], stride=spec["stride"],
-        padding=spec["padding"], output_padding=spec["output_padding"],
-        dilation=spec["dilation"],
+        spec.in_channels, spec.out_channels, spec.kernel_size, stride=spec.stride,
+        padding=spec.padding, output_padding=spec.output_padding, dilation=spec.dilation,
     )
 
 
@@ -21,7 +21,7 @@ class Decoder3D(nn.Module):
     def __init__(self, config: Decoder3DConfig) -> None:
         super().__init__()
         self.config = config
-        self.up1, self.up2, self.up3, self.head = (_layer(spec) for spec in config.layers())
+        self.up1, self.up2, self.up3, self.head = (_layer(s) for s in config.conv_transposes())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for up in (self.up1, self.up2, self.up3):

@@ -6,8 +6,8 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.configs import MLPConfig
 from zoo.models.common import activation, dtype_of
+from zoo.models.mlp.config import MLPConfig
 
 
 class MLP(eqx.Module):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from zoo.configs import MLPConfig
 from zoo.models.common import activation, dtype_of
+from zoo.models.mlp.config import MLPConfig
 
 
 class MLP(nnx.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.configs import MLPConfig
+from zoo.models.mlp.config import MLPConfig
 
 
 class MLP(nn.Module):

@@ -1,0 +1,133 @@
+"""A layer kind is one object: which native classes it covers in each library, which arrays
+they hold, how those map to the canonical layout and back, the canonical initialisation, and
+which canonical arrays are statistics rather than trained parameters.
+
+Walkers (`canonical.walkers`), the canonical initialisation (`zoo.init`) and optimizer-state
+conversion (`converters.optim`) consult the kind and nothing else, so a new kind is one
+`register_kind(LayerKind(...))` call (see `canonical.rules` for the built-in ones).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Arrays = dict[str, Any]
+FAMILIES: dict[str, str] = {"eqx": "eqx", "linen": "flax", "nnx": "flax", "torch": "torch"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer found in a model: its canonical name, kind, native path and the shape of the
+    feature map flattened into it (linear layers fed by a flatten, else None)."""
+
+    name: str  # canonical prefix, e.g. "conv1" or "blocks.0.fc"
+    kind: str
+    path: tuple[str, ...] = ()  # the native path when it differs from the name (Linen lists)
+    flatten_shape: tuple[int, ...] | None = None  # (C, *spatial) of a flattened input
+
+
+Rule = Callable[[str, Arrays, Layer], Arrays]
+Init = Callable[[dict[str, tuple[int, ...]], np.random.Generator], Arrays]
+
+
+def _identity(family: str, arrays: Arrays, layer: Layer) -> Arrays:
+    return dict(arrays)
+
+
+@dataclass(eq=False)
+class LayerKind:
+    """Everything the converters, the walkers and the initialisation know about a layer type.
+
+    **Arguments:**
+    - `name`: the kind's name ("linear", "batch_norm", ...).
+    - `classes`: per implementation ("eqx", "linen", "nnx", "torch"), the native classes (or
+      dotted names, imported when first needed) this kind covers, subclasses included.
+    - `native`: per family ("eqx", "flax"), the names of the arrays a native layer holds,
+      optional ones included (a dotted name reaches into a sub-layer of a composite kind).
+    - `to_native`, `to_canonical`: `rule(family, arrays, layer) -> arrays`, exact inverses
+      (transposes, flips and reshapes only). PyTorch's layout is the canonical one.
+    - `init(shapes, rng) -> arrays`: the canonical initialisation of the layer's canonical
+      arrays, given their shapes (keys without the layer prefix).
+    - `stats`: native names of running statistics (Linen's `batch_stats` collection, an
+      Equinox `StateIndex`, NNX `BatchStat`), in the order the Equinox state holds them.
+    - `buffers`: canonical names that are statistics: never trained, not in optimizer states.
+    - `composite`: the walkers do not look inside the layer (its sub-layers are its arrays).
+    - `check(module, impl, name)`: refuse a native layer the rules cannot express.
+    """
+
+    name: str
+    classes: Mapping[str, tuple[type | str, ...]]
+    native: Mapping[str, tuple[str, ...]]
+    init: Init
+    to_native: Rule = _identity
+    to_canonical: Rule = _identity
+    stats: tuple[str, ...] = ()
+    buffers: tuple[str, ...] = ()
+    composite: bool = False
+    check: Callable[[Any, str, str], None] | None = None
+    _resolved: dict[str, tuple[type, ...]] = field(default_factory=dict, repr=False)
+
+    def native_names(self, family: str) -> tuple[str, ...]:
+        return self.native.get(family, ())
+
+    def resolved_classes(self, impl: str) -> tuple[type, ...]:
+        """The native classes of `impl`, importing dotted names on first use; a library that
+        is not installed contributes none."""
+        if impl not in self._resolved:
+            out = []
+            for c in self.classes.get(impl, ()):
+                if isinstance(c, str):
+                    module, _, attr = c.rpartition(".")
+                    try:
+                        c = getattr(importlib.import_module(module), attr)
+                    except ImportError:
+                        continue
+                out.append(c)
+            self._resolved[impl] = tuple(out)
+        return self._resolved[impl]
+
+    def convert(self, family: str, arrays: Arrays, layer: Layer, *, to: str) -> Arrays:
+        """`to_native` (to="native") or `to_canonical` (to="canonical"); identity for torch."""
+        if family == "torch":
+            return dict(arrays)
+        rule = self.to_native if to == "native" else self.to_canonical
+        return rule(family, arrays, layer)
+
+
+KINDS: dict[str, LayerKind] = {}
+_BY_CLASS: dict[str, dict[type, LayerKind]] = {}
+
+
+def register_kind(kind: LayerKind) -> LayerKind:
+    """Add (or replace) a layer kind; its classes take precedence over older registrations."""
+    KINDS[kind.name] = kind
+    _BY_CLASS.clear()
+    return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove a layer kind (tests that register toy kinds clean up with it)."""
+    KINDS.pop(name, None)
+    _BY_CLASS.clear()
+
+
+def register_class(kind: str, impl: str, cls: type | str) -> None:
+    """Let kind `kind` also cover native class `cls` of `impl` (e.g. a custom Equinox layer
+    with the same arrays as the library's)."""
+    k = KINDS[kind]
+    k.classes = {**k.classes, impl: (*k.classes.get(impl, ()), cls)}
+    k._resolved.pop(impl, None)
+    _BY_CLASS.clear()
+
+
+def kind_of(module: Any, impl: str) -> LayerKind | None:
+    """The kind covering `module` (the most derived registered class wins), or None."""
+    if impl not in _BY_CLASS:
+        _BY_CLASS[impl] = {c: k for k in KINDS.values() for c in k.resolved_classes(impl)}
+    table = _BY_CLASS[impl]
+    return next((table[c] for c in type(module).__mro__ if c in table), None)

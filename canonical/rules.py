@@ -1,0 +1,236 @@
+"""The built-in layer kinds: one conversion rule per layer type (docs/conventions.md).
+
+Families: "eqx" (Equinox: channels-first, per-sample), "flax" (Linen and NNX share their
+parameter layouts) and "torch" (the canonical layout itself). Rules use only `.transpose`,
+`.reshape`, `.swapaxes` and slicing, which numpy and JAX arrays both provide, so round trips
+are bitwise. Optional arrays (a bias) are converted when present.
+
+Initialisation (PyTorch's defaults): Linear, Conv and ConvTranspose weights and biases are
+``U(-b, b)`` with ``b = 1/sqrt(weight.shape[1] * prod(kernel))``, weight drawn first; norms
+weight 1, bias 0, BatchNorm statistics mean 0, var 1, counter 0; Embedding ``N(0, 1)``; bare
+parameters ``N(0, 0.02)`` (timm's class token and position embedding).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from canonical.kinds import Arrays, Layer, LayerKind, register_kind
+
+
+def flip_spatial(w: Any, first_spatial: int = 2) -> Any:
+    """Reverse every axis from `first_spatial` on (the kernel's spatial axes)."""
+    n = w.ndim - first_spatial
+    return w[(slice(None),) * first_spatial + (slice(None, None, -1),) * n]
+
+
+def channels_last_kernel(w: Any) -> Any:
+    """(A, B, *k) -> (*k, B, A): PyTorch conv weight (O, I, *k) to Flax (*k, I, O)."""
+    n = w.ndim - 2
+    return w.transpose(*range(2, 2 + n), 1, 0)
+
+
+def channels_first_kernel(k: Any) -> Any:
+    """(*k, B, A) -> (A, B, *k): the inverse of `channels_last_kernel`."""
+    n = k.ndim - 2
+    return k.transpose(n + 1, n, *range(n))
+
+
+def _renamed(arrays: Arrays, names: dict[str, str], **transforms: Any) -> Arrays:
+    """`arrays` with keys renamed by `names` (absent keys skipped), values passed through
+    `transforms[new_name]` where given."""
+    out = {}
+    for old, new in names.items():
+        if old in arrays:
+            f = transforms.get(new)
+            out[new] = arrays[old] if f is None else f(arrays[old])
+    return out
+
+
+# --------------------------------------------------------------------------- initialisation
+def uniform_fan_in(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    bound = 1.0 / math.sqrt(math.prod(shapes["weight"][1:]))
+    return {k: rng.uniform(-bound, bound, shapes[k]) for k in ("weight", "bias") if k in shapes}
+
+
+def affine_identity(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    out = {"weight": np.ones(shapes["weight"])} if "weight" in shapes else {}
+    return out | ({"bias": np.zeros(shapes["bias"])} if "bias" in shapes else {})
+
+
+def _batch_norm_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    c = shapes["running_mean"]
+    return affine_identity(shapes, rng) | {
+        "running_mean": np.zeros(c), "running_var": np.ones(c),
+        "num_batches_tracked": np.zeros((), np.int64)}
+
+
+# --------------------------------------------------------------------------- linear
+def _linear_flax_kernel(w: Any, layer: Layer) -> Any:
+    """Canonical (out, in) -> Flax (in, out); a flattened (C, *sp) input becomes (*sp, C) order."""
+    if layer.flatten_shape is None:
+        return w.T
+    c, *sp = layer.flatten_shape
+    out = w.shape[0]
+    return w.reshape(out, c, *sp).transpose(*range(2, 2 + len(sp)), 1, 0).reshape(-1, out)
+
+
+def _linear_canonical_weight(k: Any, layer: Layer) -> Any:
+    if layer.flatten_shape is None:
+        return k.T
+    c, *sp = layer.flatten_shape
+    out, n = k.shape[1], len(sp)
+    return k.reshape(*sp, c, out).transpose(n + 1, n, *range(n)).reshape(out, -1)
+
+
+# Equinox flattens (C, *spatial) as PyTorch does, so only Flax permutes flattened inputs.
+def linear_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    if family == "eqx":
+        return dict(c)
+    return _renamed(c, {"weight": "kernel", "bias": "bias"},
+                    kernel=lambda w: _linear_flax_kernel(w, layer))
+
+
+def linear_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    if family == "eqx":
+        return dict(n)
+    return _renamed(n, {"kernel": "weight", "bias": "bias"},
+                    weight=lambda k: _linear_canonical_weight(k, layer))
+
+
+# --------------------------------------------------------------------------- conv
+def _bias_eqx(b: Any, weight: Any) -> Any:
+    """Equinox conv biases carry singleton spatial axes: (O,) -> (O, 1, ..., 1)."""
+    return b.reshape(b.shape[0], *(1,) * (weight.ndim - 2))
+
+
+def conv_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    if family == "eqx":
+        return _renamed(c, {"weight": "weight", "bias": "bias"},
+                        bias=lambda b: _bias_eqx(b, c["weight"]))
+    return _renamed(c, {"weight": "kernel", "bias": "bias"}, kernel=channels_last_kernel)
+
+
+def conv_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    if family == "eqx":
+        return _renamed(n, {"weight": "weight", "bias": "bias"}, bias=lambda b: b.reshape(-1))
+    return _renamed(n, {"kernel": "weight", "bias": "bias"}, weight=channels_first_kernel)
+
+
+def conv_transpose_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    """PyTorch (I, O, *k) -> Equinox (O, I, *k) flipped, Flax (*k, I, O) flipped."""
+    w = flip_spatial(c["weight"]).swapaxes(0, 1)
+    if family == "eqx":
+        return {"weight": w} | _renamed(c, {"bias": "bias"}, bias=lambda b: _bias_eqx(b, w))
+    return {"kernel": channels_last_kernel(w)} | _renamed(c, {"bias": "bias"})
+
+
+def conv_transpose_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    if family == "eqx":
+        w = n["weight"].swapaxes(0, 1)
+        return {"weight": flip_spatial(w)} | _renamed(n, {"bias": "bias"},
+                                                      bias=lambda b: b.reshape(-1))
+    w = channels_first_kernel(n["kernel"]).swapaxes(0, 1)
+    return {"weight": flip_spatial(w)} | _renamed(n, {"bias": "bias"})
+
+
+def _no_int_kernel(module: Any, impl: str, name: str) -> None:
+    """Flax reads an int kernel_size as a 1-D kernel (docs/conventions.md): refuse it."""
+    if impl in ("linen", "nnx") and not isinstance(module.kernel_size, tuple | list):
+        raise ValueError(f"Flax layer {name!r} has an int kernel_size (a 1-D kernel): pass a tuple")
+
+
+# --------------------------------------------------------------------------- norms
+_SCALE = {"eqx": "weight", "flax": "scale"}
+
+
+def affine_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    return _renamed(c, {"weight": _SCALE[family], "bias": "bias"})
+
+
+def affine_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    return _renamed(n, {_SCALE[family]: "weight", "bias": "bias"})
+
+
+def batch_norm_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    """Running statistics are copied as stored (see docs/conventions.md on the variance)."""
+    return affine_to_native(family, c, layer) | {"mean": c["running_mean"],
+                                                 "var": c["running_var"]}
+
+
+def batch_norm_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    """The JAX libraries keep no batch counter: `num_batches_tracked` is written as 0."""
+    return affine_to_canonical(family, n, layer) | {
+        "running_mean": n["mean"], "running_var": n["var"],
+        "num_batches_tracked": np.zeros((), np.int64)}
+
+
+# --------------------------------------------------------------------------- embedding
+def embedding_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    return dict(c) if family == "eqx" else {"embedding": c["weight"]}
+
+
+def embedding_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    return dict(n) if family == "eqx" else {"weight": n["embedding"]}
+
+
+def _normal(std: float):
+    return lambda shapes, rng: {k: std * rng.standard_normal(s) for k, s in shapes.items()}
+
+
+_TORCH = "torch.nn."
+LINEAR = register_kind(LayerKind(
+    "linear",
+    classes={"eqx": ("equinox.nn.Linear",), "linen": ("flax.linen.Dense",),
+             "nnx": ("flax.nnx.Linear",), "torch": (_TORCH + "Linear",)},
+    native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
+    init=uniform_fan_in, to_native=linear_to_native, to_canonical=linear_to_canonical))
+CONV = register_kind(LayerKind(
+    "conv",
+    classes={"eqx": ("equinox.nn.Conv",), "linen": ("flax.linen.Conv",),
+             "nnx": ("flax.nnx.Conv",), "torch": (_TORCH + "modules.conv._ConvNd",)},
+    native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
+    init=uniform_fan_in, to_native=conv_to_native, to_canonical=conv_to_canonical,
+    check=_no_int_kernel))
+CONV_TRANSPOSE = register_kind(LayerKind(
+    "conv_transpose",
+    classes={"eqx": ("equinox.nn.ConvTranspose",), "linen": ("flax.linen.ConvTranspose",),
+             "nnx": ("flax.nnx.ConvTranspose",),
+             "torch": (_TORCH + "modules.conv._ConvTransposeNd",)},
+    native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
+    init=uniform_fan_in, to_native=conv_transpose_to_native,
+    to_canonical=conv_transpose_to_canonical, check=_no_int_kernel))
+BATCH_NORM = register_kind(LayerKind(
+    "batch_norm",
+    # Equinox's own BatchNorm has other semantics (docs/conventions.md): the zoo registers its
+    # Flax-semantics layer with `register_class("batch_norm", "eqx", ...)`.
+    classes={"linen": ("flax.linen.BatchNorm",), "nnx": ("flax.nnx.BatchNorm",),
+             "torch": (_TORCH + "modules.batchnorm._BatchNorm",)},
+    native={"eqx": ("weight", "bias", "mean", "var"), "flax": ("scale", "bias", "mean", "var")},
+    init=_batch_norm_init, to_native=batch_norm_to_native, to_canonical=batch_norm_to_canonical,
+    stats=("mean", "var"), buffers=("running_mean", "running_var", "num_batches_tracked")))
+LAYER_NORM = register_kind(LayerKind(
+    "layer_norm",
+    classes={"eqx": ("equinox.nn.LayerNorm",), "linen": ("flax.linen.LayerNorm",),
+             "nnx": ("flax.nnx.LayerNorm",), "torch": (_TORCH + "LayerNorm",)},
+    native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
+    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical))
+GROUP_NORM = register_kind(LayerKind(
+    "group_norm",
+    classes={"eqx": ("equinox.nn.GroupNorm",), "linen": ("flax.linen.GroupNorm",),
+             "nnx": ("flax.nnx.GroupNorm",), "torch": (_TORCH + "GroupNorm",)},
+    native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
+    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical))
+EMBEDDING = register_kind(LayerKind(
+    "embedding",
+    classes={"eqx": ("equinox.nn.Embedding",), "linen": ("flax.linen.Embed",),
+             "nnx": ("flax.nnx.Embed",), "torch": (_TORCH + "Embedding",)},
+    native={"eqx": ("weight",), "flax": ("embedding",)},
+    init=_normal(1.0), to_native=embedding_to_native, to_canonical=embedding_to_canonical))
+# A bare array held by a model's own module (class token, position embedding): the same shape
+# in every library, named by its path. The walkers assign it; it has no native classes.
+PARAMETER = register_kind(LayerKind(
+    "parameter", classes={}, native={"eqx": ("",), "flax": ("",)}, init=_normal(0.02)))

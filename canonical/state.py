@@ -1,0 +1,88 @@
+"""Whole models to canonical states and back, for any implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from canonical.errors import ConversionError
+from canonical.kinds import KINDS, Layer
+from canonical.paths import join
+from canonical.walkers import WALKERS, Walker, with_flatten
+
+
+def walker(impl: str) -> Walker:
+    if impl not in WALKERS:
+        raise ConversionError(f"unknown implementation {impl!r}; available: {list(WALKERS)}")
+    return WALKERS[impl]
+
+
+def layers(model: Any, impl: str, *, example: Any = None,
+           flatten_shape: tuple[int, ...] | None = None) -> list[Layer]:
+    """Every layer of a native model, each array accounted for (or a ConversionError).
+
+    `example`: an abstract input in the model's layout (needed to trace Linen modules);
+    `flatten_shape`: the (C, *spatial) map the model flattens into its first linear layer of
+    that many inputs, if any.
+    """
+    w = walker(impl)
+    found = w.layers(model, example=example)
+    if flatten_shape is None:
+        return found
+    return with_flatten(found, w.read(model, found), flatten_shape)
+
+
+def read(model: Any, impl: str, **facts: Any) -> dict[str, Any]:
+    """The canonical state of a native model (dtypes kept, nothing copied beyond the layout
+    changes). For Equinox pass `(model, state)` when the model has state."""
+    w = walker(impl)
+    found = layers(model, impl, **facts)
+    out: dict[str, Any] = {}
+    for layer in found:
+        native = w.read(model, [layer])[layer.name]
+        for key, value in KINDS[layer.kind].convert(w.family, native, layer,
+                                                    to="canonical").items():
+            out[join(layer.name, key)] = value
+    return out
+
+
+def spec(skeleton: Any, impl: str, **facts: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    """Canonical keys with shapes and dtypes of a skeleton (floats as held, counters int64)."""
+    found = walker(impl).abstract(skeleton, lambda m: read(m, impl, **facts))
+    return {k: v if jnp.issubdtype(v.dtype, jnp.floating) else jax.ShapeDtypeStruct(v.shape,
+                                                                                    np.int64)
+            for k, v in found.items()}
+
+
+def split_by_layer(state: Mapping[str, Any], found: list[Layer]) -> dict[str, dict[str, Any]]:
+    """Canonical arrays grouped by layer (keys without the layer prefix; the longest layer
+    name that prefixes a key owns it; keys of no layer are left out)."""
+    out: dict[str, dict[str, Any]] = {layer.name: {} for layer in found}
+    for key, value in state.items():
+        if key in out:  # a bare parameter: the key is the layer's name
+            out[key][""] = value
+            continue
+        parts = key.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in out:
+                out[prefix][".".join(parts[i:])] = value
+                break
+    return out
+
+
+def write(skeleton: Any, state: Mapping[str, Any], impl: str, **facts: Any) -> Any:
+    """A native model of `impl`: `skeleton` (from `zoo.registry.skeleton` or any model of the
+    same structure) holding the canonical `state`, which must fit it exactly."""
+    w = walker(impl)
+    found = layers(skeleton, impl, **facts)
+    as_array = (lambda a: a) if impl == "torch" else jnp.asarray
+    grouped = split_by_layer(state, found)
+    native = {layer.name: KINDS[layer.kind].convert(
+        w.family, {k: as_array(v) for k, v in grouped[layer.name].items()}, layer, to="native")
+        for layer in found}
+    return w.write(skeleton, native, found)

@@ -1,0 +1,482 @@
+"""Walk each library's model tree: find its layers, account for every array, read, write.
+
+A `Walker` per implementation finds the layers of a native model by their kind (`kind_of`), at
+any depth, named by their path with list items as ``blocks.0`` in every library. Every
+parameter and statistic is accounted for: it belongs to a layer of a registered kind, or it is a
+bare array of the model's own modules (a "parameter", e.g. a class token), or the walk fails
+with a `ConversionError` naming it (a library layer without a kind, an unknown collection).
+Layers of a composite kind are not looked into.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from canonical.errors import ConversionError
+from canonical.kinds import FAMILIES, KINDS, Arrays, Layer, LayerKind, kind_of
+from canonical.paths import join, key_name, path_name
+from canonical.torch_arrays import numpy_to_torch, torch_to_numpy
+
+LIBRARIES = ("equinox", "flax", "torch", "jax")  # whose own classes need a kind to convert
+PARAMETER = "parameter"
+
+
+CONTAINERS = ("Sequential", "List", "ModuleList", "ModuleDict", "Dict", "Module", "Object")
+
+
+def _library_class(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] in LIBRARIES
+
+
+def _library_layer(obj: Any, impl: str) -> bool:
+    """A library's layer (not a container) that no kind covers: an unregistered composite."""
+    return (_library_class(obj) and type(obj).__name__ not in CONTAINERS
+            and kind_of(obj, impl) is None)
+
+
+def _outermost_layer(path: tuple, module_at: Callable[[tuple], Any], impl: str) -> tuple | None:
+    """The outermost library layer without a kind on `path` (its owner included), if any."""
+    for i in range(1, len(path) + 1):
+        try:
+            m = module_at(path[:i])
+        except (KeyError, AttributeError, IndexError, TypeError):
+            continue
+        if _library_layer(m, impl):
+            return path[:i]
+    return None
+
+
+def _unconverted(path: tuple, name: str, owner: Any, module_at: Callable[[tuple], Any],
+                 impl: str, problems: list[str]) -> None:
+    """Name an array no kind converts, or once the library layer (e.g. attention) holding it."""
+    outer = _outermost_layer(path, module_at, impl)
+    if outer is None or outer == path:
+        problems.append(f"{name!r} of {_class_name(owner)}")
+        return
+    _composite(outer, module_at, problems)
+
+
+def _composite(path: tuple, module_at: Callable[[tuple], Any], problems: list[str]) -> None:
+    entry = f"{'.'.join(map(str, path))!r}: {_class_name(module_at(path))} (no kind covers it)"
+    if entry not in problems:
+        problems.append(entry)
+
+
+def _outside_composites(layers: list[Layer], module_at: Callable[[tuple], Any], impl: str,
+                        problems: list[str]) -> list[Layer]:
+    """`layers` less those inside a library layer no kind covers (e.g. attention made of
+    linear layers), which is named in `problems` once instead."""
+    out = []
+    for layer in layers:
+        outer = next((layer.path[:i] for i in range(1, len(layer.path))
+                      if _library_layer(module_at(layer.path[:i]), impl)), None)
+        if outer is None:
+            out.append(layer)
+        else:
+            _composite(outer, module_at, problems)
+    return out
+
+
+def _class_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def get(obj: Any, parts: Iterable[Any]) -> Any:
+    """Follow attribute names, sequence indices and dict keys from `obj`."""
+    for p in parts:
+        if isinstance(obj, dict):
+            obj = obj[p]
+        elif isinstance(p, int) or (isinstance(p, str) and p.isdigit() and not hasattr(obj, p)):
+            obj = obj[int(p)]
+        else:
+            obj = getattr(obj, p)
+    return obj
+
+
+def _under(path: tuple[Any, ...], prefixes: Iterable[tuple[Any, ...]]) -> bool:
+    return any(path[:len(p)] == p for p in prefixes)
+
+
+def _refuse(impl: str, problems: list[str]) -> None:
+    if problems:
+        raise ConversionError(
+            f"{impl} model holds {len(problems)} array(s) that no layer kind converts (register "
+            "a kind with canonical.register_kind, or a class with canonical.register_class):"
+            "\n  - " + "\n  - ".join(problems))
+
+
+def _kind_layer(module: Any, impl: str, name: str, path: tuple) -> Layer | None:
+    kind = kind_of(module, impl)
+    if kind is None:
+        return None
+    if kind.check is not None:
+        kind.check(module, impl, name)
+    return Layer(name, kind.name, tuple(path))
+
+
+def with_flatten(layers: list[Layer], native: dict[str, Arrays],
+                 flatten_shape: tuple[int, ...] | None) -> list[Layer]:
+    """Mark the first linear layer whose input size is prod(flatten_shape) as fed by a flatten
+    of that (C, *spatial) map (a structural fact of the architecture, not a layer name)."""
+    if flatten_shape is None:
+        return layers
+    size = int(np.prod(flatten_shape))
+    for i, layer in enumerate(layers):
+        if layer.kind != "linear":
+            continue
+        a = native[layer.name]
+        fan_in = a["kernel"].shape[0] if "kernel" in a else a["weight"].shape[1]
+        if fan_in == size:
+            return [*layers[:i], Layer(layer.name, layer.kind, layer.path, tuple(flatten_shape)),
+                    *layers[i + 1:]]
+    raise ConversionError(f"the architecture flattens a {tuple(flatten_shape)} map into a linear "
+                          f"layer, but no linear layer has {size} inputs")
+
+
+def _zeros(a: Any) -> Any:
+    return jnp.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a
+
+
+class Walker:
+    """Interface: one subclass per implementation."""
+
+    impl: ClassVar[str]
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.impl]
+
+    def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
+        """Every layer, in model order; raises ConversionError for arrays nothing converts."""
+        raise NotImplementedError
+
+    def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
+        """Each layer's native arrays, by layer name."""
+        raise NotImplementedError
+
+    def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
+        """A model: `skeleton` with every layer's arrays replaced."""
+        raise NotImplementedError
+
+    def abstract(self, skeleton: Any, fn: Callable[[Any], Any]) -> Any:
+        """`fn(model)` evaluated for shapes only, on a skeleton of abstract arrays."""
+        return jax.eval_shape(lambda: fn(jax.tree.map(_zeros, skeleton)))
+
+    def _names(self, kind: LayerKind) -> tuple[str, ...]:
+        return kind.native_names(self.family)
+
+
+# --------------------------------------------------------------------------- Equinox
+class EqxWalker(Walker):
+    """Equinox: `model` or `(model, state)`; statistics live in the `eqx.nn.State`."""
+
+    impl = "eqx"
+
+    @staticmethod
+    def split(obj: Any) -> tuple[Any, Any]:
+        return obj if isinstance(obj, tuple) else (obj, None)
+
+    def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
+        model, _ = self.split(obj)
+        is_layer = lambda m: kind_of(m, "eqx") is not None
+        flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_layer)
+        out, problems = [], []
+        for path, leaf in flat:
+            name = path_name(path)
+            layer = _kind_layer(leaf, "eqx", name, tuple(key_name(k) for k in path))
+            if layer is not None:
+                out.append(layer)
+            elif eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct):
+                owner = get(model, [key_name(k) for k in path[:-1]])
+                if _library_class(owner):
+                    _unconverted(tuple(key_name(k) for k in path[:-1]), name, owner,
+                                 lambda p: get(model, p), "eqx", problems)
+                else:
+                    out.append(Layer(name, PARAMETER, tuple(key_name(k) for k in path)))
+        out = _outside_composites(out, lambda p: get(model, p), "eqx", problems)
+        _refuse("eqx", problems)
+        return out
+
+    def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
+        model, state = self.split(obj)
+        out = {}
+        for layer in layers:
+            m, kind = get(model, layer.path), KINDS[layer.kind]
+            if layer.kind == PARAMETER:
+                out[layer.name] = {"": m}
+                continue
+            arrays = {n: get(m, n.split(".")) for n in self._names(kind) if n not in kind.stats}
+            arrays = {n: a for n, a in arrays.items() if a is not None}
+            if kind.stats:
+                if state is None:
+                    raise ConversionError(f"Equinox model has {layer.kind} {layer.name!r} with "
+                                          "statistics: pass (model, state)")
+                arrays.update(zip(kind.stats, state.get(m.state_index), strict=True))
+            out[layer.name] = arrays
+        return out
+
+    def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
+        model, state = self.split(skeleton)
+        where, values, stat_where, stat_values = [], [], [], []
+        for layer in layers:
+            kind, a = KINDS[layer.kind], arrays[layer.name]
+            for n, v in a.items():
+                if n in kind.stats:
+                    continue
+                parts = (*layer.path, *n.split(".")) if n else layer.path
+                where.append(parts)
+                values.append(v)
+            if kind.stats:  # statistics become the StateIndex's initial value (any dtype)
+                stat_where.append((*layer.path, "state_index", "init"))
+                stat_values.append(tuple(a[s] for s in kind.stats))
+        model = eqx.tree_at(lambda m: [get(m, p) for p in where], model, values)
+        if stat_where:
+            model = eqx.tree_at(lambda m: [get(m, p) for p in stat_where], model, stat_values,
+                                is_leaf=lambda x: x is None)
+        if state is None:
+            return model
+        # As eqx.nn.make_with_state does: collect the state, then drop it from the model.
+        return eqx.nn.delete_init_state(model), eqx.nn.State(model)
+
+
+# --------------------------------------------------------------------------- Flax Linen
+_LIST_ITEM = re.compile(r"(.+)_(\d+)")
+
+
+def _accepts_train(module: nn.Module) -> bool:
+    return "train" in inspect.signature(type(module).__call__).parameters
+
+
+class LinenWalker(Walker):
+    """Linen: `(module, variables)`; parameters in `params`, statistics in `batch_stats`.
+
+    Linen builds its layers lazily, so the walk traces one call on `example` (an abstract
+    input in the module's layout) and records every module called. Linen names the items of a
+    list attribute `blocks_0`; they are named `blocks.0` as in the other libraries.
+    """
+
+    impl = "linen"
+    STATS = "batch_stats"
+
+    def _modules(self, module: nn.Module, variables: Any, example: Any) -> dict[tuple, tuple]:
+        """(native path) -> (canonical name, module), in call order."""
+        if example is None:
+            raise ConversionError(f"cannot trace Linen module {type(module).__name__}: it has no "
+                                  "zoo config giving its input shape")
+        found: dict[tuple, tuple] = {}
+
+        def record(next_fun, args, kwargs, context):
+            m = context.module
+            path = tuple(m.path)
+            if path not in found:
+                parent = found.get(path[:-1], ("", None))
+                part = path[-1] if path else ""
+                match = _LIST_ITEM.fullmatch(part)
+                if match and parent[1] is not None and isinstance(
+                        getattr(parent[1], match[1], None), list | tuple):
+                    part = f"{match[1]}.{match[2]}"
+                found[path] = (join(parent[0], part), m)
+            return next_fun(*args, **kwargs)
+
+        kwargs = {"train": False} if _accepts_train(module) else {}
+        with nn.intercept_methods(record):
+            jax.eval_shape(lambda v, x: module.apply(v, x, **kwargs), variables, example)
+        return found
+
+    def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
+        module, variables = obj
+        found = self._modules(module, variables, example)
+        out: list[Layer] = []
+        for path, (name, m) in found.items():
+            if path and not _under(path, [layer.path for layer in out
+                                          if KINDS[layer.kind].composite]):
+                layer = _kind_layer(m, "linen", name, path)
+                if layer is not None:
+                    out.append(layer)
+        claimed = [layer.path for layer in out]
+        problems = []
+        for keypath, _ in jax.tree_util.tree_flatten_with_path(dict(variables))[0]:
+            collection, *rest = (key_name(k) for k in keypath)
+            path = tuple(rest)
+            if collection in ("params", self.STATS) and _under(path[:-1], claimed):
+                continue
+            owner = found.get(path[:-1], ("", None))
+            if collection == "params" and owner[1] is not None and not _library_class(owner[1]):
+                out.append(Layer(join(owner[0], path[-1]), PARAMETER, path))
+            else:
+                _unconverted(path[:-1], f"{collection}/{'/'.join(path)}", owner[1],
+                             lambda p: found[p][1], "linen", problems)
+        out = _outside_composites(out, lambda p: found[p][1], "linen", problems)
+        _refuse("linen", problems)
+        return out
+
+    def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
+        _, variables = obj
+        out = {}
+        for layer in layers:
+            kind = KINDS[layer.kind]
+            if layer.kind == PARAMETER:
+                out[layer.name] = {"": get(variables["params"], layer.path)}
+                continue
+            arrays = {}
+            for n in self._names(kind):
+                tree = variables.get(self.STATS if n in kind.stats else "params", {})
+                try:
+                    arrays[n] = get(tree, (*layer.path, *n.split(".")))
+                except (KeyError, TypeError):
+                    continue
+            out[layer.name] = arrays
+        return out
+
+    def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
+        module, _ = skeleton
+        variables: dict[str, dict] = {}
+        for layer in layers:
+            kind = KINDS[layer.kind]
+            for n, v in arrays[layer.name].items():
+                collection = self.STATS if n in kind.stats else "params"
+                *parents, leaf = (*layer.path, *n.split(".")) if n else layer.path
+                node = variables.setdefault(collection, {})
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = v
+        return module, variables
+
+
+# --------------------------------------------------------------------------- Flax NNX
+def _value(variable: nnx.Variable) -> Any:
+    """A variable's array (abstract ones included: indexing needs a concrete array)."""
+    return variable.get_value() if hasattr(variable, "get_value") else variable.value
+
+
+class NNXWalker(Walker):
+    """NNX: the module itself; `nnx.Param` and `nnx.BatchStat` variables are its arrays."""
+
+    impl = "nnx"
+    ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
+
+    def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
+        modules = dict(nnx.iter_modules(model))
+        out: list[Layer] = []
+        order = lambda item: tuple((isinstance(p, str), p) for p in item[0])  # parents first
+        for path, m in sorted(modules.items(), key=order):
+            if path and not _under(path, [layer.path for layer in out
+                                          if KINDS[layer.kind].composite]):
+                layer = _kind_layer(m, "nnx", ".".join(map(str, path)), path)
+                if layer is not None:
+                    out.append(layer)
+        claimed = [layer.path for layer in out]
+        problems = []
+        for path, _ in nnx.to_flat_state(nnx.state(model, self.ARRAYS)):
+            if _under(path[:-1], claimed):
+                continue
+            owner = modules.get(path[:-1])
+            name = ".".join(map(str, path))
+            if owner is not None and not _library_class(owner):
+                out.append(Layer(name, PARAMETER, path))
+            else:
+                _unconverted(path[:-1], name, owner, lambda p: modules[p], "nnx", problems)
+        out = _outside_composites(out, lambda p: modules[p], "nnx", problems)
+        _refuse("nnx", problems)
+        return out
+
+    def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
+        out = {}
+        for layer in layers:
+            m, kind = get(model, layer.path), KINDS[layer.kind]
+            if layer.kind == PARAMETER:
+                out[layer.name] = {"": _value(m)}
+                continue
+            variables = {n: get(m, n.split(".")) for n in self._names(kind)}
+            out[layer.name] = {n: _value(v) for n, v in variables.items() if v is not None}
+        return out
+
+    def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
+        for layer in layers:
+            m = get(skeleton, layer.path)
+            for n, v in arrays[layer.name].items():
+                (get(m, n.split(".")) if n else m).set_value(v)
+        return skeleton
+
+    def abstract(self, skeleton: Any, fn: Callable[[Any], Any]) -> Any:
+        graphdef, state = nnx.split(skeleton)
+        return jax.eval_shape(lambda: fn(nnx.merge(graphdef, jax.tree.map(_zeros, state))))
+
+
+# --------------------------------------------------------------------------- PyTorch
+class TorchWalker(Walker):
+    """PyTorch: the `nn.Module`; its `state_dict` already is the canonical layout."""
+
+    impl = "torch"
+
+    def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
+        modules = dict(model.named_modules())
+        out: list[Layer] = []
+        for name, m in modules.items():
+            path = tuple(name.split(".")) if name else ()
+            if path and not _under(path, [layer.path for layer in out
+                                          if KINDS[layer.kind].composite]):
+                layer = _kind_layer(m, "torch", name, path)
+                if layer is not None:
+                    out.append(layer)
+        claimed = [layer.path for layer in out]
+        problems = []
+        for key in model.state_dict():
+            path = tuple(key.split("."))
+            if _under(path[:-1], claimed):
+                continue
+            owner = modules[".".join(path[:-1])]
+            if _library_class(owner):
+                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)], "torch",
+                             problems)
+            else:
+                out.append(Layer(key, PARAMETER, path))
+        out = _outside_composites(out, lambda p: modules[".".join(p)], "torch", problems)
+        _refuse("torch", problems)
+        return out
+
+    def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
+        state = model.state_dict()
+        out: dict[str, Arrays] = {layer.name: {} for layer in layers}
+        for layer in layers:
+            if layer.kind == PARAMETER:
+                out[layer.name] = {"": torch_to_numpy(state[layer.name])}
+        prefixes = {layer.name + ".": layer.name for layer in layers if layer.kind != PARAMETER}
+        for key, value in state.items():
+            prefix, _, leaf = key.rpartition(".")
+            if prefix + "." in prefixes:
+                out[prefix][leaf] = torch_to_numpy(value)
+        return out
+
+    def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:
+        state = {join(name, k): numpy_to_torch(v) for name, a in arrays.items()
+                 for k, v in a.items()}
+        buffers = {join(layer.name, b) for layer in layers for b in KINDS[layer.kind].buffers}
+        weights = [v.dtype for k, v in state.items() if v.is_floating_point()
+                   and k not in buffers]
+        model = skeleton.to(weights[0]) if weights else skeleton
+        model.load_state_dict(state, strict=True)
+        for key, value in state.items():  # statistics may stay float32 under bf16 weights
+            prefix, _, name = key.rpartition(".")
+            owner = model.get_submodule(prefix)
+            if value.dtype != getattr(owner, name).dtype and name in owner._buffers:
+                owner.register_buffer(name, value)
+        return model
+
+    def abstract(self, skeleton: Any, fn: Callable[[Any], Any]) -> Any:
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype),
+                            fn(skeleton))
+
+
+WALKERS: dict[str, Walker] = {w.impl: w for w in (EqxWalker(), LinenWalker(), NNXWalker(),
+                                                  TorchWalker())}

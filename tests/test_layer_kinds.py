@@ -1,0 +1,272 @@
+"""Layer kinds: every array of a model is converted or named in a refusal, in every library.
+
+Models holding the layer types each library ships (and a list of blocks, and a bare parameter)
+are walked: the arrays the kinds convert are exactly the model's leaves, canonical names are the
+same in every library (`blocks.0`, also for Linen, which names list items `blocks_0`), and a
+layer type without a kind (attention, RMSNorm) is refused with the names of its arrays. A toy
+kind registered here converts in all four libraries.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import canonical
+import converters
+import zoo
+from canonical import ConversionError, LayerKind
+from zoo.layers.batch_norm import BatchNorm
+
+torch = pytest.importorskip("torch")
+C = 4  # channels of every layer, so that shapes agree across libraries
+KEY = jax.random.key(0)
+LINEN_INPUT = jax.ShapeDtypeStruct((1, 5, 5, C), jnp.float32)
+
+
+# --------------------------------------------------------------------------- one model per library
+class EqxModel(eqx.Module):
+    blocks: list[eqx.nn.Linear]
+    conv: eqx.nn.Conv2d
+    up: eqx.nn.ConvTranspose2d
+    bn: BatchNorm
+    ln: eqx.nn.LayerNorm
+    gn: eqx.nn.GroupNorm
+    emb: eqx.nn.Embedding
+    token: jax.Array
+    extra: list[eqx.Module]
+
+    def __init__(self, unsupported: bool) -> None:
+        k = jax.random.split(KEY, 8)
+        self.blocks = [eqx.nn.Linear(C, C, key=k[0]), eqx.nn.Linear(C, C, key=k[1])]
+        self.conv = eqx.nn.Conv2d(C, C, (3, 3), key=k[2])
+        self.up = eqx.nn.ConvTranspose2d(C, C, (2, 2), stride=2, key=k[3])
+        self.bn = BatchNorm(C)
+        self.ln = eqx.nn.LayerNorm(C)
+        self.gn = eqx.nn.GroupNorm(2, C)
+        self.emb = eqx.nn.Embedding(10, C, key=k[4])
+        self.token = jnp.zeros((1, C))
+        self.extra = [eqx.nn.MultiheadAttention(2, C, key=k[5]), eqx.nn.RMSNorm(C)] \
+            if unsupported else []
+
+
+class LinenModel(nn.Module):
+    unsupported: bool
+
+    def setup(self) -> None:
+        self.blocks = [nn.Dense(C), nn.Dense(C)]
+        self.conv = nn.Conv(C, (3, 3))
+        self.up = nn.ConvTranspose(C, (2, 2), strides=(2, 2))
+        self.bn = nn.BatchNorm(use_running_average=True)
+        self.ln = nn.LayerNorm()
+        self.gn = nn.GroupNorm(2)
+        self.emb = nn.Embed(10, C)
+        self.token = self.param("token", nn.initializers.zeros, (1, C))
+        if self.unsupported:
+            self.attn = nn.MultiHeadDotProductAttention(2)
+            self.rms = nn.RMSNorm()
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = self.gn(self.ln(self.bn(self.up(self.conv(x)))))
+        y = self.blocks[1](self.blocks[0](y)).reshape(1, -1, C)
+        y = y + self.emb(jnp.zeros((1, 1), jnp.int32)) + self.token[None]
+        if self.unsupported:
+            y = self.rms(self.attn(y.reshape(1, -1, C)))
+        return y
+
+
+class NNXModel(nnx.Module):
+    def __init__(self, unsupported: bool) -> None:
+        r = nnx.Rngs(0)
+        self.blocks = nnx.List([nnx.Linear(C, C, rngs=r), nnx.Linear(C, C, rngs=r)])
+        self.conv = nnx.Conv(C, C, (3, 3), rngs=r)
+        self.up = nnx.ConvTranspose(C, C, (2, 2), strides=(2, 2), rngs=r)
+        self.bn = nnx.BatchNorm(C, rngs=r)
+        self.ln = nnx.LayerNorm(C, rngs=r)
+        self.gn = nnx.GroupNorm(C, num_groups=2, rngs=r)
+        self.emb = nnx.Embed(10, C, rngs=r)
+        self.token = nnx.Param(jnp.zeros((1, C)))
+        if unsupported:
+            self.attn = nnx.MultiHeadAttention(2, C, decode=False, rngs=r)
+            self.rms = nnx.RMSNorm(C, rngs=r)
+
+
+class TorchModel(torch.nn.Module):
+    """A user's module (a bare `torch.nn.Module` would be a library class)."""
+
+
+def torch_model(unsupported: bool) -> torch.nn.Module:
+    m = TorchModel()
+    m.blocks = torch.nn.ModuleList([torch.nn.Linear(C, C), torch.nn.Linear(C, C)])
+    m.conv = torch.nn.Conv2d(C, C, 3)
+    m.up = torch.nn.ConvTranspose2d(C, C, 2, stride=2)
+    m.bn = torch.nn.BatchNorm2d(C)
+    m.ln = torch.nn.LayerNorm(C)
+    m.gn = torch.nn.GroupNorm(2, C)
+    m.emb = torch.nn.Embedding(10, C)
+    m.token = torch.nn.Parameter(torch.zeros(1, C))
+    if unsupported:
+        m.attn = torch.nn.MultiheadAttention(C, 2)
+        m.rms = torch.nn.RMSNorm(C)
+    return m
+
+
+def build(impl: str, unsupported: bool) -> tuple[object, int]:
+    """A model of `impl` and the number of its parameters and statistics."""
+    if impl == "eqx":
+        model, state = eqx.nn.make_with_state(EqxModel)(unsupported)
+        leaves = [x for x in jax.tree.leaves(model) if eqx.is_array(x)] + jax.tree.leaves(state)
+        return (model, state), len(leaves)
+    if impl == "linen":
+        module = LinenModel(unsupported)
+        variables = module.init(KEY, jnp.zeros(LINEN_INPUT.shape))
+        return (module, variables), len(jax.tree.leaves(variables))
+    if impl == "nnx":
+        model = NNXModel(unsupported)
+        state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
+        return model, len(jax.tree.leaves(state))
+    model = torch_model(unsupported)
+    return model, len(model.state_dict())
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+def test_every_leaf_is_converted(impl):
+    model, n_leaves = build(impl, unsupported=False)
+    walker = canonical.WALKERS[impl]
+    layers = walker.layers(model, example=LINEN_INPUT)
+    native = walker.read(model, layers)
+    assert sum(len(a) for a in native.values()) == n_leaves
+    kinds = {layer.name: layer.kind for layer in layers}
+    assert kinds == {"blocks.0": "linear", "blocks.1": "linear", "conv": "conv",
+                     "up": "conv_transpose", "bn": "batch_norm", "ln": "layer_norm",
+                     "gn": "group_norm", "emb": "embedding", "token": "parameter"}
+
+
+def test_canonical_names_and_shapes_are_the_same_in_every_library():
+    specs = {}
+    for impl in zoo.IMPLS:
+        state = canonical.read(build(impl, unsupported=False)[0], impl, example=LINEN_INPUT)
+        specs[impl] = {k: np.shape(v) for k, v in state.items()}
+    assert "blocks.0.weight" in specs["linen"] and "token" in specs["linen"]
+    for impl in zoo.IMPLS:
+        assert specs[impl] == specs["torch"], impl
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+def test_layers_without_a_kind_are_refused_by_name(impl):
+    model, _ = build(impl, unsupported=True)
+    with pytest.raises(ConversionError, match="no layer kind converts") as info:
+        canonical.read(model, impl, example=LINEN_INPUT)
+    message = str(info.value)
+    for name in ("attention", "rmsnorm"):  # the library classes, in every library
+        assert name in message.lower(), (name, message)
+    for converted in ("'blocks", "'conv", "'token", "'bn", "'ln", "'emb"):
+        assert converted not in message
+
+
+def test_a_model_without_a_zoo_config_gets_a_clear_error():
+    with pytest.raises(ConversionError, match="has no zoo config"):
+        converters.to_canonical(nnx.Linear(2, 3, rngs=nnx.Rngs(0)), "nnx")
+
+
+# --------------------------------------------------------------------------- a toy layer kind
+class EqxScale(eqx.Module):
+    weight: jax.Array
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.weight
+
+
+class LinenScale(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:  # Flax-style: a (1, C) "gain" row
+        return x * self.param("gain", nn.initializers.ones, (1, x.shape[-1]))
+
+
+class NNXScale(nnx.Module):
+    def __init__(self) -> None:
+        self.gain = nnx.Param(jnp.ones((1, C)))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.gain[...]
+
+
+class TorchScale(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(C))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+def _gain(family, arrays, layer):
+    return {"gain": arrays["weight"].reshape(1, -1)} if family == "flax" else dict(arrays)
+
+
+def _weight(family, arrays, layer):
+    return {"weight": arrays["gain"].reshape(-1)} if family == "flax" else dict(arrays)
+
+
+SCALE = LayerKind(
+    "scale", classes={"eqx": (EqxScale,), "linen": (LinenScale,), "nnx": (NNXScale,),
+                      "torch": (TorchScale,)},
+    native={"eqx": ("weight",), "flax": ("gain",)},
+    init=lambda shapes, rng: {"weight": rng.uniform(0.5, 1.5, shapes["weight"])},
+    to_native=_gain, to_canonical=_weight)
+
+
+class LinenHolder(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return LinenScale(name="scale")(x)
+
+
+class NNXHolder(nnx.Module):
+    def __init__(self) -> None:
+        self.scale = NNXScale()
+
+
+class EqxHolder(eqx.Module):
+    scale: EqxScale
+
+
+def _holders() -> dict[str, object]:
+    linen = LinenHolder()
+    torch_holder = TorchModel()
+    torch_holder.scale = TorchScale()
+    return {"eqx": EqxHolder(EqxScale(jnp.ones(C))),
+            "linen": (linen, linen.init(KEY, jnp.zeros((1, C)))),
+            "nnx": NNXHolder(), "torch": torch_holder}
+
+
+def test_a_toy_layer_kind_converts_in_all_four_libraries():
+    state = {"scale.weight": np.linspace(0.5, 1.5, C).astype(np.float32)}
+    facts = {"example": jax.ShapeDtypeStruct((1, C), jnp.float32)}
+    before = {impl: canonical.read(m, impl, **facts) for impl, m in _holders().items()}
+    # Without the kind the toy layers' arrays are bare parameters named by native paths.
+    assert set(before["linen"]) == {"scale.gain"} and set(before["torch"]) == {"scale.weight"}
+    canonical.register_kind(SCALE)
+    try:
+        x = np.arange(2 * C, dtype=np.float32).reshape(2, C)
+        for impl, skeleton in _holders().items():
+            model = canonical.write(skeleton, state, impl, **facts)
+            back = canonical.read(model, impl, **facts)
+            assert set(back) == {"scale.weight"}
+            assert np.asarray(back["scale.weight"]).tobytes() == state["scale.weight"].tobytes()
+            if impl == "linen":
+                y = model[0].apply(model[1], x)
+            elif impl == "torch":
+                y = model.scale(torch.from_numpy(x)).detach().numpy()
+            elif impl == "eqx":  # per sample
+                y = jax.vmap(model.scale)(x)
+            else:
+                y = model.scale(x)
+            np.testing.assert_array_equal(np.asarray(y), x * state["scale.weight"])
+    finally:
+        canonical.unregister_kind("scale")

@@ -1,0 +1,55 @@
+"""The CNN's configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from zoo.configs import Config, ConfigError, positive
+
+
+@dataclass(frozen=True)
+class CNNConfig(Config):
+    """The Flax MNIST CNN: two conv3x3 [BN] relu avgpool2 stages, dense [dropout] relu, dense."""
+
+    arch: ClassVar[str] = "cnn"
+    TINY: ClassVar[dict[str, Any]] = {"in_channels": 2, "input_size": (10, 9), "features": (4, 6),
+                                      "hidden": 16, "num_classes": 5}
+    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"nobn": {"batch_norm": False}}
+    DEFAULT_BATCH: ClassVar[int] = 64
+    LOSS: ClassVar[str] = "cross_entropy"
+    in_channels: int = 1
+    input_size: tuple[int, int] = (28, 28)
+    features: tuple[int, int] = (32, 64)
+    hidden: int = 256
+    num_classes: int = 10
+    batch_norm: bool = True
+    dropout: float = 0.0
+    bn_momentum: float = 0.99  # Flax convention: weight of the old running value.
+    bn_eps: float = 1e-5
+
+    def validate(self) -> None:
+        if len(self.features) != 2 or len(self.input_size) != 2:
+            raise ConfigError("cnn.features and cnn.input_size must have 2 entries each")
+        positive("cnn sizes", (self.in_channels, *self.input_size, *self.features,
+                               self.hidden, self.num_classes))
+        if min(self.input_size) < 4:
+            raise ConfigError(f"cnn.input_size must be at least 4x4, found {self.input_size}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"cnn.dropout must be in [0, 1), found {self.dropout}")
+        if not 0.0 <= self.bn_momentum < 1.0:
+            raise ConfigError(f"cnn.bn_momentum must be in [0, 1), found {self.bn_momentum}")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.in_channels, *self.input_size)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.num_classes,)
+
+    @property
+    def flatten_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the map flattened into fc1: two 2x2 average pools, floor division."""
+        h, w = self.input_size
+        return (self.features[1], h // 4, w // 4)
