@@ -21,8 +21,8 @@ from converters.core import canonical_spec
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra")
-MLP = zoo.MLPConfig.tiny()
-CNN = zoo.CNNConfig.tiny()
+MLP = zoo.tiny_config("mlp")
+CNN = zoo.tiny_config("cnn")
 
 
 def state_of(config: zoo.Config, seed: int = 0) -> dict:

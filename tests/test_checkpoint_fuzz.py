@@ -30,7 +30,7 @@ from converters.__main__ import main
 from converters.core import canonical_spec
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-MLP = zoo.MLPConfig.tiny()
+MLP = zoo.tiny_config("mlp")
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 SECONDS = 30  # bounded time: far above what any example needs

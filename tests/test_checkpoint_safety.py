@@ -29,8 +29,8 @@ from converters.core import canonical_spec
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra")
-MLP = zoo.MLPConfig.tiny()  # 12-16-8-5
-CNN = zoo.CNNConfig.tiny()
+MLP = zoo.tiny_config("mlp")  # 12-16-8-5
+CNN = zoo.tiny_config("cnn")
 MLP_JSON = json.dumps(MLP.to_dict())
 
 
