@@ -80,9 +80,8 @@ def write(skeleton: Any, state: Mapping[str, Any], impl: str, **facts: Any) -> A
     same structure) holding the canonical `state`, which must fit it exactly."""
     w = walker(impl)
     found = layers(skeleton, impl, **facts)
-    as_array = (lambda a: a) if impl == "torch" else jnp.asarray
     grouped = split_by_layer(state, found)
     native = {layer.name: KINDS[layer.kind].convert(
-        w.family, {k: as_array(v) for k, v in grouped[layer.name].items()}, layer, to="native")
-        for layer in found}
+        w.family, {k: w.as_native_array(v) for k, v in grouped[layer.name].items()}, layer,
+        to="native") for layer in found}
     return w.write(skeleton, native, found)

@@ -175,6 +175,22 @@ class Walker:
     def _names(self, kind: LayerKind) -> tuple[str, ...]:
         return kind.native_names(self.family)
 
+    def as_native_array(self, a: Any) -> Any:
+        """A canonical array in the form this library's layers hold (JAX arrays by default)."""
+        return jnp.asarray(a)
+
+    def _kind_layers(self, modules: Iterable[tuple[tuple, str, Any]]) -> list[Layer]:
+        """The layers of a known kind among `(path, name, module)` in model order (parents
+        first), not descending into composite layers."""
+        out: list[Layer] = []
+        for path, name, m in modules:
+            if path and not _under(path, [layer.path for layer in out
+                                          if KINDS[layer.kind].composite]):
+                layer = _kind_layer(m, self.impl, name, path)
+                if layer is not None:
+                    out.append(layer)
+        return out
+
 
 # --------------------------------------------------------------------------- Equinox
 class EqxWalker(Walker):
@@ -296,13 +312,7 @@ class LinenWalker(Walker):
     def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
         module, variables = obj
         found = self._modules(module, variables, example)
-        out: list[Layer] = []
-        for path, (name, m) in found.items():
-            if path and not _under(path, [layer.path for layer in out
-                                          if KINDS[layer.kind].composite]):
-                layer = _kind_layer(m, "linen", name, path)
-                if layer is not None:
-                    out.append(layer)
+        out = self._kind_layers((path, name, m) for path, (name, m) in found.items())
         claimed = [layer.path for layer in out]
         problems = []
         for keypath, _ in jax.tree_util.tree_flatten_with_path(dict(variables))[0]:
@@ -367,14 +377,9 @@ class NNXWalker(Walker):
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
         modules = dict(nnx.iter_modules(model))
-        out: list[Layer] = []
         order = lambda item: tuple((isinstance(p, str), p) for p in item[0])  # parents first
-        for path, m in sorted(modules.items(), key=order):
-            if path and not _under(path, [layer.path for layer in out
-                                          if KINDS[layer.kind].composite]):
-                layer = _kind_layer(m, "nnx", ".".join(map(str, path)), path)
-                if layer is not None:
-                    out.append(layer)
+        out = self._kind_layers((path, ".".join(map(str, path)), m)
+                                for path, m in sorted(modules.items(), key=order))
         claimed = [layer.path for layer in out]
         problems = []
         for path, _ in nnx.to_flat_state(nnx.state(model, self.ARRAYS)):
@@ -419,16 +424,13 @@ class TorchWalker(Walker):
 
     impl = "torch"
 
+    def as_native_array(self, a: Any) -> Any:
+        return a  # numpy: `write` turns the state into tensors itself
+
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
         modules = dict(model.named_modules())
-        out: list[Layer] = []
-        for name, m in modules.items():
-            path = tuple(name.split(".")) if name else ()
-            if path and not _under(path, [layer.path for layer in out
-                                          if KINDS[layer.kind].composite]):
-                layer = _kind_layer(m, "torch", name, path)
-                if layer is not None:
-                    out.append(layer)
+        out = self._kind_layers((tuple(name.split(".")) if name else (), name, m)
+                                for name, m in modules.items())
         claimed = [layer.path for layer in out]
         problems = []
         for key in model.state_dict():
