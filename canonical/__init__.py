@@ -1,7 +1,7 @@
 """The canonical layout and the mechanisms both `zoo` and `converters` build on.
 
 The canonical state of a model is a flat ``{name: array}`` dict with PyTorch ``state_dict`` names
-and layouts (``fc1.weight``, ``blocks.0.norm1.bias``, ``bn1.running_var``). This package knows how
+and layouts (``fc1.weight``, ``blocks.0.norm1.bias``, ``bns.0.running_var``). This package knows how
 to find the layers of a native model in each library (`walkers`), what each kind of layer holds
 and how its arrays map to the canonical layout (`kinds`), and nothing about architectures: it
 imports neither `zoo` nor `converters`.

@@ -25,7 +25,7 @@ class Layer:
     """One layer found in a model: its canonical name, kind, native path and the shape of the
     feature map flattened into it (linear layers fed by a flatten, else None)."""
 
-    name: str  # canonical prefix, e.g. "conv1" or "blocks.0.fc"
+    name: str  # canonical prefix, e.g. "fc1" or "convs.0"
     kind: str
     path: tuple[str, ...] = ()  # the native path when it differs from the name (Linen lists)
     flatten_shape: tuple[int, ...] | None = None  # (C, *spatial) of a flattened input

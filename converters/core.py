@@ -1,7 +1,7 @@
 """Convert zoo models between Equinox, Linen, NNX and PyTorch through the canonical layout.
 
 The canonical state is a flat ``{name: array}`` dict with PyTorch ``state_dict`` names and
-layouts (``fc1.weight``, ``bn1.running_var``, ``bn1.num_batches_tracked``, ...). The schema of a
+layouts (``fc1.weight``, ``bns.0.running_var``, ``bns.0.num_batches_tracked``, ...). The schema of a
 conversion comes from the models themselves: `to_canonical` reads the model handed in,
 `from_canonical` fills the skeleton of the target library, and the architecture's config (the
 model's `.config`) contributes only the facts a tree does not show (an input to trace a Linen

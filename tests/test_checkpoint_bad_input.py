@@ -130,9 +130,10 @@ def test_wrong_architecture(sources, tmp_path, capsys):
 
     torch.save(from_canonical(random_state(), CFG, "torch").state_dict(), tmp_path / "cnn.pt")
     err = fails(capsys, convert(tmp_path / "cnn.pt", tmp_path / "o_nnx", "nnx", "--arch", "mlp"),
-                "cnn.pt: state does not fit mlp", "missing key 'fc3.weight'",
-                "unexpected key 'conv1.weight'")
-    assert "'fc1.weight': expected shape (512, 784), found (16, 32)" in err
+                "cnn.pt: state does not fit mlp", "missing key 'layers.2.weight'",
+                "unexpected key 'convs.0.weight'")
+    assert "missing key 'layers.0.weight' (expected shape (512, 784))" in err
+    assert "unexpected key 'fc1.weight' (shape (16, 32))" in err
     # a checkpoint that carries its config refuses a contradicting one
     fails(capsys, convert(sources["eqx"], tmp_path / "o_nnx", "nnx", "--arch", "mlp"),
           "says it holds cnn")
@@ -146,17 +147,17 @@ def test_missing_extra_misshaped_and_mistyped_keys(tmp_path, capsys):
     from safetensors.numpy import save_file
 
     state = random_state()
-    del state["conv2.bias"]
+    del state["convs.1.bias"]
     state["head.weight"] = np.zeros((3,), np.float32)
     state["fc1.weight"] = np.zeros((16, 33), np.float32)
-    state["bn1.bias"] = state["bn1.bias"].astype(np.float16)
+    state["bns.0.bias"] = state["bns.0.bias"].astype(np.float16)
     save_file(state, tmp_path / "bad.safetensors", metadata={"arch": "cnn",
                                                              "config": CFG.to_json()})
     fails(capsys, convert(tmp_path / "bad.safetensors", tmp_path / "o_linen", "linen"),
-          "4 problem(s)", "missing key 'conv2.bias' (expected shape (8,))",
+          "4 problem(s)", "missing key 'convs.1.bias' (expected shape (8,))",
           "unexpected key 'head.weight' (shape (3,))",
           "'fc1.weight': expected shape (16, 32), found (16, 33)",
-          "'bn1.bias': expected dtype float32, found float16")
+          "'bns.0.bias': expected dtype float32, found float16")
     assert main(["inspect", str(tmp_path / "bad.safetensors")]) == 1
     assert "loads into the zoo: no" in capsys.readouterr().out
 
@@ -195,9 +196,9 @@ def test_pickles_that_would_run_code_are_refused(tmp_path, capsys):
     import torch
 
     marker = tmp_path / "pwned"
-    torch.save({"conv1.weight": Exploit(marker)}, tmp_path / "evil.pt")
+    torch.save({"convs.0.weight": Exploit(marker)}, tmp_path / "evil.pt")
     with open(tmp_path / "evil_legacy.pt", "wb") as f:
-        pickle.dump({"conv1.weight": Exploit(marker)}, f, protocol=2)
+        pickle.dump({"convs.0.weight": Exploit(marker)}, f, protocol=2)
     assert not marker.exists()
     for name in ("evil.pt", "evil_legacy.pt"):
         fails(capsys, convert(tmp_path / name, tmp_path / "o.eqx", "eqx", "--arch", "cnn"),

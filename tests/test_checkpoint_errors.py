@@ -90,7 +90,7 @@ def _rewrite_sidecar(src: Path, dst: Path, **changes) -> Path:
 
 def test_ill_typed_metadata_names_field_and_file(files, tmp_path):
     eqx_file = files["eqx"]
-    nbt = "bn1.num_batches_tracked"
+    nbt = "bns.0.num_batches_tracked"
     cases = [({"dtype": "float8"}, "'dtype'"), ({"dtype": 5}, "'dtype'"),
              ({"dtype": "object"}, "'dtype'"), ({"step": "abc"}, "'step'"),
              ({"num_batches_tracked": {nbt: "x"}}, nbt), ({"num_batches_tracked": {nbt: 10**30}},
@@ -140,14 +140,14 @@ def test_torch_files_with_unsupported_tensors(tmp_path):
     import torch
 
     sd = {k: torch.from_numpy(v) for k, v in state_of(MLP).items()}
-    cases = {"float8": {**sd, "fc1.bias": sd["fc1.bias"].to(torch.float8_e4m3fn)},
-             "sparse": {**sd, "fc1.weight": sd["fc1.weight"].to_sparse()},
-             "meta": {**sd, "fc1.weight": torch.empty(16, 12, device="meta")}}
+    cases = {"float8": {**sd, "layers.0.bias": sd["layers.0.bias"].to(torch.float8_e4m3fn)},
+             "sparse": {**sd, "layers.0.weight": sd["layers.0.weight"].to_sparse()},
+             "meta": {**sd, "layers.0.weight": torch.empty(16, 12, device="meta")}}
     for name, d in cases.items():
         torch.save(d, tmp_path / f"{name}.pt")
         code, _, err = run("convert", tmp_path / f"{name}.pt", tmp_path / "o.eqx", "--to", "eqx",
                            "--config", json.dumps(MLP.to_dict()))
-        one_error(code, err, 1, f"{name}.pt", "'fc1.")
+        one_error(code, err, 1, f"{name}.pt", "'layers.0.")
         assert not (tmp_path / "o.eqx").exists()
 
 

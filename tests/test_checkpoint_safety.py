@@ -207,8 +207,8 @@ def test_float64_is_refused_without_an_explicit_cast(tmp_path):
     ck = read(tmp_path / "o.eqx")
     assert ck.dtype == np.float32
     assert json.loads((tmp_path / "o.eqx.json").read_text())["dtype"] == "float32"
-    np.testing.assert_array_equal(ck.state["fc1.weight"],
-                                  sd["fc1.weight"].numpy().astype(np.float32))
+    np.testing.assert_array_equal(ck.state["layers.0.weight"],
+                                  sd["layers.0.weight"].numpy().astype(np.float32))
     # a format that holds float64 keeps it, exactly
     code, _, err = run(["convert", tmp_path / "f64.pt", tmp_path / "o.st", "--to", "canonical",
                         "--config", MLP_JSON])
@@ -408,6 +408,6 @@ def test_api_refuses_the_same_rules(run_dir):
         (run_ / "junk" / "a.txt").write_text("a")
         converters.convert_file(eqx_file, run_ / "junk", "nnx", force=True)
     with pytest.raises(ConversionError):
-        write(Checkpoint(MLP, {**state_of(MLP), "fc1.weight": np.zeros(3, np.float32)}),
+        write(Checkpoint(MLP, {**state_of(MLP), "layers.0.weight": np.zeros(3, np.float32)}),
               run_ / "x.eqx", "eqx")
     assert (run_ / "junk" / "a.txt").read_text() == "a"

@@ -186,7 +186,7 @@ def test_written_files_load_with_each_librarys_own_api(cnn, tmp_path):
 def test_num_batches_tracked_survives_the_jax_formats(tmp_path):
     cfg = small_config("cnn")
     state = random_state(cfg)
-    assert int(state["bn1.num_batches_tracked"]) > 0
+    assert int(state["bns.0.num_batches_tracked"]) > 0
     for fmt in ("eqx", "linen", "nnx"):
         got = read(write(Checkpoint(cfg, state), tmp_path / f"x_{fmt}", fmt))
         assert_bitwise(got.state, state)  # kept in the sidecar / zoo.json
@@ -269,7 +269,7 @@ def test_cli_bare_torch_file_needs_arch_and_config(cnn, tmp_path, capsys):
     assert main(["convert", str(tmp_path / "bare.pt"), str(dst), "--to", "eqx",
                  "--arch", "cnn"]) == 1
     err = capsys.readouterr().err
-    assert "'fc1.weight': expected shape" in err and "'conv1.weight'" in err
+    assert "'fc1.weight': expected shape" in err and "'convs.0.weight'" in err
     assert not dst.exists()
     cfg_file = tmp_path / "cfg.json"
     cfg_file.write_text(cfg.to_json())
@@ -298,7 +298,7 @@ def test_cli_inspect(cnn, tmp_path, capsys):
     torch.save(from_canonical(state, cfg, "torch").state_dict(), tmp_path / "bare.pt")
     assert main(["inspect", str(tmp_path / "bare.pt")]) == 0
     out = capsys.readouterr().out
-    assert "conv1.weight" in out and "loads into the zoo: unknown" in out and "'cnn'" in out
+    assert "convs.0.weight" in out and "loads into the zoo: unknown" in out and "'cnn'" in out
     # validated against a wrong config: reported, non-zero
     wrong = json.dumps({**cfg.to_dict(), "hidden": 32})
     assert main(["inspect", str(tmp_path / "bare.pt"), "--config", wrong]) == 1
@@ -313,4 +313,4 @@ def test_cli_runs_as_a_module(cnn, tmp_path):
     done = subprocess.run([sys.executable, "-m", "converters", "inspect", str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "format: canonical" in done.stdout and "bn2.running_var" in done.stdout
+    assert "format: canonical" in done.stdout and "bns.1.running_var" in done.stdout

@@ -68,6 +68,27 @@ def test_zoo_eqx_batchnorm_equals_flax_in_training_and_eval():
     np.testing.assert_allclose(f_eval, z_eval, **TOL)
 
 
+def test_zoo_eqx_batchnorm_equals_flax_in_bfloat16():
+    """bfloat16 input and parameters: batch statistics in float32, the normalisation in the
+    promoted dtype (float32 in training, bfloat16 with bfloat16 stored statistics), as Flax."""
+    x = _x((4, 5, 6, 3), loc=2.0).astype(jnp.bfloat16)
+    bn = nn.BatchNorm(momentum=0.9, use_fast_variance=False, param_dtype=jnp.bfloat16)
+    variables = bn.init(jax.random.key(0), x, use_running_average=False)
+    f_train, _ = bn.apply(variables, x, use_running_average=False, mutable=["batch_stats"])
+    stats = {"mean": jnp.full((3,), 1.5, jnp.bfloat16), "var": jnp.full((3,), 3.0, jnp.bfloat16)}
+    f_eval = bn.apply({**variables, "batch_stats": stats}, x, use_running_average=True)
+
+    zbn, state = eqx.nn.make_with_state(BatchNorm)(3, momentum=0.9, dtype=jnp.bfloat16)
+    call = lambda m, s: jax.vmap(m, axis_name="batch", in_axes=(0, None), out_axes=(0, None))(
+        jnp.moveaxis(x, -1, 1), s)[0]
+    z_train = jnp.moveaxis(call(zbn, state), 1, -1)
+    state = state.set(zbn.state_index, (stats["mean"], stats["var"]))
+    z_eval = jnp.moveaxis(call(eqx.nn.inference_mode(zbn), state), 1, -1)
+    for f, z in ((f_train, z_train), (f_eval, z_eval)):
+        assert f.dtype == z.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(f, np.float32), np.asarray(z, np.float32))
+
+
 def test_equinox_own_batchnorm_modes_differ_from_flax():
     """Why the zoo has its own Equinox BatchNorm: neither mode of eqx.nn.BatchNorm matches."""
     f_outs, _, f_eval = _flax_bn_steps(XS)

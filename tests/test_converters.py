@@ -85,22 +85,22 @@ def test_same_seed_gives_identical_models_everywhere(arch):
 def test_canonical_init_follows_the_documented_scheme():
     config = zoo.tiny_config("cnn")
     state = zoo.canonical_init(config, seed=0)
-    w = state["conv1.weight"]
+    w = state["convs.0.weight"]
     bound = 1 / np.sqrt(w.shape[1] * 9)
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
-    assert np.all(state["bn1.weight"] == 1) and np.all(state["bn1.running_var"] == 1)
-    assert state["bn1.num_batches_tracked"].dtype == np.int64
+    assert np.all(state["bns.0.weight"] == 1) and np.all(state["bns.0.running_var"] == 1)
+    assert state["bns.0.num_batches_tracked"].dtype == np.int64
     dec = zoo.canonical_init(zoo.tiny_config("decoder3d"), seed=0)
-    w = dec["up1.weight"]  # ConvTranspose: PyTorch's fan_in is weight.shape[1] * prod(k)
+    w = dec["ups.0.weight"]  # ConvTranspose: PyTorch's fan_in is weight.shape[1] * prod(k)
     assert np.abs(w).max() <= 1 / np.sqrt(w.shape[1] * 64)
 
 
 def test_native_init_keeps_library_initialisers():
     config = zoo.tiny_config("mlp")
     _, variables = zoo.create(config, "linen", init="native")
-    assert np.all(np.asarray(variables["params"]["fc1"]["bias"]) == 0)  # Flax: zeros bias
+    assert np.all(np.asarray(variables["params"]["layers_0"]["bias"]) == 0)  # Flax: zeros bias
     eqx_model = zoo.create(config, "eqx", init="native")
-    assert np.any(np.asarray(eqx_model.fc1.bias) != 0)  # Equinox: uniform bias
+    assert np.any(np.asarray(eqx_model.layers[0].bias) != 0)  # Equinox: uniform bias
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -109,7 +109,8 @@ def test_float32_statistics_under_bfloat16_parameters_are_kept(impl):
     config = zoo.tiny_config("cnn")
     state = converters.to_canonical(zoo.create(config, "linen", init="native",
                                                dtype="bfloat16"), "linen")
-    assert state["bn1.running_var"].dtype == np.float32 and state["fc1.weight"].dtype != np.float32
+    assert state["bns.0.running_var"].dtype == np.float32
+    assert state["fc1.weight"].dtype != np.float32
     back = converters.to_canonical(converters.from_canonical(state, config, impl), impl)
     strip = lambda s: {k: v for k, v in s.items() if not k.endswith("num_batches_tracked")}
     assert_bitwise_equal(strip(back), strip(state))
@@ -132,15 +133,15 @@ def _error(state, config, impl="nnx") -> str:
 def test_every_offending_key_is_listed(cnn_state):
     config = zoo.tiny_config("cnn")
     cnn_state.pop("fc2.bias")
-    cnn_state.pop("bn1.running_var")
+    cnn_state.pop("bns.0.running_var")
     cnn_state["extra.weight"] = np.zeros(3, np.float32)
-    cnn_state["conv2.weight"] = np.zeros((6, 4, 5, 5), np.float32)
+    cnn_state["convs.1.weight"] = np.zeros((6, 4, 5, 5), np.float32)
     msg = _error(cnn_state, config)
     assert "4 problem(s)" in msg
     assert "missing key 'fc2.bias' (expected shape (5,))" in msg
-    assert "missing key 'bn1.running_var'" in msg
+    assert "missing key 'bns.0.running_var'" in msg
     assert "unexpected key 'extra.weight'" in msg
-    assert "'conv2.weight': expected shape (6, 4, 3, 3), found (6, 4, 5, 5)" in msg
+    assert "'convs.1.weight': expected shape (6, 4, 3, 3), found (6, 4, 5, 5)" in msg
 
 
 def test_dtype_errors(cnn_state):
@@ -148,7 +149,7 @@ def test_dtype_errors(cnn_state):
     cnn_state["fc1.weight"] = cnn_state["fc1.weight"].astype(np.float16)
     assert "'fc1.weight': expected dtype float32, found float16" in _error(cnn_state, config)
     cnn_state["fc1.weight"] = cnn_state["fc1.weight"].astype(np.float32)
-    cnn_state["bn2.num_batches_tracked"] = np.zeros((), np.float32)
+    cnn_state["bns.1.num_batches_tracked"] = np.zeros((), np.float32)
     assert "integer counter" in _error(cnn_state, config)
 
 

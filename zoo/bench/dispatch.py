@@ -113,14 +113,15 @@ def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Pre
         task = make_task(config, 1)
         state = zoo.canonical_init(config, 0)
         natives = {impl: zoo.create(config, impl) for impl in impls}
-        leaves = [jnp.asarray(state[f"{layer}.{k}"]) for layer in ("fc1", "fc2", "fc3")
+        leaves = [jnp.asarray(state[f"layers.{i}.{k}"]) for i in range(len(config.widths) - 1)
                   for k in ("weight", "bias")]
 
         def mlp(leaves: list[jax.Array], x: jax.Array) -> jax.Array:
-            dense = lambda h, w, b: jnp.einsum("bi,oi->bo", h, w) + b[None]
-            h = jax.nn.relu(dense(x, leaves[0], leaves[1]))
-            h = jax.nn.relu(dense(h, leaves[2], leaves[3]))
-            return dense(h, leaves[4], leaves[5])
+            h = x
+            for i in range(0, len(leaves), 2):
+                h = jax.nn.relu(h) if i else h
+                h = jnp.einsum("bi,oi->bo", h, leaves[i]) + leaves[i + 1][None]
+            return h
 
         floor = Prepared(jax.jit(mlp), (leaves, task.x))
     else:

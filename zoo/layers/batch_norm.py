@@ -90,13 +90,12 @@ class BatchNorm(eqx.Module):
                     (m * old_var + (1 - m) * var).astype(old_var.dtype),
                 ),
             )
+        # Normalise as Flax does: in the promoted dtype of the input and the statistics (float32
+        # batch statistics in training; the stored ones, e.g. bfloat16, at inference).
         shape = (-1, *(1,) * len(spatial))
-        mean32 = mean.astype(jnp.float32).reshape(shape)
-        inv_std = jax.lax.rsqrt(var.astype(jnp.float32) + self.eps)
-        scale = self.weight.astype(jnp.float32) * inv_std
-        y = (x.astype(jnp.float32) - mean32) * scale.reshape(shape)
-        y = y + self.bias.astype(jnp.float32).reshape(shape)
-        return y.astype(jnp.result_type(x.dtype, self.weight.dtype)), state
+        mul = jax.lax.rsqrt(var + self.eps) * self.weight
+        y = (x - mean.reshape(shape)) * mul.reshape(shape) + self.bias.reshape(shape)
+        return y.astype(jnp.result_type(x.dtype, self.weight.dtype, self.bias.dtype)), state
 
 
 canonical.register_class("batch_norm", "eqx", BatchNorm)

@@ -1,4 +1,4 @@
-"""The Flax MNIST CNN: conv [bn] relu pool, conv [bn] relu pool, fc1 [dropout] relu, fc2."""
+"""The Flax MNIST CNN: stages `convs.i` [`bns.i`] relu pool, then fc1 [dropout] relu, fc2."""
 
 from zoo.models.cnn.config import CNNConfig
 from zoo.registry import register

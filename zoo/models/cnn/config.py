@@ -10,17 +10,19 @@ from zoo.configs import Config, ConfigError, positive
 
 @dataclass(frozen=True)
 class CNNConfig(Config):
-    """The Flax MNIST CNN: two conv3x3 [BN] relu avgpool2 stages, dense [dropout] relu, dense."""
+    """The Flax MNIST CNN: one conv3x3 [BN] relu avgpool2 stage per entry of `features` (`convs.i`,
+    `bns.i`), then dense `fc1` [dropout] relu, dense `fc2`."""
 
     arch: ClassVar[str] = "cnn"
     TINY: ClassVar[dict[str, Any]] = {"in_channels": 2, "input_size": (10, 9), "features": (4, 6),
                                       "hidden": 16, "num_classes": 5}
-    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"nobn": {"batch_norm": False}}
+    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {  # also a depth other than the default
+        "nobn-deep": {"batch_norm": False, "features": (4, 6, 5)}}
     DEFAULT_BATCH: ClassVar[int] = 64
     LOSS: ClassVar[str] = "cross_entropy"
     in_channels: int = 1
     input_size: tuple[int, int] = (28, 28)
-    features: tuple[int, int] = (32, 64)
+    features: tuple[int, ...] = (32, 64)
     hidden: int = 256
     num_classes: int = 10
     batch_norm: bool = True
@@ -29,12 +31,14 @@ class CNNConfig(Config):
     bn_eps: float = 1e-5
 
     def validate(self) -> None:
-        if len(self.features) != 2 or len(self.input_size) != 2:
-            raise ConfigError("cnn.features and cnn.input_size must have 2 entries each")
-        positive("cnn sizes", (self.in_channels, *self.input_size, *self.features,
-                               self.hidden, self.num_classes))
-        if min(self.input_size) < 4:
-            raise ConfigError(f"cnn.input_size must be at least 4x4, found {self.input_size}")
+        if not self.features:
+            raise ConfigError("cnn.features needs at least one stage, found ()")
+        positive("cnn.features", self.features)
+        positive("cnn sizes", (self.in_channels, *self.input_size, self.hidden, self.num_classes))
+        n, least = len(self.features), 2 ** len(self.features)
+        if min(self.input_size) < least:
+            raise ConfigError(f"cnn.input_size must be at least {least}x{least} for {n} stage(s) "
+                              f"(each halves it), found {self.input_size}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"cnn.dropout must be in [0, 1), found {self.dropout}")
         if not 0.0 <= self.bn_momentum < 1.0:
@@ -50,6 +54,6 @@ class CNNConfig(Config):
 
     @property
     def flatten_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of the map flattened into fc1: two 2x2 average pools, floor division."""
-        h, w = self.input_size
-        return (self.features[1], h // 4, w // 4)
+        """(C, H, W) of the map flattened into fc1: a 2x2 average pool per stage, each flooring."""
+        scale = 2 ** len(self.features)
+        return (self.features[-1], *(s // scale for s in self.input_size))

@@ -15,23 +15,20 @@ class CNN(nn.Module):
 
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
-        c1, c2 = cfg.features
-        conv = lambda c: nn.Conv(c, (3, 3), padding=((1, 1), (1, 1)), param_dtype=dt)
-        bn = lambda: nn.BatchNorm(momentum=cfg.bn_momentum, epsilon=cfg.bn_eps,
-                                  use_fast_variance=False, param_dtype=dt)
-        self.conv1 = conv(c1)
-        self.bn1 = bn() if cfg.batch_norm else None
-        self.conv2 = conv(c2)
-        self.bn2 = bn() if cfg.batch_norm else None
+        self.convs = [nn.Conv(c, (3, 3), padding=((1, 1), (1, 1)), param_dtype=dt)
+                      for c in cfg.features]
+        self.bns = [nn.BatchNorm(momentum=cfg.bn_momentum, epsilon=cfg.bn_eps,
+                                 use_fast_variance=False, param_dtype=dt)
+                    for _ in cfg.features] if cfg.batch_norm else []
         self.fc1 = nn.Dense(cfg.hidden, param_dtype=dt)
         self.dropout = nn.Dropout(cfg.dropout)
         self.fc2 = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        for conv, bn in ((self.conv1, self.bn1), (self.conv2, self.bn2)):
+        for i, conv in enumerate(self.convs):
             x = conv(x)
-            if bn is not None:
-                x = bn(x, use_running_average=not train)
+            if self.bns:
+                x = self.bns[i](x, use_running_average=not train)
             x = nn.avg_pool(nn.relu(x), (2, 2), strides=(2, 2))
         x = self.fc1(x.reshape(x.shape[0], -1))  # flattens (H, W, C): see converters
         x = nn.relu(self.dropout(x, deterministic=not train))

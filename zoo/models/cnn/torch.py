@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from itertools import pairwise
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,22 +16,21 @@ class CNN(nn.Module):
     def __init__(self, config: CNNConfig) -> None:
         super().__init__()
         self.config = config
-        c1, c2 = config.features
-        c, h, w = config.flatten_shape
-        bn = lambda n: nn.BatchNorm2d(n, eps=config.bn_eps, momentum=1.0 - config.bn_momentum)
-        self.conv1 = nn.Conv2d(config.in_channels, c1, 3, padding=1)
-        self.bn1 = bn(c1) if config.batch_norm else None
-        self.conv2 = nn.Conv2d(c1, c2, 3, padding=1)
-        self.bn2 = bn(c2) if config.batch_norm else None
-        self.fc1 = nn.Linear(c * h * w, config.hidden)
+        c = (config.in_channels, *config.features)
+        self.convs = nn.ModuleList(nn.Conv2d(i, o, 3, padding=1)
+                                   for i, o in pairwise(c))
+        self.bns = nn.ModuleList(
+            nn.BatchNorm2d(o, eps=config.bn_eps, momentum=1.0 - config.bn_momentum)
+            for o in (config.features if config.batch_norm else ()))
+        self.fc1 = nn.Linear(math.prod(config.flatten_shape), config.hidden)
         self.dropout = nn.Dropout(config.dropout)
         self.fc2 = nn.Linear(config.hidden, config.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for conv, bn in ((self.conv1, self.bn1), (self.conv2, self.bn2)):
+        for i, conv in enumerate(self.convs):
             x = conv(x)
-            if bn is not None:
-                x = bn(x)
+            if self.bns:
+                x = self.bns[i](x)
             x = F.avg_pool2d(F.relu(x), 2)
         x = self.fc1(x.flatten(1))
         x = F.relu(self.dropout(x))

@@ -1,4 +1,4 @@
-"""3-D decoder: ConvTranspose3d + relu stages (up1..up3), then a ConvTranspose3d head."""
+"""3-D decoder: ConvTranspose3d + relu stages (`ups.i`), then a ConvTranspose3d head."""
 
 from zoo.models.decoder3d.config import Decoder3DConfig
 from zoo.registry import register

@@ -13,10 +13,10 @@ from zoo.layers.conv_transpose import CHOICES
 class Decoder3DConfig(Config):
     """A 3-D upsampling decoder: ConvTranspose3d + relu stages, then a ConvTranspose3d head.
 
-    Stages up1..up3 map latent_channels -> channels[0] -> channels[1] -> channels[2], the head
-    maps channels[2] -> out_channels. The per-layer tuples (kernel_size, stride, padding,
-    output_padding, dilation) have one entry per conv-transpose (stages + head), with PyTorch
-    semantics.
+    One stage `ups.i` per entry of `channels` (any number, none included) maps latent_channels
+    -> channels[0] -> ... -> channels[-1], the head maps the last to out_channels. The per-layer
+    tuples (kernel_size, stride, padding, output_padding, dilation) have one entry per
+    conv-transpose (stages, then the head), with PyTorch semantics.
     """
 
     arch: ClassVar[str] = "decoder3d"
@@ -29,7 +29,7 @@ class Decoder3DConfig(Config):
     LOSS: ClassVar[str] = "mse"
     latent_channels: int = 32
     latent_size: tuple[int, int, int] = (8, 8, 8)
-    channels: tuple[int, int, int] = (16, 8, 4)
+    channels: tuple[int, ...] = (16, 8, 4)
     out_channels: int = 4
     kernel_size: tuple[int, ...] = (4, 4, 4, 3)
     stride: tuple[int, ...] = (2, 2, 2, 1)
@@ -39,8 +39,6 @@ class Decoder3DConfig(Config):
     conv_method: str = "auto"  # see zoo.layers.conv_transpose.choose_method
 
     def validate(self) -> None:
-        if len(self.channels) != 3:
-            raise ConfigError(f"decoder3d.channels needs 3 stages, found {self.channels}")
         if self.conv_method not in CHOICES:
             raise ConfigError(f"decoder3d.conv_method must be one of {CHOICES}, "
                               f"found {self.conv_method!r}")
@@ -48,12 +46,12 @@ class Decoder3DConfig(Config):
         for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
             if len(getattr(self, name)) != n:
                 raise ConfigError(
-                    f"decoder3d.{name} needs {n} entries (one per conv-transpose), "
-                    f"found {getattr(self, name)}"
+                    f"decoder3d.{name} needs {n} entries (one per conv-transpose: "
+                    f"{n - 1} stage(s), then the head), found {getattr(self, name)}"
                 )
-        positive("decoder3d sizes", (self.latent_channels, *self.latent_size, *self.channels,
-                                     self.out_channels, *self.kernel_size, *self.stride,
-                                     *self.dilation))
+        positive("decoder3d.channels", self.channels)
+        positive("decoder3d sizes", (self.latent_channels, *self.latent_size, self.out_channels,
+                                     *self.kernel_size, *self.stride, *self.dilation))
         for i, (s, d, op) in enumerate(zip(self.stride, self.dilation, self.output_padding,
                                            strict=True)):
             if not 0 <= op < max(s, d):
@@ -74,7 +72,8 @@ class Decoder3DConfig(Config):
         return (self.out_channels, *self.conv_transposes()[-1].output_size)
 
     def layer_names(self) -> tuple[str, ...]:
-        return (*(f"up{i + 1}" for i in range(len(self.channels))), "head")
+        """The conv-transposes' canonical names: the stages `ups.i`, then `head`."""
+        return (*(f"ups.{i}" for i in range(len(self.channels))), "head")
 
     def conv_transposes(self) -> list[ConvTransposeSpec]:
         """Stages then head, each with its input size (ValueError if a size drops below 1)."""

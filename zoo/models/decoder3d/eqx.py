@@ -21,20 +21,19 @@ def _layer(spec: ConvTransposeSpec, method: str, key: PRNGKeyArray, dtype) -> Co
 
 
 class Decoder3D(eqx.Module):
-    up1: ConvTranspose
-    up2: ConvTranspose
-    up3: ConvTranspose
+    ups: tuple[ConvTranspose, ...]
     head: ConvTranspose
     config: Decoder3DConfig = eqx.field(static=True)
 
     def __init__(self, config: Decoder3DConfig, *, key: PRNGKeyArray, dtype=None) -> None:
         specs = config.conv_transposes()
         keys = jax.random.split(key, len(specs))
+        *ups, self.head = (_layer(spec, config.conv_method, k, dtype_of(dtype))
+                           for spec, k in zip(specs, keys, strict=True))
+        self.ups = tuple(ups)
         self.config = config
-        for spec, k in zip(specs, keys, strict=True):
-            setattr(self, spec.name, _layer(spec, config.conv_method, k, dtype_of(dtype)))
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
-        for up in (self.up1, self.up2, self.up3):
+        for up in self.ups:
             x = jax.nn.relu(up(x))
         return self.head(x)

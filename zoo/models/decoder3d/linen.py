@@ -22,12 +22,12 @@ class Decoder3D(nn.Module):
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        up1, up2, up3, head = (_layer(spec, self.config.conv_method, dtype_of(self.param_dtype))
-                               for spec in self.config.conv_transposes())
-        self.up1, self.up2, self.up3, self.head = up1, up2, up3, head
+        *ups, head = (_layer(spec, self.config.conv_method, dtype_of(self.param_dtype))
+                      for spec in self.config.conv_transposes())
+        self.ups, self.head = ups, head
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """`train` is accepted for a uniform signature: the decoder has no train-only layers."""
-        for up in (self.up1, self.up2, self.up3):
+        for up in self.ups:
             x = nn.relu(up(x))
         return self.head(x)

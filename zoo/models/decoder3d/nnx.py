@@ -20,12 +20,11 @@ def _layer(spec: ConvTransposeSpec, method: str, dtype, rngs: nnx.Rngs) -> ConvT
 class Decoder3D(nnx.Module):
     def __init__(self, config: Decoder3DConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         self.config = config
-        self.up1, self.up2, self.up3, self.head = (
-            _layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
-            for spec in config.conv_transposes()
-        )
+        *ups, self.head = (_layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
+                           for spec in config.conv_transposes())
+        self.ups = nnx.List(ups)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
-        for up in (self.up1, self.up2, self.up3):
+        for up in self.ups:
             x = nnx.relu(up(x))
         return self.head(x)

@@ -21,9 +21,10 @@ class Decoder3D(nn.Module):
     def __init__(self, config: Decoder3DConfig) -> None:
         super().__init__()
         self.config = config
-        self.up1, self.up2, self.up3, self.head = (_layer(s) for s in config.conv_transposes())
+        *ups, self.head = (_layer(s) for s in config.conv_transposes())
+        self.ups = nn.ModuleList(ups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for up in (self.up1, self.up2, self.up3):
+        for up in self.ups:
             x = F.relu(up(x))
         return self.head(x)

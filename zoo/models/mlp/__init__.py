@@ -1,4 +1,4 @@
-"""3-layer MLP: fc1 -> act -> fc2 -> act -> fc3."""
+"""MLP: linear layers `layers.0` .. `layers.N` with the activation between them."""
 
 from zoo.models.mlp.config import MLPConfig
 from zoo.registry import register

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
@@ -11,22 +13,18 @@ from zoo.models.mlp.config import MLPConfig
 
 
 class MLP(eqx.Module):
-    fc1: eqx.nn.Linear
-    fc2: eqx.nn.Linear
-    fc3: eqx.nn.Linear
+    layers: tuple[eqx.nn.Linear, ...]
     config: MLPConfig = eqx.field(static=True)
 
     def __init__(self, config: MLPConfig, *, key: PRNGKeyArray, dtype=None) -> None:
-        k1, k2, k3 = jax.random.split(key, 3)
-        h1, h2 = config.hidden
-        dtype = dtype_of(dtype)
-        self.fc1 = eqx.nn.Linear(config.in_features, h1, key=k1, dtype=dtype)
-        self.fc2 = eqx.nn.Linear(h1, h2, key=k2, dtype=dtype)
-        self.fc3 = eqx.nn.Linear(h2, config.out_features, key=k3, dtype=dtype)
+        w = config.widths
+        keys = jax.random.split(key, len(w) - 1)
+        self.layers = tuple(eqx.nn.Linear(i, o, key=k, dtype=dtype_of(dtype))
+                            for (i, o), k in zip(pairwise(w), keys, strict=True))
         self.config = config
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         act = activation(self.config.activation)
-        x = act(self.fc1(x))
-        x = act(self.fc2(x))
-        return self.fc3(x)
+        for layer in self.layers[:-1]:
+            x = act(layer(x))
+        return self.layers[-1](x)

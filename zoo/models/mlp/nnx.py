@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import jax
 from flax import nnx
 
@@ -11,15 +13,13 @@ from zoo.models.mlp.config import MLPConfig
 
 class MLP(nnx.Module):
     def __init__(self, config: MLPConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
-        h1, h2 = config.hidden
-        dt = dtype_of(param_dtype)
+        w, dt = config.widths, dtype_of(param_dtype)
         self.config = config
-        self.fc1 = nnx.Linear(config.in_features, h1, param_dtype=dt, rngs=rngs)
-        self.fc2 = nnx.Linear(h1, h2, param_dtype=dt, rngs=rngs)
-        self.fc3 = nnx.Linear(h2, config.out_features, param_dtype=dt, rngs=rngs)
+        self.layers = nnx.List([nnx.Linear(i, o, param_dtype=dt, rngs=rngs)
+                                for i, o in pairwise(w)])
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         act = activation(self.config.activation)
-        x = act(self.fc1(x))
-        x = act(self.fc2(x))
-        return self.fc3(x)
+        for layer in self.layers[:-1]:
+            x = act(layer(x))
+        return self.layers[-1](x)
