@@ -1,8 +1,15 @@
 """Command line: convert and inspect checkpoints of Equinox, Linen, NNX and PyTorch.
 
     python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch} [--force]
-        [--arch ARCH] [--config JSON_OR_FILE] [--model-only] [--progress | --no-progress]
-    python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE]
+        [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
+        [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
+        [--progress | --no-progress]
+    python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
+
+A checkpoint the zoo did not write (any key names) is matched layer by layer to the
+architecture (`converters.matching`): the mapping table is printed on a structural match or
+with --show-mapping, and the converted model is checked against the source's library on a
+random input before anything is written (unless --no-verify).
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
 message names each offending key), 2 on a usage error (bad arguments, --config, DST that is the
@@ -24,8 +31,12 @@ from rich.table import Table
 
 from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_size
 from converters.checkpoints import inspect_checkpoint as inspect_file
+from converters.checkpoints.base import parse_config
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError
+from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
+from converters.matching.match import MatchError
+from converters.matching.transfer import Result, import_state
 from zoo.configs import ConfigError
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
@@ -42,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--arch", help="architecture, when the source does not carry one")
         sp.add_argument("--config", help="config as a JSON object or a JSON file, when the "
                         "source does not carry one")
+        sp.add_argument("--map", action="append", default=[], metavar="SRC=DST",
+                        help="pair layers explicitly: a regular expression on the source "
+                        "layer key and the target layer name (\\1 refers to a group)")
+        sp.add_argument("--strip-prefix", default="", metavar="P",
+                        help="remove P from the start of every source layer key")
+        sp.add_argument("--add-prefix", default="", metavar="P",
+                        help="put P before every source layer key")
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
@@ -53,6 +71,17 @@ def _parser() -> argparse.ArgumentParser:
                                                        "float64"),
                    help="convert every floating array to DTYPE (needed e.g. for float64 into a "
                         "JAX format without x64); nothing is ever cast without it")
+    c.add_argument("--like", metavar="MODULE:ATTR",
+                   help="target your own model (any of the four libraries, or a function of "
+                        "no arguments returning one) instead of a zoo --arch")
+    c.add_argument("--input-shape", metavar="C,H,W",
+                   help="one input sample, channels first (to trace a Linen --like model)")
+    c.add_argument("--flatten-shape", metavar="C,H,W",
+                   help="the conv map flattened into the first linear layer (--like models)")
+    c.add_argument("--show-mapping", action="store_true",
+                   help="print the layer mapping table (always printed on a structural match)")
+    c.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip the forward check of a matched conversion")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
     bar = c.add_mutually_exclusive_group()
@@ -92,16 +121,96 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  detected format: [bold]{det.fmt}[/bold] ({det.reason})")
     if det.note:
         console.print(f"  note: {det.note}", markup=False)
+    if args.like:
+        return _convert_like(args, console)
+    rules = bool(args.map or args.strip_prefix or args.add_prefix)
+    if det.meta is None and (rules or args.show_mapping):
+        return _convert_foreign(args, console)
     show = args.progress if args.progress is not None else disk_size(args.src) >= PROGRESS_BYTES
-    with _progress_bar(console, show) as progress:
-        ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
-                          config=args.config, model_only=args.model_only, progress=progress,
-                          cast=args.cast)
+    try:
+        with _progress_bar(console, show) as progress:
+            ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
+                              config=args.config, model_only=args.model_only,
+                              progress=progress, cast=args.cast)
+    except ConversionError as e:
+        if det.meta is not None or parse_config(args.arch, args.config) is None:
+            raise
+        try:  # a checkpoint written by other code: match its layers by structure
+            return _convert_foreign(args, console)
+        except MatchError as m:
+            raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
+                                  ) from m
+    _describe(console, ck)
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
+    return 0
+
+
+def _describe(console: Console, ck: Any) -> None:
     console.print(f"  architecture: {ck.config.arch} {ck.config.to_json()}", highlight=False)
     kind = (f"training checkpoint (step {ck.step}, optimizer state "
             f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
     console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+
+
+def _mapping(console: Console, res: Result, show: bool) -> None:
+    """The mapping table (when asked, or when some layer was not matched by its name), the
+    flatten fact and the verification."""
+    if show or res.structural:
+        table = Table(title=f"layer mapping ({len(res.rows)} layers)")
+        for col in ("source", "target", "kind", "source shape", "target shape", "rule"):
+            table.add_column(col)
+        for r in res.rows:
+            table.add_row(r.source, r.target, r.kind, str(r.source_shape), str(r.target_shape),
+                          r.rule)
+        console.print(table)
+    if res.flatten_from:
+        console.print(f"  flattened map (C, *spatial) = {res.flatten_shape}, from the "
+                      f"{res.flatten_from}")
+    if res.max_difference is not None:
+        console.print(f"  verified: outputs differ by {res.max_difference:.3g} (max |a - b| / "
+                      f"max |a|; tolerance {res.tolerance:.3g})")
+    for note in res.notes:
+        console.print(f"  {note}", markup=False)
+
+
+def _convert_foreign(args: argparse.Namespace, console: Console) -> int:
+    config = parse_config(args.arch, args.config)
+    if config is None:
+        raise UsageError("a checkpoint the zoo did not write is matched to an architecture: "
+                         "pass --arch (and --config), or --like MODULE:ATTR")
+    ck, res = convert_foreign(args.src, args.dst, args.to, config, maps=args.map,
+                              strip=args.strip_prefix, add=args.add_prefix, verify=args.verify,
+                              force=args.force, cast=args.cast)
+    if not args.verify:
+        res.notes.append("not verified (--no-verify)")
+    _mapping(console, res, args.show_mapping)
+    _describe(console, ck)
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
+    return 0
+
+
+def _shape(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise UsageError(f"{flag} {text!r}: expected positive integers like 1,28,28")
+    return shape
+
+
+def _convert_like(args: argparse.Namespace, console: Console) -> int:
+    if args.arch or args.config:
+        raise UsageError("--like replaces --arch/--config: give one or the other")
+    res = convert_like(args.src, args.dst, args.to, load_like(args.like), maps=args.map,
+                       strip=args.strip_prefix, add=args.add_prefix,
+                       input_shape=_shape(args.input_shape, "--input-shape"),
+                       flatten_shape=_shape(args.flatten_shape, "--flatten-shape"),
+                       force=args.force)
+    _mapping(console, res, args.show_mapping)
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold] ({len(res.state)} arrays)")
     return 0
 
 
@@ -134,8 +243,32 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     if r.loads is None:
         console.print(f"loads into the zoo: unknown: {r.problem}", highlight=False)
         return 0
-    console.print("loads into the zoo: [red]no[/red]")
+    console.print("loads into the zoo: [red]no[/red]" + (" (not by its key names)" if
+                  r.config is not None and detect(args.src).meta is None else ""))
+    if r.config is not None and detect(args.src).meta is None:
+        return _propose(args, r, console)
     raise CheckpointError(r.problem or f"{r.path} does not load")
+
+
+def _propose(args: argparse.Namespace, r: Report, console: Console) -> int:
+    """The mapping of a checkpoint written by other code to the given architecture."""
+    tree, impl, ordered, _ = read_tree(args.src)
+    try:
+        res = import_state(tree, impl, r.config, maps=args.map, strip=args.strip_prefix,
+                           add=args.add_prefix, ordered=ordered)
+    except MatchError as m:
+        raise CheckpointError(f"{r.problem}\nmatching the layers by structure failed too: {m}"
+                              ) from m
+    _mapping(console, res, True)
+    flags = [f"--arch {r.config.arch}"]
+    if r.config != type(r.config)():
+        flags.append(f"--config '{r.config.to_json()}'")
+    flags += [f"--map '{m}'" for m in args.map]
+    flags += [f"--{k.replace('_', '-')} '{v}'" for k, v in (("strip_prefix", args.strip_prefix),
+                                                          ("add_prefix", args.add_prefix)) if v]
+    console.print("converts with this mapping: python -m converters convert "
+                  f"{args.src} DST --to FORMAT {' '.join(flags)}", markup=False)
+    return 0
 
 
 def _silence() -> None:

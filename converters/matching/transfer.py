@@ -168,7 +168,8 @@ def _check(res: Result, ref: np.ndarray, out: np.ndarray, what: str) -> None:
 def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
              maps: Sequence[str] = (), strip: str = "", add: str = "",
              input_shape: tuple[int, ...] | None = None,
-             flatten_shape: tuple[int, ...] | None = None, verify: bool | None = None) -> Result:
+             flatten_shape: tuple[int, ...] | None = None, verify: bool | None = None,
+             ordered: bool | None = None) -> Result:
     """Move the weights of `src` (a model or tree of `src_impl`) into `dst_model`, a model (or
     skeleton) of `dst_impl` that need not come from the zoo; `Result.model` is the new model.
 
@@ -176,9 +177,10 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     verify when the first layer is not linear). `flatten_shape`: the `(C, *spatial)` map fed
     into the first linear layer after the convolutions, when it cannot be guessed. `verify`
     (default: when `src` is a runnable model): run both on the same random input and refuse a
-    difference above the precision policy's tolerance.
+    difference above the precision policy's tolerance. `ordered` overrides the source's order fact.
     """
-    sources, ordered = source_layers(src, src_impl, input_shape=input_shape)
+    sources, is_ordered = source_layers(src, src_impl, input_shape=input_shape)
+    ordered = is_ordered if ordered is None else ordered
     example = None if input_shape is None else abstract_input_of(input_shape, dst_impl)
     if dst_impl == "linen" and example is None:
         raise ConversionError("a Linen target is traced to find its layers: pass input_shape= "
