@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -106,6 +107,57 @@ def guess_flatten(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
     return None
 
 
+def _eqns(jaxpr: Any):
+    """Every equation of a jaxpr, nested ones (jit, custom derivatives) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, tuple | list) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def trace_flatten(model: Any, impl: str, input_shape: tuple[int, ...],
+                  fan_ins: Sequence[int]) -> tuple[int, ...] | None:
+    """(C, *spatial) of the first reshape, in one traced call of a JAX model, that flattens a
+    feature map into one of `fan_ins` values (None if there is none, or for PyTorch)."""
+    if impl == "torch":
+        return None
+    x = abstract_input_of(input_shape, impl)
+    if impl == "eqx":
+        m, state = model if isinstance(model, tuple) else (model, None)
+        params, static = eqx.partition(m, eqx.is_array)
+        fn = lambda p, s, xi: _call(eqx.combine(p, static), s, xi)
+        args: tuple = (params, state, jax.ShapeDtypeStruct(x.shape[1:], x.dtype))
+    elif impl == "linen":
+        module, variables = model
+        fn, args = (lambda v, xi: module.apply(v, xi)), (variables, x)
+    else:
+        from flax import nnx
+
+        graphdef, state = nnx.split(model)
+        fn, args = (lambda s, xi: nnx.merge(graphdef, s)(xi)), (state, x)
+    try:
+        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    except Exception:  # a model that needs more arguments cannot be traced: guess instead
+        return None
+    batched = impl != "eqx"
+    for eqn in _eqns(jaxpr):
+        if eqn.primitive.name != "reshape":
+            continue
+        shape_in, shape_out = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
+        if len(shape_out) == 1 + batched and len(shape_in) >= 2 + batched and (
+                shape_out[-1] in fan_ins):
+            sample = shape_in[1:] if batched else shape_in
+            return (sample[-1], *sample[:-1]) if impl in checks.CHANNELS_LAST else tuple(sample)
+    return None
+
+
+def _call(model: Any, state: Any, x: Any) -> Any:
+    return model(x) if state is None else model(x, state)
+
+
 def _needs_flatten(*impls: str) -> bool:
     """Flax and the others order a flattened map differently; alike libraries do not."""
     return len({i in checks.CHANNELS_LAST for i in impls}) > 1
@@ -156,8 +208,10 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
 def _check(res: Result, ref: np.ndarray, out: np.ndarray, what: str) -> None:
     res.max_difference, res.tolerance = checks.max_difference(ref, out), checks.tolerance()
     if not res.max_difference <= res.tolerance:
-        hint = (f" (the flattened map's shape {res.flatten_shape} was {res.flatten_from}: "
-                "pass the right one with flatten_shape=)" if res.flatten_from == "guessed" else "")
+        hint = ("" if res.flatten_from in ("config", "argument") else
+                f" (the flattened map's shape was {res.flatten_from or 'not found'}: if a conv "
+                "map feeds a linear layer, pass flatten_shape=(C, *spatial), or input_shape= "
+                "to trace it)")
         raise ConversionError(
             f"verification failed: the outputs of {what} differ by {res.max_difference:.3g} "
             f"(max |a - b| / max |a|), above the tolerance {res.tolerance:.3g}{hint}; nothing "
@@ -189,8 +243,8 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     targets = _targets(found, canonical.spec(dst_model, dst_impl, example=example))
     origin = "argument" if flatten_shape is not None else ""
     if flatten_shape is None and _needs_flatten(src_impl, dst_impl):
-        flatten_shape = guess_flatten(targets)
-        origin = "guessed" if flatten_shape is not None else ""
+        flatten_shape, origin = _find_flatten(src, src_impl, dst_model, dst_impl, targets,
+                                              input_shape)
     if flatten_shape is not None:
         facts = {"example": example, "flatten_shape": tuple(flatten_shape)}
         found = canonical.layers(dst_model, dst_impl, **facts)
@@ -215,6 +269,22 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
         _check(res, checks.forward(src, src_impl, x), checks.forward(model, dst_impl, x),
                f"the {src_impl} source and the {dst_impl} result")
     return res
+
+
+def _find_flatten(src: Any, src_impl: str, dst: Any, dst_impl: str,
+                  targets: Sequence[TargetLayer], input_shape: tuple[int, ...] | None
+                  ) -> tuple[tuple[int, ...] | None, str]:
+    """The flattened map's shape: traced through a model's reshape when the input shape is
+    known, else guessed from the layer before the first linear one (verification checks it)."""
+    if input_shape is not None:
+        fan_ins = [t.shapes["weight"][1] for t in targets if t.kind == "linear"]
+        for model, impl in ((src, src_impl), (dst, dst_impl)):
+            if not _is_tree(model):
+                found = trace_flatten(model, impl, tuple(input_shape), fan_ins)
+                if found is not None:
+                    return found, f"{impl} model's reshape (traced)"
+    guess = guess_flatten(targets)
+    return guess, "guessed" if guess is not None else ""
 
 
 def _first_input(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
