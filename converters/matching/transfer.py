@@ -90,9 +90,10 @@ def _targets(found: list[canonical.Layer], spec: Mapping[str, Any]) -> list[Targ
 
 
 def guess_flatten(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
-    """(C, *spatial) of the map before the first linear layer that follows a conv or norm:
-    C from that layer, a square (cubic, ...) map of the conv's rank. None if nothing fits."""
-    channels, rank = None, None
+    """(C, *spatial) of the map before the first linear layer that follows a conv or norm: C
+    from that layer, the spatial size square (cubic, ...) when it can be, else one axis. Only C
+    and the spatial size matter to the permutation, not how the spatial axes split."""
+    channels, rank = None, 1
     for t in targets:
         w = t.shapes.get("weight")
         if t.kind in ("conv", "conv_transpose") and w is not None:
@@ -102,8 +103,9 @@ def guess_flatten(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
         elif t.kind == "linear" and w is not None:
             if channels is None or w[1] % channels:
                 return None
-            side = round((w[1] // channels) ** (1 / rank))
-            return (channels, *(side,) * rank) if side ** rank * channels == w[1] else None
+            n = w[1] // channels
+            side = round(n ** (1 / rank))
+            return (channels, *(side,) * rank) if side ** rank == n else (channels, n)
     return None
 
 

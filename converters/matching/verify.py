@@ -36,25 +36,39 @@ def forward(model: Any, impl: str, x: np.ndarray) -> np.ndarray:
             m = copy.deepcopy(model).eval()
             with torch.no_grad():
                 return _to_canonical(m(torch.from_numpy(x)).numpy(), impl)
-        if impl == "eqx":
-            import equinox as eqx
+        return _to_canonical(_jax_forward(model, impl, x), impl)
 
-            m, state = model if isinstance(model, tuple) else (model, None)
-            m = eqx.nn.inference_mode(m)
-            if state is None:
-                return _to_canonical(jax.vmap(m)(x), impl)
-            y = jax.vmap(lambda xi: m(xi, state)[0], axis_name="batch")(x)
-            return _to_canonical(y, impl)
-        if impl == "linen":
-            module, variables = model
-            params = inspect.signature(type(module).__call__).parameters
-            kwargs = {"train": False} if "train" in params else {}
-            return _to_canonical(module.apply(variables, x, **kwargs), impl)
-        from flax import nnx
 
-        m = nnx.merge(*nnx.split(model))  # a copy: eval() must not reach the caller's model
+def _jax_forward(model: Any, impl: str, x: np.ndarray) -> Any:
+    """One compiled call (eager Flax and Equinox code would compile every operation)."""
+    if impl == "eqx":
+        import equinox as eqx
+
+        m, state = model if isinstance(model, tuple) else (model, None)
+        params, static = eqx.partition(eqx.nn.inference_mode(m), eqx.is_array)
+
+        def run(p: Any, s: Any, xs: Any) -> Any:
+            net = eqx.combine(p, static)
+            if s is None:
+                return jax.vmap(net)(xs)
+            return jax.vmap(lambda xi: net(xi, s)[0], axis_name="batch")(xs)
+
+        return jax.jit(run)(params, state, x)
+    if impl == "linen":
+        module, variables = model
+        kwargs = {"train": False} if "train" in inspect.signature(
+            type(module).__call__).parameters else {}
+        return jax.jit(lambda v, xs: module.apply(v, xs, **kwargs))(variables, x)
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+
+    def call(s: Any, xs: Any) -> Any:
+        m = nnx.merge(graphdef, s)  # a copy: eval() does not reach the caller's model
         m.eval()
-        return _to_canonical(m(x), impl)
+        return m(xs)
+
+    return jax.jit(call)(state, x)
 
 
 def max_difference(reference: np.ndarray, other: np.ndarray) -> float:
