@@ -11,6 +11,7 @@ bringing one's own checkpoint (`converters.matching`).
 
 from __future__ import annotations
 
+import itertools
 from functools import partial
 
 import equinox as eqx
@@ -65,7 +66,7 @@ def torch_sequential_mlp(sizes: tuple[int, ...]):
     from torch import nn as tnn
 
     layers: list = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         layers += [tnn.Linear(a, b), tnn.ReLU()]
     return tnn.Sequential(*layers[:-1])
 

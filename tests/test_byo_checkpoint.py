@@ -15,9 +15,9 @@ from flax import nnx
 import converters
 import zoo
 from converters.__main__ import main
-from converters.matching import MatchError, transfer
+from converters.matching import transfer
 from converters.matching.verify import forward, max_difference, tolerance
-from tests.foreign_models import EqxPair, LinenMNIST, LinenPair, NNXMNIST, torch_sequential_mlp
+from tests.foreign_models import NNXMNIST, EqxPair, LinenMNIST, LinenPair, torch_sequential_mlp
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra")
@@ -51,10 +51,18 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def eqx_pair(seed: int) -> EqxPair:
+def eqx_pair() -> EqxPair:
+    """A skeleton (abstract arrays): a target needs no values, and nothing compiles."""
     import equinox as eqx
 
-    return eqx.filter_jit(EqxPair)(jax.random.key(seed))
+    return eqx.filter_eval_shape(EqxPair, jax.random.key(0))
+
+
+def random_variables(module, shape: tuple[int, ...], seed: int = 0) -> dict:
+    """Linen variables of `module` for an input of `shape`, drawn with numpy (no compiles)."""
+    rng = np.random.default_rng(seed)
+    abstract = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros(shape))
+    return jax.tree.map(lambda a: (0.3 * rng.standard_normal(a.shape)).astype(a.dtype), abstract)
 
 
 # --------------------------------------------------------------------------- the three cases
@@ -80,7 +88,7 @@ def test_torch_sequential_mlp(tmp_path, capsys):
 
 def test_linen_mnist_example(tmp_path, capsys):
     module = LinenMNIST()
-    variables = jax.jit(module.init)(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    variables = random_variables(module, (1, 28, 28, 1))
     save_orbax(tmp_path / "linen_mnist", variables)
     config = zoo.make_config("cnn", batch_norm=False)
     dst = tmp_path / "cnn.safetensors"
@@ -96,13 +104,34 @@ def test_linen_mnist_example(tmp_path, capsys):
 
 
 def _trained_nnx_mnist() -> NNXMNIST:
-    model = nnx.jit(lambda: NNXMNIST(rngs=nnx.Rngs(0)))()  # one compile, not one per op
-    model.train()
-    step = nnx.jit(lambda m, x: m(x))
-    rng = np.random.default_rng(2)
-    for _ in range(3):  # moves the BatchNorm statistics away from their initial values
-        step(model, jnp.asarray(rng.standard_normal((4, 28, 28, 1)) + 0.5, jnp.float32))
-    return model
+    """The tutorial's model with random weights after three train-mode steps (its BatchNorm
+    statistics moved), built abstractly and filled with numpy so that one call compiles."""
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: NNXMNIST(rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(3)
+
+    def fill(path, a):
+        name = str(path[-2].key) if len(path) > 1 else ""
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.key(0)
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            return np.zeros(a.shape, a.dtype)
+        if name in ("mean", "var", "scale"):  # BatchNorm's initial values
+            return np.full(a.shape, float(name != "mean"), a.dtype)
+        fan_in = np.prod(a.shape[:-1]) if a.ndim > 1 else 1
+        return (rng.standard_normal(a.shape) / np.sqrt(fan_in)).astype(a.dtype)
+
+    state = jax.tree_util.tree_map_with_path(fill, state)
+
+    def train_step(state, x):
+        model = nnx.merge(graphdef, state)
+        model.train()
+        model(x)
+        return nnx.state(model)
+
+    step = jax.jit(train_step)
+    for _ in range(3):
+        state = step(state, jnp.asarray(rng.standard_normal((4, 28, 28, 1)) + 0.5, jnp.float32))
+    return nnx.merge(graphdef, state)
 
 
 def test_nnx_mnist_tutorial(tmp_path, capsys):
@@ -159,8 +188,8 @@ def test_user_model_pair_both_ways():
     ways, the flattened map's shape traced from a model, outputs equal."""
     shape = (2, 8, 6)
     module = LinenPair()
-    variables = jax.jit(module.init)(jax.random.key(1), jnp.zeros((1, 8, 6, 2)))
-    res = transfer((module, variables), "linen", eqx_pair(2), "eqx",
+    variables = random_variables(module, (1, 8, 6, 2), seed=1)
+    res = transfer((module, variables), "linen", eqx_pair(), "eqx",
                    input_shape=shape)
     assert res.flatten_shape == (6, 4, 3) and "traced" in res.flatten_from
     assert res.max_difference <= res.tolerance
@@ -172,7 +201,7 @@ def test_user_model_pair_both_ways():
                                   variables["params"]["proj"]["kernel"])
     # a wrong flatten order is caught by the verification, and nothing is returned
     with pytest.raises(converters.ConversionError, match="verification failed"):
-        transfer((module, variables), "linen", eqx_pair(2), "eqx",
+        transfer((module, variables), "linen", eqx_pair(), "eqx",
                  input_shape=shape, flatten_shape=(3, 4, 6))
 
 
@@ -180,18 +209,19 @@ def test_like_cli_targets_a_users_model(tmp_path, capsys, monkeypatch):
     import equinox as eqx
 
     module = LinenPair()
-    variables = jax.jit(module.init)(jax.random.key(1), jnp.zeros((1, 8, 6, 2)))
+    variables = random_variables(module, (1, 8, 6, 2), seed=1)
     save_orbax(tmp_path / "users_linen", variables)
     (tmp_path / "users_models.py").write_text(
         "import jax\nfrom tests.foreign_models import EqxPair\n\n"
-        "def skeleton():\n    return EqxPair(jax.random.key(0))\n")
+        "import equinox as eqx\n\n"
+        "def skeleton():\n    return eqx.filter_eval_shape(EqxPair, jax.random.key(0))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     dst = tmp_path / "users.eqx"
     code, out, err = cli(capsys, "convert", tmp_path / "users_linen", dst, "--to", "eqx",
                          "--like", "users_models:skeleton", "--flatten-shape", "6,4,3")
     assert code == 0, err
     assert "layers.2" in out and "not verified" in out
-    loaded = eqx.tree_deserialise_leaves(dst, eqx_pair(5))
+    loaded = eqx.tree_deserialise_leaves(dst, eqx_pair())
     x = np.random.default_rng(0).standard_normal((2, 2, 8, 6)).astype(np.float32)
     ref = forward((module, variables), "linen", x)
     assert max_difference(ref, forward(loaded, "eqx", x)) <= tolerance()

@@ -176,11 +176,21 @@ class _Matcher:
                     f"({group[0].kind}, shape {_main_shape(group[0].shapes)}) and the source "
                     "keeps no order: say which is which with --map")
 
+    def likely_kind(self, s: SourceLayer) -> str:
+        """For the table: a kind of the target with the source's array ranks, else the first
+        candidate."""
+        for t in self.targets:
+            got = s.shapes(t.kind) if t.kind in s.kinds else None
+            if got is not None and {k: len(v) for k, v in got.items()} == {
+                    k: len(v) for k, v in t.shapes.items()}:
+                return t.kind
+        return s.kinds[0] if s.kinds else ""
+
     def rows(self) -> list[Row]:
         out = []
         for s in self.sources:
             t, rule = self.pairs.get(s.key, (None, ""))
-            kind = t.kind if t else (s.kinds[0] if s.kinds else "")
+            kind = t.kind if t else self.likely_kind(s)
             out.append(Row(s.key, t.name if t else "", kind, _main_shape(s.shapes(kind))
                            if kind else None, _main_shape(t.shapes) if t else None, rule))
         out += [Row("", t.name, t.kind, None, _main_shape(t.shapes), "")
