@@ -133,8 +133,9 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
                               config=args.config, model_only=args.model_only,
                               progress=progress, cast=args.cast)
     except ConversionError as e:
-        if det.meta is not None or parse_config(args.arch, args.config) is None:
-            raise
+        if det.meta is not None or det.fmt == "eqx" or parse_config(args.arch,
+                                                                    args.config) is None:
+            raise  # ours, or an Equinox file (no names to match), or no architecture given
         try:  # a checkpoint written by other code: match its layers by structure
             return _convert_foreign(args, console)
         except MatchError as m:
