@@ -139,6 +139,9 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         try:  # a checkpoint written by other code: match its layers by structure
             return _convert_foreign(args, console)
         except MatchError as m:
+            named = {r.source for r in m.rows} & {r.target for r in m.rows if r.target}
+            if not named:  # the key names carry nothing: only the matching tells what to do
+                raise ConversionError(f"{args.src}: {m}") from m
             raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
                                   ) from m
     _describe(console, ck)

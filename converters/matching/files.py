@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.api import detect_impl
 from converters.checkpoints.base import Checkpoint, Detection
 from converters.checkpoints.destination import check_pair, publishing
@@ -122,8 +123,6 @@ def _save_native(res: Result, to: str, impl: str, path: Path, dst: Path) -> None
     """Write the result into `path`, the staged data of `dst`."""
     if to == "torch" and dst.suffix.lower() != ".safetensors":
         import torch
-
-        from canonical.torch_arrays import numpy_to_torch
 
         torch.save({k: numpy_to_torch(v) for k, v in res.state.items()}, path)
         return
