@@ -183,6 +183,25 @@ def test_hf_prefix_and_eqx_mlp_and_live_models():
     assert [r.target for r in res.rows] == layer_names(config)
 
 
+@needs_torch
+def test_live_torch_source_into_a_users_nnx_model_leaves_both_untouched():
+    import torch
+
+    config = zoo.tiny_config("mlp")
+    torch.manual_seed(0)
+    seq = torch_sequential_mlp((config.in_features, *config.hidden, config.out_features))
+    before = {k: v.clone() for k, v in seq.state_dict().items()}
+    target = zoo.create(config, "nnx", seed=3)
+    kept = jax.tree.map(np.asarray, nnx.state(target))
+    res = transfer(seq, "torch", target, "nnx")
+    assert res.max_difference <= res.tolerance
+    assert [r.rule for r in res.rows] == ["shape"] * 3
+    jax.tree.map(np.testing.assert_array_equal, kept, jax.tree.map(np.asarray,
+                                                                   nnx.state(target)))
+    assert all(torch.equal(before[k], v) for k, v in seq.state_dict().items())
+    assert seq.training  # eval mode was set on a copy
+
+
 def test_user_model_pair_both_ways():
     """A user's architecture written in Linen and Equinox, not in the zoo: weights move both
     ways, the flattened map's shape traced from a model, outputs equal."""

@@ -253,7 +253,7 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
         targets = _targets(found, canonical.spec(dst_model, dst_impl, **facts))
     rows = match(sources, targets, maps=maps, strip=strip, add=add, ordered=ordered)
     state = canonical_state(sources, rows, targets)
-    model = canonical.write(dst_model, state, dst_impl, example=example,
+    model = canonical.write(_copy(dst_model, dst_impl), state, dst_impl, example=example,
                             flatten_shape=flatten_shape)
     res = Result(rows, state, model, flatten_shape, origin)
     runnable = not _is_tree(src)
@@ -271,6 +271,20 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
         _check(res, checks.forward(src, src_impl, x), checks.forward(model, dst_impl, x),
                f"the {src_impl} source and the {dst_impl} result")
     return res
+
+
+def _copy(model: Any, impl: str) -> Any:
+    """A copy of a model that writing into would change (NNX and PyTorch modules are mutable):
+    the caller's model stays as it was."""
+    if impl == "nnx":
+        from flax import nnx
+
+        return nnx.clone(model)
+    if impl == "torch":
+        import copy
+
+        return copy.deepcopy(model)
+    return model
 
 
 def _find_flatten(src: Any, src_impl: str, dst: Any, dst_impl: str,
