@@ -68,7 +68,7 @@ def source_layers(src: Any, impl: str, *, input_shape: tuple[int, ...] | None = 
         flat = dict(src) if isinstance(src, Mapping) and _is_flat(src) else flatten_tree(src)
         ordered = impl == "torch" and isinstance(src, Mapping) and _is_flat(src)
         return from_flat(flat, family, ordered=ordered), ordered
-    return from_model(src, impl), True
+    return from_model(src, impl), impl != "nnx"  # the NNX walker sorts paths by name
 
 
 def _is_tree(src: Any) -> bool:
@@ -235,6 +235,9 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     (default: when `src` is a runnable model): run both on the same random input and refuse a
     difference above the precision policy's tolerance. `ordered` overrides the source's order fact.
     """
+    config = _zoo_config(dst_model)  # a zoo target knows its input and flattened map
+    if config is not None and input_shape is None:
+        input_shape = config.input_shape
     sources, is_ordered = source_layers(src, src_impl, input_shape=input_shape)
     ordered = is_ordered if ordered is None else ordered
     example = None if input_shape is None else abstract_input_of(input_shape, dst_impl)
@@ -244,6 +247,8 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     found = canonical.layers(dst_model, dst_impl, example=example)
     targets = _targets(found, canonical.spec(dst_model, dst_impl, example=example))
     origin = "argument" if flatten_shape is not None else ""
+    if flatten_shape is None and config is not None and config.flatten_shape is not None:
+        flatten_shape, origin = config.flatten_shape, "config"
     if flatten_shape is None and _needs_flatten(src_impl, dst_impl):
         flatten_shape, origin = _find_flatten(src, src_impl, dst_model, dst_impl, targets,
                                               input_shape)
@@ -271,6 +276,11 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
         _check(res, checks.forward(src, src_impl, x), checks.forward(model, dst_impl, x),
                f"the {src_impl} source and the {dst_impl} result")
     return res
+
+
+def _zoo_config(model: Any) -> Config | None:
+    config = getattr(model[0] if isinstance(model, tuple) else model, "config", None)
+    return config if isinstance(config, Config) else None
 
 
 def _copy(model: Any, impl: str) -> Any:
