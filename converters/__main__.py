@@ -144,6 +144,8 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
             raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
                                   ) from m
     describe(console, ck)
+    if args.show_mapping:
+        console.print("  mapping: none needed (every key is the architecture's canonical name)")
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
     return 0
 
