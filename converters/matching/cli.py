@@ -8,13 +8,14 @@ import argparse
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from converters.checkpoints import Report
 from converters.checkpoints.base import parse_config
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
-from converters.matching.match import MatchError
+from converters.matching.match import MatchError, render
 from converters.matching.transfer import Result, import_state
 
 
@@ -35,7 +36,12 @@ def print_mapping(console: Console, res: Result, show: bool) -> None:
         for r in res.rows:
             table.add_row(r.source, r.target, r.kind, str(r.source_shape), str(r.target_shape),
                           r.rule)
-        console.print(table)
+        wide = console.options.update(max_width=1 << 16)
+        if Measurement.get(console, wide, table).maximum <= console.width:
+            console.print(table)
+        else:  # a narrow terminal would wrap the cells: plain aligned text never does
+            console.print(f"layer mapping ({len(res.rows)} layers)\n{render(res.rows)}",
+                          markup=False)
     if res.flatten_from:
         console.print(f"  flattened map (C, *spatial) = {res.flatten_shape}, from the "
                       f"{res.flatten_from}")
