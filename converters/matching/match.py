@@ -165,6 +165,12 @@ class _Matcher:
             groups.setdefault((t.kind, tuple(sorted(t.shapes.items()))), []).append(t)
         for group in groups.values():
             fit = [s for s in sources if self.fits(s, group[0]) and s.key not in self.pairs]
+            if len(fit) > len(group):
+                self.problems.append(
+                    f"ambiguous: {[s.key for s in fit]} all fit {[t.name for t in group]} "
+                    f"({group[0].kind}, shape {_main_shape(group[0].shapes)}): more candidates "
+                    "than places; say which with --map")
+                continue
             if len(fit) != len(group) or len(group) < 2:
                 continue
             if self.ordered or _numbered([s.key for s in fit]):
@@ -218,7 +224,11 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
         m.by_names({k: add + k[len(prefix):] for k in keys}, f"name ({prefix!r} stripped)", False)
     for rule in maps:
         pattern, repl = _parse_map(rule)
-        rename = {s.key: pattern.sub(repl, s.key) for s in m.free()[0] if pattern.fullmatch(s.key)}
+        hits = {s.key: pattern.fullmatch(s.key) for s in m.free()[0]}
+        try:
+            rename = {k: hit.expand(repl) for k, hit in hits.items() if hit is not None}
+        except (re.error, IndexError) as e:
+            raise ConversionError(f"--map {rule!r}: bad replacement ({e})") from e
         if not rename:
             m.problems.append(f"--map {rule!r} matches no unmatched source key")
         m.by_names(rename, f"map {rule}", strict=True)
