@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
 import canonical
-from canonical.errors import ConversionError
 from canonical.kinds import FAMILIES, KINDS, Layer
 from canonical.paths import key_name
 
@@ -36,8 +35,6 @@ class SourceLayer:
     arrays: dict[str, Any]
     kinds: tuple[str, ...]
     index: int = 0  # position in the source (definition order when `ordered`)
-    native_kind: str | None = None  # the kind a walker found (live models): no guessing
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def canonical(self, kind: str, flatten_shape: tuple[int, ...] | None = None
                   ) -> dict[str, Any]:
@@ -86,6 +83,7 @@ def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[So
     put in natural order of their names (orbax and safetensors store keys sorted).
     """
     groups: dict[str, dict[str, Any]] = {}
+    bare: set[str] = set()
     for key, value in flat.items():
         parts = key.split(".")
         if family == "flax":
@@ -95,14 +93,15 @@ def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[So
                 parts = parts[:-1]
             if any(p in SKIPPED for p in parts):
                 continue
-        if len(parts) < 2:
-            raise ConversionError(f"key {key!r} is not inside a layer (no 'layer.array' name): "
-                                  "bare arrays cannot be matched")
+        if len(parts) < 2:  # a bare array (a class token): a layer of kind "parameter"
+            bare.add(".".join(parts))
+            groups[".".join(parts)] = {"": _numpy(value)}
+            continue
         groups.setdefault(".".join(parts[:-1]), {})[parts[-1]] = _numpy(value)
     names = list(groups) if ordered else sorted(groups, key=natural_key)
     out = []
     for i, name in enumerate(names):
-        kinds = candidate_kinds(set(groups[name]), family)
+        kinds = ("parameter",) if name in bare else candidate_kinds(set(groups[name]), family)
         out.append(SourceLayer(name, family, groups[name], kinds, i))
     return out
 
@@ -122,4 +121,4 @@ def from_model(model: Any, impl: str, *, example: Any = None) -> list[SourceLaye
     native = w.read(model, found)
     return [SourceLayer(layer.name, FAMILIES[impl], {k: np.asarray(v) for k, v in
                                                        native[layer.name].items()},
-                        (layer.kind,), i, layer.kind) for i, layer in enumerate(found)]
+                        (layer.kind,), i) for i, layer in enumerate(found)]
