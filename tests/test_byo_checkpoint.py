@@ -244,9 +244,10 @@ def test_like_cli_targets_a_users_model(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     dst = tmp_path / "users.eqx"
     code, out, err = cli(capsys, "convert", tmp_path / "users_linen", dst, "--to", "eqx",
-                         "--like", "users_models:skeleton", "--flatten-shape", "6,4,3")
+                         "--like", "users_models:skeleton", "--input-shape", "2,8,6")
     assert code == 0, err
     assert "layers.2" in out and "not verified" in out
+    assert "(6, 4, 3), from the eqx model's reshape (traced)" in out  # from the skeleton
     loaded = eqx.tree_deserialise_leaves(dst, eqx_pair())
     x = np.random.default_rng(0).standard_normal((2, 2, 8, 6)).astype(np.float32)
     ref = forward((module, variables), "linen", x)

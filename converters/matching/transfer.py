@@ -129,7 +129,8 @@ def trace_flatten(model: Any, impl: str, input_shape: tuple[int, ...],
     x = abstract_input_of(input_shape, impl)
     if impl == "eqx":
         m, state = model if isinstance(model, tuple) else (model, None)
-        params, static = eqx.partition(m, eqx.is_array)
+        params, static = eqx.partition(  # a skeleton's abstract arrays trace as well
+            m, lambda a: eqx.is_array(a) or isinstance(a, jax.ShapeDtypeStruct))
         fn = lambda p, s, xi: _call(eqx.combine(p, static), s, xi)
         args: tuple = (params, state, jax.ShapeDtypeStruct(x.shape[1:], x.dtype))
     elif impl == "linen":
