@@ -2,10 +2,9 @@
 architecture (`import_state`) or into a user's own model skeleton (`transfer`), matched by
 `converters.matching.match` and verified on the spot where both sides can run.
 
-The flatten-order trap: a linear layer fed by a flattened conv map sees `(C, *spatial)` order
-in PyTorch and Equinox, `(*spatial, C)` in Flax. Its map shape comes from the zoo config where
-there is one, else from `flatten_shape=`, else it is guessed from the layer before (a square /
-cubic map of that layer's channels) and marked as guessed; a wrong guess fails verification.
+The shape of a conv map flattened into a linear layer (`converters.matching.flatten`) comes
+from the zoo config where there is one, else from `flatten_shape=`, else it is traced through a
+model's reshape or guessed, and the table says which; a wrong one fails the verification.
 """
 
 from __future__ import annotations
