@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 # Checkpoint files (issue 4): formats eqx / linen / nnx / canonical / torch, `python -m converters`.
+# Bring your own checkpoint (issue 9): layer matching for models and trees the zoo did not build.
+from converters import matching
 from converters.checkpoints import (
     FORMATS,
     Checkpoint,
@@ -42,9 +44,12 @@ from converters.checkpoints import (
     save_canonical,
     write,
 )
+from converters.matching import MatchError, import_state, transfer
 from converters.optim import CanonicalOptState
 
 __all__ += [
-    "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "convert_file", "detect",
-    "inspect_checkpoint", "load", "load_canonical", "read", "save", "save_canonical", "write",
+    "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "MatchError",
+    "convert_file", "detect", "import_state", "inspect_checkpoint", "load", "load_canonical",
+    "matching", "read", "save", "save_canonical", "transfer", "write",
 ]
+

@@ -1,8 +1,15 @@
 """Command line: convert and inspect checkpoints of Equinox, Linen, NNX and PyTorch.
 
     python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch} [--force]
-        [--arch ARCH] [--config JSON_OR_FILE] [--model-only] [--progress | --no-progress]
-    python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE]
+        [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
+        [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
+        [--progress | --no-progress]
+    python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
+
+A checkpoint the zoo did not write (any key names) is matched layer by layer to the
+architecture (`converters.matching`): the mapping table is printed on a structural match or
+with --show-mapping, and the converted model is checked against the source's library on a
+random input before anything is written (unless --no-verify).
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
 message names each offending key), 2 on a usage error (bad arguments, --config, DST that is the
@@ -24,8 +31,11 @@ from rich.table import Table
 
 from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_size
 from converters.checkpoints import inspect_checkpoint as inspect_file
+from converters.checkpoints.base import parse_config
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError
+from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
+from converters.matching.match import MatchError
 from zoo.configs import ConfigError
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
@@ -42,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--arch", help="architecture, when the source does not carry one")
         sp.add_argument("--config", help="config as a JSON object or a JSON file, when the "
                         "source does not carry one")
+        sp.add_argument("--map", action="append", default=[], metavar="SRC=DST",
+                        help="pair layers explicitly: a regular expression on the source "
+                        "layer key and the target layer name (\\1 refers to a group)")
+        sp.add_argument("--strip-prefix", default="", metavar="P",
+                        help="remove P from the start of every source layer key")
+        sp.add_argument("--add-prefix", default="", metavar="P",
+                        help="put P before every source layer key")
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
@@ -53,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
                                                        "float64"),
                    help="convert every floating array to DTYPE (needed e.g. for float64 into a "
                         "JAX format without x64); nothing is ever cast without it")
+    c.add_argument("--like", metavar="MODULE:ATTR",
+                   help="target your own model (any of the four libraries, or a function of "
+                        "no arguments returning one) instead of a zoo --arch")
+    c.add_argument("--input-shape", metavar="C,H,W",
+                   help="one input sample, channels first (to trace a Linen --like model)")
+    c.add_argument("--flatten-shape", metavar="C,H,W",
+                   help="the conv map flattened into the first linear layer (--like models)")
+    c.add_argument("--show-mapping", action="store_true",
+                   help="print the layer mapping table (always printed on a structural match)")
+    c.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip the forward check of a matched conversion")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
     bar = c.add_mutually_exclusive_group()
@@ -92,15 +120,32 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  detected format: [bold]{det.fmt}[/bold] ({det.reason})")
     if det.note:
         console.print(f"  note: {det.note}", markup=False)
+    if args.like:
+        return convert_like_cli(args, console)
+    rules = bool(args.map or args.strip_prefix or args.add_prefix)
+    if det.meta is None and (rules or args.show_mapping):
+        return convert_foreign_cli(args, console)
     show = args.progress if args.progress is not None else disk_size(args.src) >= PROGRESS_BYTES
-    with _progress_bar(console, show) as progress:
-        ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
-                          config=args.config, model_only=args.model_only, progress=progress,
-                          cast=args.cast)
-    console.print(f"  architecture: {ck.config.arch} {ck.config.to_json()}", highlight=False)
-    kind = (f"training checkpoint (step {ck.step}, optimizer state "
-            f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
-    console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+    try:
+        with _progress_bar(console, show) as progress:
+            ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
+                              config=args.config, model_only=args.model_only,
+                              progress=progress, cast=args.cast)
+    except ConversionError as e:
+        if det.meta is not None or det.fmt == "eqx" or parse_config(args.arch,
+                                                                    args.config) is None:
+            raise  # ours, or an Equinox file (no names to match), or no architecture given
+        try:  # a checkpoint written by other code: match its layers by structure
+            return convert_foreign_cli(args, console)
+        except MatchError as m:
+            named = {r.source for r in m.rows} & {r.target for r in m.rows if r.target}
+            if not named:  # the key names carry nothing: only the matching tells what to do
+                raise ConversionError(f"{args.src}: {m}") from m
+            raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
+                                  ) from m
+    describe(console, ck)
+    if args.show_mapping:
+        console.print("  mapping: none needed (every key is the architecture's canonical name)")
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
     return 0
 
@@ -134,7 +179,10 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     if r.loads is None:
         console.print(f"loads into the zoo: unknown: {r.problem}", highlight=False)
         return 0
-    console.print("loads into the zoo: [red]no[/red]")
+    console.print("loads into the zoo: [red]no[/red]" + (" (not by its key names)" if
+                  r.config is not None and detect(args.src).meta is None else ""))
+    if r.config is not None and detect(args.src).meta is None:
+        return propose(args, r, console)
     raise CheckpointError(r.problem or f"{r.path} does not load")
 
 

@@ -1,0 +1,114 @@
+"""The command line's side of matching: print the mapping table, convert a checkpoint the
+zoo did not write (`--arch`, or `--like` for a user's own model), propose a mapping in
+`inspect`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from converters.checkpoints import Report
+from converters.checkpoints.base import parse_config
+from converters.checkpoints.io import CheckpointError, UsageError
+from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
+from converters.matching.match import MatchError, render
+from converters.matching.transfer import Result, import_state
+
+
+def describe(console: Console, ck: Any) -> None:
+    console.print(f"  architecture: {ck.config.arch} {ck.config.to_json()}", highlight=False)
+    kind = (f"training checkpoint (step {ck.step}, optimizer state "
+            f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
+    console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+
+
+def print_mapping(console: Console, res: Result, show: bool) -> None:
+    """The mapping table (when asked, or when some layer was not matched by its name), the
+    flatten fact and the verification."""
+    if show or res.structural:
+        table = Table(title=f"layer mapping ({len(res.rows)} layers)")
+        for col in ("source", "target", "kind", "source shape", "target shape", "rule"):
+            table.add_column(col)
+        for r in res.rows:
+            table.add_row(r.source, r.target, r.kind, str(r.source_shape), str(r.target_shape),
+                          r.rule)
+        wide = console.options.update(max_width=1 << 16)
+        if Measurement.get(console, wide, table).maximum <= console.width:
+            console.print(table)
+        else:  # a narrow terminal would wrap the cells: plain aligned text never does
+            console.print(f"layer mapping ({len(res.rows)} layers)\n{render(res.rows)}",
+                          markup=False)
+    if res.flatten_from:
+        console.print(f"  flattened map (C, *spatial) = {res.flatten_shape}, from the "
+                      f"{res.flatten_from}")
+    if res.max_difference is not None:
+        console.print(f"  verified: outputs differ by {res.max_difference:.3g} (max |a - b| / "
+                      f"max |a|; tolerance {res.tolerance:.3g})")
+    for note in res.notes:
+        console.print(f"  {note}", markup=False)
+
+
+def convert_foreign_cli(args: argparse.Namespace, console: Console) -> int:
+    config = parse_config(args.arch, args.config)
+    if config is None:
+        raise UsageError("a checkpoint the zoo did not write is matched to an architecture: "
+                         "pass --arch (and --config), or --like MODULE:ATTR")
+    ck, res = convert_foreign(args.src, args.dst, args.to, config, maps=args.map,
+                              strip=args.strip_prefix, add=args.add_prefix, verify=args.verify,
+                              force=args.force, cast=args.cast)
+    if not args.verify:
+        res.notes.append("not verified (--no-verify)")
+    print_mapping(console, res, args.show_mapping)
+    describe(console, ck)
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
+    return 0
+
+
+def _shape(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise UsageError(f"{flag} {text!r}: expected positive integers like 1,28,28")
+    return shape
+
+
+def convert_like_cli(args: argparse.Namespace, console: Console) -> int:
+    if args.arch or args.config:
+        raise UsageError("--like replaces --arch/--config: give one or the other")
+    res = convert_like(args.src, args.dst, args.to, load_like(args.like), maps=args.map,
+                       strip=args.strip_prefix, add=args.add_prefix,
+                       input_shape=_shape(args.input_shape, "--input-shape"),
+                       flatten_shape=_shape(args.flatten_shape, "--flatten-shape"),
+                       force=args.force)
+    print_mapping(console, res, args.show_mapping)
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold] ({len(res.state)} arrays)")
+    return 0
+
+
+def propose(args: argparse.Namespace, r: Report, console: Console) -> int:
+    """The mapping of a checkpoint written by other code to the given architecture."""
+    tree, impl, ordered, _ = read_tree(args.src)
+    try:
+        res = import_state(tree, impl, r.config, maps=args.map, strip=args.strip_prefix,
+                           add=args.add_prefix, ordered=ordered)
+    except MatchError as m:
+        raise CheckpointError(f"{r.problem}\nmatching the layers by structure failed too: {m}"
+                              ) from m
+    print_mapping(console, res, True)
+    flags = [f"--arch {r.config.arch}"]
+    if r.config != type(r.config)():
+        flags.append(f"--config '{r.config.to_json()}'")
+    flags += [f"--map '{m}'" for m in args.map]
+    flags += [f"--{k.replace('_', '-')} '{v}'" for k, v in (("strip_prefix", args.strip_prefix),
+                                                          ("add_prefix", args.add_prefix)) if v]
+    console.print("converts with this mapping: python -m converters convert "
+                  f"{args.src} DST --to FORMAT {' '.join(flags)}", markup=False)
+    return 0

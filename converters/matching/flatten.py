@@ -1,0 +1,117 @@
+"""The flatten-order trap: a linear layer fed by a flattened conv map sees `(C, *spatial)`
+order in PyTorch and Equinox, `(*spatial, C)` in Flax. Where no zoo config gives the map's
+shape, it is traced through the reshape that feeds the layer (one abstract call of a JAX model)
+or guessed from the channels of the layer before; a wrong one fails the verification.
+Only C and the spatial size matter to the permutation, not how the spatial axes split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from converters.matching.match import TargetLayer
+from converters.matching.verify import CHANNELS_LAST
+
+
+def abstract_input_of(input_shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:
+    c, *sp = input_shape
+    shape = (1, *sp, c) if sp and impl in CHANNELS_LAST else (1, *input_shape)
+    return jax.ShapeDtypeStruct(shape, np.float32)
+
+
+def guess_flatten(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
+    """(C, *spatial) of the map before the first linear layer that follows a conv or norm: C
+    from that layer, the spatial size square (cubic, ...) when it can be, else one axis. Only C
+    and the spatial size matter to the permutation, not how the spatial axes split."""
+    channels, rank = None, 1
+    for t in targets:
+        w = t.shapes.get("weight")
+        if t.kind in ("conv", "conv_transpose") and w is not None:
+            channels, rank = w[0] if t.kind == "conv" else w[1], len(w) - 2
+        elif t.kind in ("batch_norm", "group_norm") and channels is not None:
+            channels = next(iter(t.shapes.values()))[0]
+        elif t.kind == "linear" and w is not None:
+            if channels is None or w[1] % channels:
+                return None
+            n = w[1] // channels
+            side = round(n ** (1 / rank))
+            return (channels, *(side,) * rank) if side ** rank == n else (channels, n)
+    return None
+
+
+def _eqns(jaxpr: Any):
+    """Every equation of a jaxpr, nested ones (jit, custom derivatives) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, tuple | list) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def trace_flatten(model: Any, impl: str, input_shape: tuple[int, ...],
+                  fan_ins: Sequence[int]) -> tuple[int, ...] | None:
+    """(C, *spatial) of the first reshape, in one traced call of a JAX model, that flattens a
+    feature map into one of `fan_ins` values (None if there is none, or for PyTorch)."""
+    if impl == "torch":
+        return None
+    x = abstract_input_of(input_shape, impl)
+    if impl == "eqx":
+        m, state = model if isinstance(model, tuple) else (model, None)
+        params, static = eqx.partition(  # a skeleton's abstract arrays trace as well
+            m, lambda a: eqx.is_array(a) or isinstance(a, jax.ShapeDtypeStruct))
+        fn = lambda p, s, xi: _call(eqx.combine(p, static), s, xi)
+        args: tuple = (params, state, jax.ShapeDtypeStruct(x.shape[1:], x.dtype))
+    elif impl == "linen":
+        module, variables = model
+        fn, args = (lambda v, xi: module.apply(v, xi)), (variables, x)
+    else:
+        from flax import nnx
+
+        graphdef, state = nnx.split(model)
+        fn, args = (lambda s, xi: nnx.merge(graphdef, s)(xi)), (state, x)
+    try:
+        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    except Exception:  # a model that needs more arguments cannot be traced: guess instead
+        return None
+    batched = impl != "eqx"
+    for eqn in _eqns(jaxpr):
+        if eqn.primitive.name != "reshape":
+            continue
+        shape_in, shape_out = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
+        if len(shape_out) == 1 + batched and len(shape_in) >= 2 + batched and (
+                shape_out[-1] in fan_ins):
+            sample = shape_in[1:] if batched else shape_in
+            return (sample[-1], *sample[:-1]) if impl in CHANNELS_LAST else tuple(sample)
+    return None
+
+
+def _call(model: Any, state: Any, x: Any) -> Any:
+    return model(x) if state is None else model(x, state)
+
+
+def needs_flatten(*impls: str) -> bool:
+    """Flax and the others order a flattened map differently; alike libraries do not."""
+    return len({i in CHANNELS_LAST for i in impls}) > 1
+
+
+def find_flatten(src: Any, src_impl: str, dst: Any, dst_impl: str,
+                 targets: Sequence[TargetLayer], input_shape: tuple[int, ...] | None,
+                 runnable: Callable[[Any], bool]) -> tuple[tuple[int, ...] | None, str]:
+    """The flattened map's shape: traced through a model's reshape when the input shape is
+    known, else guessed from the layer before the first linear one (verification checks it)."""
+    if input_shape is not None:
+        fan_ins = [t.shapes["weight"][1] for t in targets if t.kind == "linear"]
+        for model, impl in ((src, src_impl), (dst, dst_impl)):
+            if runnable(model):
+                found = trace_flatten(model, impl, tuple(input_shape), fan_ins)
+                if found is not None:
+                    return found, f"{impl} model's reshape (traced)"
+    guess = guess_flatten(targets)
+    return guess, "guessed" if guess is not None else ""

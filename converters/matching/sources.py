@@ -1,0 +1,124 @@
+"""Foreign trees as layers: any model or checkpoint tree, whatever its names, grouped into
+layers of candidate kinds by the arrays they hold (the layer kinds' native names per family).
+
+A flat tree `{dotted key: array}` of one family ("torch", "flax", "eqx") is grouped by the
+key's last part: `0.weight`, `params.Conv_0.kernel`, `linear1.kernel.value` give layers `0`,
+`Conv_0`, `linear1`. Flax collections (`params`, `batch_stats`) and NNX's `.value` suffix are
+not part of a layer's name; NNX random-number state (`rngs`) is no weight and is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+import canonical
+from canonical.kinds import FAMILIES, KINDS, Layer
+from canonical.paths import key_name
+
+COLLECTIONS = ("params", "batch_stats")
+SKIPPED = ("rngs",)  # NNX random-number streams: state, not weights
+
+
+@dataclass
+class SourceLayer:
+    """One layer of a foreign tree: its key (dotted path), family, native arrays (leaf name ->
+    array) and the kinds its arrays fit, most specific first."""
+
+    key: str
+    family: str
+    arrays: dict[str, Any]
+    kinds: tuple[str, ...]
+    index: int = 0  # position in the source (definition order when `ordered`)
+
+    def canonical(self, kind: str, flatten_shape: tuple[int, ...] | None = None
+                  ) -> dict[str, Any]:
+        """The layer's arrays in the canonical layout, read as a layer of `kind`."""
+        layer = Layer(self.key, kind, flatten_shape=flatten_shape)
+        return KINDS[kind].convert(self.family, dict(self.arrays), layer, to="canonical")
+
+    def shapes(self, kind: str) -> dict[str, tuple[int, ...]] | None:
+        """Canonical shapes as a `kind` layer, or None if the arrays do not fit that kind."""
+        try:
+            return {k: tuple(np.shape(v)) for k, v in self.canonical(kind).items()}
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError):
+            return None
+
+
+def _names(kind: str, family: str) -> set[str]:
+    """Native array names of a kind in a family (torch: the canonical names)."""
+    k = KINDS[kind]
+    if family != "torch":
+        return set(k.native_names(family))
+    eqx = set(k.native_names("eqx")) - set(k.stats)
+    return eqx | set(k.buffers)
+
+
+def candidate_kinds(leaves: set[str], family: str) -> tuple[str, ...]:
+    """Kinds whose native names cover `leaves` (all required arrays present is checked by the
+    shapes), most specific (fewest names) first; bare parameters are not guessed."""
+    fits = [(len(_names(k, family)), k) for k in KINDS
+            if k != "parameter" and leaves and leaves <= _names(k, family)]
+    return tuple(k for _, k in sorted(fits))
+
+
+def _numpy(v: Any) -> np.ndarray:
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key reading digit runs as numbers: `Dense_2` < `Dense_10`, `layers.2` < `layers.10`."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[SourceLayer]:
+    """The layers of a flat `{dotted key: array}` tree of `family` ("torch", "flax", "eqx").
+
+    `ordered`: the keys come in definition order (a torch state_dict); otherwise layers are
+    put in natural order of their names (orbax and safetensors store keys sorted).
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    bare: set[str] = set()
+    for key, value in flat.items():
+        parts = key.split(".")
+        if family == "flax":
+            if parts[0] in COLLECTIONS:
+                parts = parts[1:]
+            if len(parts) > 1 and parts[-1] == "value":
+                parts = parts[:-1]
+            if any(p in SKIPPED for p in parts):
+                continue
+        if len(parts) < 2:  # a bare array (a class token): a layer of kind "parameter"
+            bare.add(".".join(parts))
+            groups[".".join(parts)] = {"": _numpy(value)}
+            continue
+        groups.setdefault(".".join(parts[:-1]), {})[parts[-1]] = _numpy(value)
+    names = list(groups) if ordered else sorted(groups, key=natural_key)
+    out = []
+    for i, name in enumerate(names):
+        kinds = ("parameter",) if name in bare else candidate_kinds(set(groups[name]), family)
+        out.append(SourceLayer(name, family, groups[name], kinds, i))
+    return out
+
+
+def flatten_tree(tree: Any) -> dict[str, Any]:
+    """A nested tree (dicts, lists, NNX states) as `{dotted key: leaf}`."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {".".join(key_name(k) for k in path): leaf for path, leaf in flat}
+
+
+def from_model(model: Any, impl: str, *, example: Any = None) -> list[SourceLayer]:
+    """The layers of a live native model found by the walkers (any model of supported layers,
+    not only the zoo's), in the walker's order: definition order (Equinox, PyTorch), call order
+    (Linen), by name (NNX)."""
+    w = canonical.state.walker(impl)
+    found = w.layers(model, example=example)
+    native = w.read(model, found)
+    return [SourceLayer(layer.name, FAMILIES[impl], {k: np.asarray(v) for k, v in
+                                                       native[layer.name].items()},
+                        (layer.kind,), i) for i, layer in enumerate(found)]
