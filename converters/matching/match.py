@@ -102,14 +102,16 @@ def _parse_map(rule: str) -> tuple[re.Pattern[str], str]:
         raise ConversionError(f"--map {rule!r}: bad regular expression ({e})") from e
 
 
-def _common_prefix(keys: Sequence[str]) -> str:
+def _shared_prefixes(keys: Sequence[str]) -> list[str]:
+    """The prefixes (whole dotted parts) all keys share, longest first: ``model.layers.``, then
+    ``model.`` for HF-style ``model.layers.0``."""
     parts = [k.split(".") for k in keys]
     common: list[str] = []
     for group in zip(*(p[:-1] for p in parts), strict=False):
         if len(set(group)) != 1:
             break
         common.append(group[0])
-    return ".".join(common) + "." if common else ""
+    return [".".join(common[:n]) + "." for n in range(len(common), 0, -1)]
 
 
 class _Matcher:
@@ -219,8 +221,12 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
         raise MatchError(f"no layer kind holds the arrays of {unknown} ({leaves})", m.rows())
     renamed = {k: add + (k[len(strip):] if strip and k.startswith(strip) else k) for k in keys}
     m.by_names(renamed, "name", strict=False)
-    prefix = _common_prefix(keys) if not m.pairs and not strip and len(keys) > 1 else ""
-    if prefix:
+    prefixes = _shared_prefixes(keys) if not m.pairs and not strip and len(keys) > 1 else []
+    # The shared prefix whose removal names the most target layers (HF's ``model.`` before
+    # ``model.layers.``, whose removal would also strip the target's own ``layers.``).
+    prefix = max(prefixes, key=lambda p: sum(add + k[len(p):] in m.by_name for k in keys),
+                 default="")
+    if prefix and any(add + k[len(prefix):] in m.by_name for k in keys):
         m.by_names({k: add + k[len(prefix):] for k in keys}, f"name ({prefix!r} stripped)", False)
     for rule in maps:
         pattern, repl = _parse_map(rule)
