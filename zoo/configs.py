@@ -33,8 +33,9 @@ class Config:
     DEFAULT_BATCH: ClassVar[int] = 8  # the benchmark's batch when none is given
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {}  # named TINY overrides tests also run
-    # Named benchmark shapes the architecture declares (`zoo.bench` presets, timed by the GPU
-    # matrix at each batch): name -> {"config": overrides, "batches": (N, ...), "doc": line}.
+    # Named benchmark shapes the architecture declares (`zoo.bench` presets): name ->
+    # {"config": overrides, "batch": N, "doc": line, "matrix_batches": (N, ...)}; the GPU matrix
+    # times those with `matrix_batches` at each (else the default config at DEFAULT_BATCH).
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __post_init__(self) -> None:

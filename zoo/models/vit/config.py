@@ -21,12 +21,12 @@ class ViTConfig(Config):
                                       "width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
                                       "num_classes": 5}
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "vit-tiny": {"config": {}, "batches": (64, 256),
+        "vit-tiny": {"config": {}, "batch": 64, "matrix_batches": (64, 256),
                      "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, "
                             "3 heads"},
         "vit-cifar": {"config": {"image_size": (32, 32), "patch_size": 4, "width": 96,
                                  "depth": 4, "num_heads": 3, "num_classes": 10},
-                      "batches": (32,),
+                      "batch": 32,
                       "doc": "CIFAR-sized (CPU): 32x32, patch 4 (64 patches), width 96, "
                              "depth 4, 3 heads, 10 classes"},
     }
