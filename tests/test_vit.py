@@ -144,3 +144,10 @@ def test_timm_state_dict_reproduces_timm_outputs(name):
         static, params, st = api.split(converters.from_canonical(state, cfg, impl))
         out, _ = jax.jit(functools.partial(api.apply, static))(params, st, api.to_native(x))
         np.testing.assert_allclose(np.asarray(out), y, **TOL, err_msg=f"{name} {impl}")
+
+
+def test_useful_flops_of_vit_tiny_are_timms():
+    """timm lists vit_tiny_patch16_224 at 1.26 GMACs per image: the benchmark's FLOP floor."""
+    flops = ViTConfig().useful_flops(1, "forward")
+    assert flops == pytest.approx(2 * 1.26e9, rel=0.01)
+    assert ViTConfig().useful_flops(2, "train") < 3 * ViTConfig().useful_flops(2, "forward")

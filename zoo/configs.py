@@ -72,6 +72,12 @@ class Config:
         that many inputs (Flax flattens channels-last: the converters permute that layer)."""
         return None
 
+    def useful_flops(self, batch: int, mode: str) -> float | None:
+        """FLOPs of the model's matrix products at `batch` ("forward" or a "train" step), a
+        floor every library's compiled count must reach (the benchmark's FLOP check then
+        accepts differences above it as XLA's accounting); None when not declared."""
+        return None
+
     def conv_transposes(self) -> list[ConvTransposeSpec]:
         """The model's conv-transpose layers with their input sizes, in order (the benchmark's
         method choice and roofline read them)."""

@@ -82,6 +82,16 @@ class ViTConfig(Config):
     def output_shape(self) -> tuple[int, ...]:
         return (self.num_classes,)
 
+    def useful_flops(self, batch: int, mode: str) -> float | None:
+        """Multiply-adds x 2 of the patch convolution, the projections, the attention products
+        and the head; a training step adds twice that but the image's gradient."""
+        e, m, t = self.width, self.mlp_hidden, self.seq_len
+        patches = self.grid[0] * self.grid[1]
+        conv = 2 * patches * self.in_channels * self.patch_size**2 * e
+        block = 2 * t * e * (3 * e + e + 2 * m) + 2 * 2 * t * t * e
+        forward = batch * (conv + self.depth * block + 2 * e * self.num_classes)
+        return float(forward if mode == "forward" else 3 * forward - batch * conv)
+
     def check_image(self, spatial: tuple[int, ...]) -> None:
         """Refuse images of another size: the position embedding is not resized."""
         if tuple(spatial) != self.image_size:
