@@ -10,7 +10,7 @@ imports neither `zoo` nor `converters`.
     model = canonical.write(skeleton, state, "linen")    # a new model holding `state`
 """
 
-from canonical import rules
+from canonical import attention, rules  # the built-in layer kinds
 from canonical.errors import ConversionError
 from canonical.kinds import (
     KINDS,
@@ -26,7 +26,8 @@ from canonical.state import layers, read, spec, write
 from canonical.walkers import WALKERS, Walker
 
 __all__ = [
-    "KINDS", "WALKERS", "ConversionError", "Layer", "LayerKind", "Walker", "kind_of", "layers",
+    "KINDS", "WALKERS", "ConversionError", "Layer", "LayerKind", "Walker", "attention", "kind_of",
+    "layers",
     "path_name", "read", "register_class", "register_kind", "rules", "spec", "unregister_kind",
     "write",
 ]

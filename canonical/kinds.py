@@ -22,13 +22,23 @@ FAMILIES: dict[str, str] = {"eqx": "eqx", "linen": "flax", "nnx": "flax", "torch
 
 @dataclass(frozen=True)
 class Layer:
-    """One layer found in a model: its canonical name, kind, native path and the shape of the
-    feature map flattened into it (linear layers fed by a flatten, else None)."""
+    """One layer found in a model: its canonical name, kind, native path, the shape of the
+    feature map flattened into it (linear layers fed by a flatten, else None) and the facts
+    its rules need beyond the arrays (the kind's `facts`, e.g. the number of heads)."""
 
     name: str  # canonical prefix, e.g. "fc1" or "convs.0"
     kind: str
     path: tuple[str, ...] = ()  # the native path when it differs from the name (Linen lists)
     flatten_shape: tuple[int, ...] | None = None  # (C, *spatial) of a flattened input
+    facts: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) pairs
+
+    def fact(self, name: str) -> Any:
+        """The fact `name` read from the native layer (a KeyError names a missing one)."""
+        found = dict(self.facts)
+        if name not in found:
+            raise KeyError(f"layer {self.name!r} ({self.kind}) carries no fact {name!r}; "
+                           f"it has {sorted(found)}")
+        return found[name]
 
 
 Rule = Callable[[str, Arrays, Layer], Arrays]
@@ -47,10 +57,12 @@ class LayerKind:
     - `name`: the kind's name ("linear", "batch_norm", ...).
     - `classes`: per implementation ("eqx", "linen", "nnx", "torch"), the native classes (or
       dotted names, imported when first needed) this kind covers, subclasses included.
-    - `native`: per family ("eqx", "flax"), the names of the arrays a native layer holds,
-      optional ones included (a dotted name reaches into a sub-layer of a composite kind).
+    - `native`: per family ("eqx", "flax", and "torch" for a PyTorch layer whose arrays are
+      not already canonical), the names of the arrays a native layer holds, optional ones
+      included (a dotted name reaches into a sub-layer of a composite kind).
     - `to_native`, `to_canonical`: `rule(family, arrays, layer) -> arrays`, exact inverses
-      (transposes, flips and reshapes only). PyTorch's layout is the canonical one.
+      (transposes, flips, reshapes, slices and concatenations only). PyTorch's layout is the
+      canonical one: the rules see family "torch" only when `native` names it.
     - `init(shapes, rng) -> arrays`: the canonical initialisation of the layer's canonical
       arrays, given their shapes (keys without the layer prefix).
     - `stats`: native names of running statistics (Linen's `batch_stats` collection, an
@@ -58,6 +70,8 @@ class LayerKind:
     - `buffers`: canonical names that are statistics: never trained, not in optimizer states.
     - `composite`: the walkers do not look inside the layer (its sub-layers are its arrays).
     - `check(module, impl, name)`: refuse a native layer the rules cannot express.
+    - `facts(module, impl) -> {name: value}`: hyper-parameters the rules need that the
+      canonical arrays do not show (hashable values), carried by the `Layer`.
     """
 
     name: str
@@ -70,6 +84,7 @@ class LayerKind:
     buffers: tuple[str, ...] = ()
     composite: bool = False
     check: Callable[[Any, str, str], None] | None = None
+    facts: Callable[[Any, str], Mapping[str, Any]] | None = None
     _resolved: dict[str, tuple[type, ...]] = field(default_factory=dict, repr=False)
 
     def native_names(self, family: str) -> tuple[str, ...]:
@@ -92,8 +107,9 @@ class LayerKind:
         return self._resolved[impl]
 
     def convert(self, family: str, arrays: Arrays, layer: Layer, *, to: str) -> Arrays:
-        """`to_native` (to="native") or `to_canonical` (to="canonical"); identity for torch."""
-        if family == "torch":
+        """`to_native` (to="native") or `to_canonical` (to="canonical"); identity for torch
+        unless the kind names PyTorch arrays of its own (`native["torch"]`)."""
+        if family == "torch" and family not in self.native:
             return dict(arrays)
         rule = self.to_native if to == "native" else self.to_canonical
         return rule(family, arrays, layer)

@@ -10,6 +10,7 @@ Layers of a composite kind are not looked into.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Iterable
@@ -121,7 +122,8 @@ def _kind_layer(module: Any, impl: str, name: str, path: tuple) -> Layer | None:
         return None
     if kind.check is not None:
         kind.check(module, impl, name)
-    return Layer(name, kind.name, tuple(path))
+    facts = tuple(sorted(kind.facts(module, impl).items())) if kind.facts is not None else ()
+    return Layer(name, kind.name, tuple(path), facts=facts)
 
 
 def with_flatten(layers: list[Layer], native: dict[str, Arrays],
@@ -137,7 +139,7 @@ def with_flatten(layers: list[Layer], native: dict[str, Arrays],
         a = native[layer.name]
         fan_in = a["kernel"].shape[0] if "kernel" in a else a["weight"].shape[1]
         if fan_in == size:
-            return [*layers[:i], Layer(layer.name, layer.kind, layer.path, tuple(flatten_shape)),
+            return [*layers[:i], dataclasses.replace(layer, flatten_shape=tuple(flatten_shape)),
                     *layers[i + 1:]]
     raise ConversionError(f"the architecture flattens a {tuple(flatten_shape)} map into a linear "
                           f"layer, but no linear layer has {size} inputs")
@@ -453,11 +455,13 @@ class TorchWalker(Walker):
         for layer in layers:
             if layer.kind == PARAMETER:
                 out[layer.name] = {"": torch_to_numpy(state[layer.name])}
-        prefixes = {layer.name + ".": layer.name for layer in layers if layer.kind != PARAMETER}
-        for key, value in state.items():
-            prefix, _, leaf = key.rpartition(".")
-            if prefix + "." in prefixes:
-                out[prefix][leaf] = torch_to_numpy(value)
+        names = {layer.name for layer in layers if layer.kind != PARAMETER}
+        for key, value in state.items():  # the longest layer name owns a key (composites)
+            parts = key.split(".")
+            owner = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)
+                          if ".".join(parts[:i]) in names), None)
+            if owner is not None:
+                out[owner][key[len(owner) + 1:]] = torch_to_numpy(value)
         return out
 
     def write(self, skeleton: Any, arrays: dict[str, Arrays], layers: list[Layer]) -> Any:

@@ -33,6 +33,10 @@ class Config:
     DEFAULT_BATCH: ClassVar[int] = 8  # the benchmark's batch when none is given
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {}  # named TINY overrides tests also run
+    # Named benchmark shapes the architecture declares (`zoo.bench` presets): name ->
+    # {"config": overrides, "batch": N, "doc": line, "matrix_batches": (N, ...)}; the GPU matrix
+    # times those with `matrix_batches` at each (else the default config at DEFAULT_BATCH).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -66,6 +70,12 @@ class Config:
     def flatten_shape(self) -> tuple[int, ...] | None:
         """(C, *spatial) of the feature map the model flattens into its first linear layer with
         that many inputs (Flax flattens channels-last: the converters permute that layer)."""
+        return None
+
+    def useful_flops(self, batch: int, mode: str) -> float | None:
+        """FLOPs of the model's matrix products at `batch` ("forward" or a "train" step), a
+        floor every library's compiled count must reach (the benchmark's FLOP check then
+        accepts differences above it as XLA's accounting); None when not declared."""
         return None
 
     def conv_transposes(self) -> list[ConvTransposeSpec]:

@@ -175,7 +175,7 @@ def _check_mode(subjects: dict[str, Subject], mode: str, tol: float, flops_toler
             notes.append(
                 f"FLOPs ({mode}{', method ' + group if group else ''}) differ across "
                 f"libraries by up to {max(known) / min(known):.3f}x, all >= the "
-                f"{flops_floor:.4g} useful FLOPs: XLA's accounting of padding")
+                f"{flops_floor:.4g} useful FLOPs: XLA's accounting (padding, fusions)")
             found = []
         for name in entries_g:
             if group:

@@ -9,7 +9,9 @@ in this process one after the other, each record written to `DIR/<device>/`; ren
 - the Decoder3D training step with every method;
 - the dispatch suite;
 - every architecture in the registry (`zoo.ARCHS`) x every implementation and call style
-  (`torch.compile` included) x forward and train x float32 and bfloat16.
+  (`torch.compile` included) x forward and train x float32 and bfloat16, at the default config
+  and batch, or at the presets and batches the architecture declares for it (`matrix_batches`
+  in its config's `PRESETS`, e.g. vit-tiny at batch 64 and 256).
 
 The full matrix is sized for one GPU call under 10 minutes: few timed steps (GPU steps take
 milliseconds; compilation dominates) and a time budget (`--budget-min`): an entry whose
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
-from zoo.bench.presets import LAYER_ARCH
+from zoo.bench.presets import LAYER_ARCH, matrix_presets
 
 # Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
 # host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
@@ -94,9 +96,11 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     for dtype in ("float32", "bfloat16"):
         for arch in zoo.ARCHS:
             mode = ("--mode", "forward" if quick and dtype != "float32" else "both")
-            entries.append(Entry("models", (arch, *size, *mode, "--dtype", dtype, *impls,
-                                            *calls, *(methods if quick else ()), *compile_,
-                                            *timing)))
+            shapes = [()] if quick or not matrix_presets(arch) else [
+                ("--preset", name, "--batch", str(b)) for name, b in matrix_presets(arch)]
+            entries += [Entry("models", (arch, *size, *shape, *mode, "--dtype", dtype, *impls,
+                                         *calls, *(methods if quick else ()), *compile_,
+                                         *timing)) for shape in shapes]
     return entries
 
 

@@ -3,7 +3,8 @@
 A preset names an architecture (a zoo architecture, or "convt" for a single conv-transpose
 layer), its configuration, the batch size, dtype and the modes it is meant for. `tiny` exists for
 every registered architecture (CI: its config's `TINY`, batch min(4, `DEFAULT_BATCH`)), read
-live from the registry; `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
+live from the registry, and so are the named shapes an architecture declares (its config's
+`PRESETS`, e.g. `vit-tiny`); `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
 `convt-256` and `convt-wgrad` are the published conv-transpose reports' shapes (docs/benchmarks.md
 states how they were read).
 """
@@ -80,6 +81,20 @@ def tiny_presets() -> tuple[Preset, ...]:
     return tuple(out)
 
 
+def declared_presets() -> tuple[Preset, ...]:
+    """The named shapes each registered architecture declares (its config's `PRESETS`)."""
+    return tuple(Preset(name, arch, p["batch"], dict(p.get("config", {})), doc=p.get("doc", ""))
+                 for arch in zoo.ARCHS
+                 for name, p in zoo.architecture(arch).config.PRESETS.items())
+
+
+def matrix_presets(arch: str) -> list[tuple[str, int]]:
+    """(preset, batch) pairs the GPU matrix times for `arch` (its presets' `matrix_batches`);
+    empty: the default config at the default batch."""
+    return [(name, b) for name, p in zoo.architecture(arch).config.PRESETS.items()
+            for b in p.get("matrix_batches", ())]
+
+
 _FIXED: tuple[Preset, ...] = (
     Preset("tiny", LAYER_ARCH, 2, _TINY_CONVT,
            doc="CI: one 4->4 conv-transpose, k3 s2 p1 op1, on 4^3, batch 2"),
@@ -113,7 +128,7 @@ _FIXED: tuple[Preset, ...] = (
                "64x64x64x32 read as (C=64, D=64, H=64, W=32)"),
 )
 
-PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *_FIXED))
+PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *declared_presets(), *_FIXED))
 
 
 class PresetError(ValueError):

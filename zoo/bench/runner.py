@@ -200,6 +200,19 @@ def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
                 r["ratio_to_roofline"] = med / roof
 
 
+def _flops_floors(config: Any, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
+                  ) -> dict[str, float]:
+    """Per mode, the useful FLOPs every compiled count must reach: the roofline's, else the
+    matrix products the architecture declares (`Config.useful_flops`)."""
+    floors = {m: r["flops"] for m, r in rooflines.items()}
+    declared = getattr(config, "useful_flops", lambda batch, mode: None)
+    for mode in cfg.modes:
+        useful = declared(cfg.batch, mode)
+        if mode not in floors and useful:
+            floors[mode] = useful
+    return floors
+
+
 def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict[str, Any]:
     """Build the models, refuse unfair comparisons (`FairnessError`), time, return the record.
 
@@ -252,7 +265,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     fairness = check_fairness(
         {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
         flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
-        flops_floor={m: r["flops"] for m, r in rooflines.items()})
+        flops_floor=_flops_floors(config, cfg, rooflines))
     phases["fairness"] = clock()
 
     twin = _twin_flops(subjects, order, cfg, config, task)

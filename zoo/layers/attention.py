@@ -1,0 +1,32 @@
+"""The attention function the Flax ViTs give their attention layers (`attention_fn`).
+
+Flax's own `dot_product_attention` computes the softmax in the inputs' dtype (bfloat16 in a
+bfloat16 model) unless told otherwise, and Linen and NNX differ in how to tell it. This one
+computes what `equinox.nn.MultiheadAttention` and timm compute: the query scaled by
+1/sqrt(head_dim), logits in the inputs' dtype, the softmax in float32 (at least), the weights cast
+back, no mask and no dropout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None = None,
+                          dropout_rate: float = 0.0, deterministic: bool = True,
+                          dtype: Any = None, precision: Any = None, **unused: Any) -> Array:
+    """softmax(q k^T / sqrt(D)) v over `(..., seq, heads, D)` inputs (Flax's `attention_fn`
+    signature; `mask` and training-mode dropout are refused)."""
+    if mask is not None or (dropout_rate > 0.0 and not deterministic):
+        raise ValueError("zoo dot_product_attention: mask and dropout are not supported")
+    if dtype is not None:
+        query, key, value = (a.astype(dtype) for a in (query, key, value))
+    query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    weights = jax.nn.softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
+    return jnp.einsum("...hqk,...khd->...qhd", weights.astype(logits.dtype), value,
+                      precision=precision)

@@ -1,0 +1,100 @@
+"""The ViT's configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from zoo.configs import Config, ConfigError, positive
+
+
+@dataclass(frozen=True)
+class ViTConfig(Config):
+    """timm's `VisionTransformer` with a class token and a linear head on it.
+
+    The defaults are timm's `vit_tiny_patch16_224` (224x224, patch 16, width 192, depth 12,
+    3 heads, MLP 768, 1000 classes, LayerNorm epsilon 1e-6, biases on qkv).
+    """
+
+    arch: ClassVar[str] = "vit"
+    TINY: ClassVar[dict[str, Any]] = {"image_size": (8, 8), "patch_size": 4, "in_channels": 3,
+                                      "width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
+                                      "num_classes": 5}
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "vit-tiny": {"config": {}, "batch": 64, "matrix_batches": (64, 256),
+                     "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, "
+                            "3 heads"},
+        "vit-cifar": {"config": {"image_size": (32, 32), "patch_size": 4, "width": 96,
+                                 "depth": 4, "num_heads": 3, "num_classes": 10},
+                      "batch": 32,
+                      "doc": "CIFAR-sized (CPU): 32x32, patch 4 (64 patches), width 96, "
+                             "depth 4, 3 heads, 10 classes"},
+    }
+    DEFAULT_BATCH: ClassVar[int] = 64
+    LOSS: ClassVar[str] = "cross_entropy"
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: int = 16
+    in_channels: int = 3
+    width: int = 192
+    depth: int = 12
+    num_heads: int = 3
+    mlp_ratio: float = 4.0
+    num_classes: int = 1000
+    norm_eps: float = 1e-6  # timm's (PyTorch's LayerNorm default is 1e-5, Flax's 1e-6)
+
+    def validate(self) -> None:
+        if len(self.image_size) != 2:
+            raise ConfigError(f"vit.image_size must have 2 entries, found {self.image_size}")
+        positive("vit sizes", (*self.image_size, self.patch_size, self.in_channels, self.width,
+                               self.depth, self.num_heads, self.num_classes))
+        if any(s % self.patch_size for s in self.image_size):
+            raise ConfigError(f"vit.image_size {self.image_size} must be a multiple of "
+                              f"patch_size {self.patch_size}")
+        if self.width % self.num_heads:
+            raise ConfigError(f"vit.width {self.width} must be a multiple of num_heads "
+                              f"{self.num_heads}")
+        if self.mlp_ratio <= 0 or self.mlp_hidden < 1:
+            raise ConfigError(f"vit.mlp_ratio must give a positive hidden size, found "
+                              f"{self.mlp_ratio}")
+        if not self.norm_eps > 0:
+            raise ConfigError(f"vit.norm_eps must be positive, found {self.norm_eps}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Patches per image side (rows, columns)."""
+        h, w = self.image_size
+        return (h // self.patch_size, w // self.patch_size)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per image: the patches and the class token."""
+        return self.grid[0] * self.grid[1] + 1
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.width * self.mlp_ratio)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.in_channels, *self.image_size)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.num_classes,)
+
+    def useful_flops(self, batch: int, mode: str) -> float | None:
+        """Multiply-adds x 2 of the patch convolution, the projections, the attention products
+        and the head; a training step adds twice that but the image's gradient."""
+        e, m, t = self.width, self.mlp_hidden, self.seq_len
+        patches = self.grid[0] * self.grid[1]
+        conv = 2 * patches * self.in_channels * self.patch_size**2 * e
+        block = 2 * t * e * (3 * e + e + 2 * m) + 2 * 2 * t * t * e
+        forward = batch * (conv + self.depth * block + 2 * e * self.num_classes)
+        return float(forward if mode == "forward" else 3 * forward - batch * conv)
+
+    def check_image(self, spatial: tuple[int, ...]) -> None:
+        """Refuse images of another size: the position embedding is not resized."""
+        if tuple(spatial) != self.image_size:
+            raise ValueError(f"vit: input images are {tuple(spatial)}, the config's image_size "
+                             f"is {self.image_size} (position-embedding resizing is not "
+                             "supported)")
