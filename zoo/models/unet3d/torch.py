@@ -43,7 +43,8 @@ class UNet3D(nn.Module):
         self.config = config
         w = config.widths
         ins = (config.in_channels, *w[:-2])
-        self.encoders = nn.ModuleList(ConvBlock(config, i, o) for i, o in zip(ins, w[:-1]))
+        self.encoders = nn.ModuleList(ConvBlock(config, i, o)
+                                      for i, o in zip(ins, w[:-1], strict=True))
         self.downs = nn.ModuleList(nn.Conv3d(c, c, 2, stride=2) for c in w[:-1]) if (
             config.down == "conv") else nn.ModuleList()
         self.bottleneck = ConvBlock(config, w[-2], w[-1])
@@ -58,6 +59,6 @@ class UNet3D(nn.Module):
             skips.append(x)
             x = self.downs[i](x) if len(self.downs) else F.max_pool3d(x, 2)
         x = self.bottleneck(x)
-        for up, decoder, skip in zip(self.ups, self.decoders, reversed(skips)):
+        for up, decoder, skip in zip(self.ups, self.decoders, reversed(skips), strict=True):
             x = decoder(torch.cat([skip, up(x)], dim=1))  # CONCAT_ORDER
         return self.head(x)
