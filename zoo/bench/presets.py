@@ -3,9 +3,10 @@
 A preset names an architecture (a zoo architecture, or "convt" for a single conv-transpose
 layer), its configuration, the batch size, dtype and the modes it is meant for. `tiny` exists for
 every registered architecture (CI: its config's `TINY`, batch min(4, `DEFAULT_BATCH`)), read
-live from the registry; `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
-`convt-256` and `convt-wgrad` are the published conv-transpose reports' shapes (docs/benchmarks.md
-states how they were read).
+live from the registry, and so do the realistic presets an architecture declares in its config's
+`BENCH` (e.g. `resnet18-224`, `unet3d-128`); `cpu` holds the moderate sizes recorded on CPU in
+bench/results/cpu/; `convt-256` and `convt-wgrad` are the published conv-transpose reports'
+shapes (docs/benchmarks.md states how they were read).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def tiny_presets() -> tuple[Preset, ...]:
     return tuple(out)
 
 
+def declared_presets() -> tuple[Preset, ...]:
+    """The presets every registered architecture declares in its config's `BENCH`."""
+    return tuple(Preset(arch=arch, **fields) for arch in zoo.ARCHS
+                 for fields in zoo.architecture(arch).config.BENCH)
+
+
 _FIXED: tuple[Preset, ...] = (
     Preset("tiny", LAYER_ARCH, 2, _TINY_CONVT,
            doc="CI: one 4->4 conv-transpose, k3 s2 p1 op1, on 4^3, batch 2"),
@@ -113,7 +120,7 @@ _FIXED: tuple[Preset, ...] = (
                "64x64x64x32 read as (C=64, D=64, H=64, W=32)"),
 )
 
-PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *_FIXED))
+PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *_FIXED, *declared_presets()))
 
 
 class PresetError(ValueError):
