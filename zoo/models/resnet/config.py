@@ -36,8 +36,10 @@ class ResNetConfig(Config):
     arch: ClassVar[str] = "resnet"
     TINY: ClassVar[dict[str, Any]] = {"stem": "cifar", "layers": (1, 1), "widths": (4, 8),
                                       "stem_width": 4, "input_size": (8, 7), "num_classes": 5}
+    # One stage of one Bottleneck behind the ImageNet stem (max-pool; a stride-1 projection).
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"bottleneck": {
-        "block": "bottleneck", "stem": "imagenet", "widths": (2, 4), "input_size": (15, 13)}}
+        "block": "bottleneck", "stem": "imagenet", "layers": (1,), "widths": (2,),
+        "input_size": (15, 13)}}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = {
         "resnet18": {},
         "resnet34": {"layers": (3, 4, 6, 3)},
