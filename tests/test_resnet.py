@@ -105,7 +105,7 @@ def test_independent_resnet18_converts_with_no_mapping(source, impl):
     model = converters.from_canonical(reference.state_dict(), config, impl)
     api = zoo.interface(impl)
     static, params, state = api.split(model)
-    x = np.asarray(zoo.example_input(config, batch=4, seed=5))
+    x = np.array(zoo.example_input(config, batch=4, seed=5))  # writable, for torch
     for train in (False, True):
         with torch.no_grad():
             want = reference.train(train)(torch.from_numpy(x)).numpy()

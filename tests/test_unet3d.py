@@ -47,7 +47,7 @@ def _forward(impl: str):
         def run(state, x):
             model = converters.from_canonical(state, config, "torch").eval()
             with torch.no_grad():
-                return model(torch.from_numpy(x)).numpy()
+                return model(torch.from_numpy(np.array(x))).numpy()
         return run
     api = zoo.interface(impl)
     static, _, _ = api.split(zoo.create(config, impl))

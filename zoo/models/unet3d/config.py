@@ -78,17 +78,17 @@ class UNet3DConfig(Config):
             raise ConfigError(f"unet3d.conv_method must be one of {CHOICES}, "
                               f"found {self.conv_method!r}")
         try:
-            specs = self.conv_transposes()
+            sizes = [(spec.input_size, spec.output_size) for spec in self.conv_transposes()]
         except ValueError as e:
             raise ConfigError(f"unet3d up-sampling: {e}") from None
-        for spec in specs:
-            want = tuple(2 * s for s in spec.input_size)
-            if spec.output_size != want:
+        for size, out in sizes:
+            want = tuple(2 * s for s in size)
+            if out != want:
                 raise ConfigError(
                     f"unet3d up-sampling (up_kernel_size={self.up_kernel_size}, up_stride="
                     f"{self.up_stride}, up_padding={self.up_padding}, up_output_padding="
                     f"{self.up_output_padding}, up_dilation={self.up_dilation}) maps "
-                    f"{spec.input_size} to {spec.output_size}, not to the skip's {want}")
+                    f"{size} to {out}, not to the skip's {want}")
 
     @property
     def depth(self) -> int:
