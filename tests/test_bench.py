@@ -244,6 +244,23 @@ def test_presets():
         find_preset("nope", "mlp")
 
 
+def test_declared_presets_build_and_reach_the_gpu_matrix():
+    """Realistic presets come from the configs' `BENCH` (no architecture is named here); each
+    builds a valid config and runs in the full matrix."""
+    from zoo.bench.matrix import plan
+    from zoo.bench.presets import declared_presets
+
+    declared = declared_presets()
+    assert {p.arch for p in declared} >= {a for a in zoo.ARCHS
+                                         if zoo.architecture(a).config.BENCH}
+    commands = [e.command for e in plan(quick=False, repeat=20) if e.group == "presets"]
+    for p in declared:
+        assert find_preset(p.name, p.arch) == p
+        build_config(p.arch, p.config, "auto")
+        assert any(f"{p.arch} --preset {p.name} " in c for c in commands)
+    assert not [e for e in plan(quick=True, repeat=2) if e.group == "presets"]
+
+
 def test_method_reaches_models():
     args = cli.bench_parser().parse_args(["decoder3d", "--preset", "tiny", "--method", "pad"])
     cfg = cli.config_from_args(args)

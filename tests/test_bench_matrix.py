@@ -14,7 +14,6 @@ import networkx as nx
 import zoo
 from zoo.bench import cli
 from zoo.bench.matrix import plan
-from zoo.bench.presets import matrix_presets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,12 +55,7 @@ def test_full_matrix_plan():
                for c in commands)
     assert any("--preset decoder3d-train --mode train --method all" in c for c in commands)
     models = [e for e in entries if e.group == "models"]
-    shapes = {arch: max(1, len(matrix_presets(arch))) for arch in zoo.ARCHS}
-    assert len(models) == 2 * sum(shapes.values())
-    for arch in zoo.ARCHS:  # the shapes an architecture declares for the matrix, each batch
-        for name, batch in matrix_presets(arch):
-            assert sum(f"{arch} --preset {name} --batch {batch} " in e.command
-                       for e in models) == 2
+    assert len(models) == 2 * len(zoo.ARCHS)
     assert all("--call all" in e.command and "--torch-compile" in e.command for e in models)
     assert all(e.estimate_s("full") > 0 for e in entries)
 

@@ -31,7 +31,7 @@ def test_vit_tiny_has_timms_names_and_shapes(impl):
     shapes, in every library (a timm state_dict converts with no mapping)."""
     if impl == "torch":
         pytest.importorskip("torch")
-    assert ViTConfig.PRESETS["vit-tiny"]["config"] == {}
+    assert next(p for p in ViTConfig.BENCH if p["name"] == "vit-tiny")["config"] == {}
     spec = converters.canonical_spec(ViTConfig(), impl=impl)
     assert {k: list(v.shape) for k, v in spec.items()} == TIMM_TINY
     assert sum(math.prod(s) for s in TIMM_TINY.values()) == 5_717_416

@@ -33,10 +33,10 @@ class Config:
     DEFAULT_BATCH: ClassVar[int] = 8  # the benchmark's batch when none is given
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {}  # named TINY overrides tests also run
-    # Named benchmark shapes the architecture declares (`zoo.bench` presets): name ->
-    # {"config": overrides, "batch": N, "doc": line, "matrix_batches": (N, ...)}; the GPU matrix
-    # times those with `matrix_batches` at each (else the default config at DEFAULT_BATCH).
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    NAMED: ClassVar[dict[str, dict[str, Any]]] = {}  # named configs ("resnet50"): overrides
+    # Benchmark presets the architecture declares (zoo.bench.presets.Preset fields but `arch`):
+    # {"name", "batch", "config" (overrides), optional "dtype", "modes", "doc"}.
+    BENCH: ClassVar[tuple[dict[str, Any], ...]] = ()
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -87,6 +87,14 @@ class Config:
     def tiny(cls, **overrides: Any) -> Self:
         """A small config of this architecture, for tests and the CI benchmark preset."""
         return cls(**{**cls.TINY, **overrides})
+
+    @classmethod
+    def named(cls, name: str, **overrides: Any) -> Self:
+        """A named config of this architecture (its `NAMED` overrides, e.g. "resnet50")."""
+        if name not in cls.NAMED:
+            raise ConfigError(f"{cls.arch} has no named config {name!r}; available: "
+                              f"{sorted(cls.NAMED)}")
+        return cls(**{**cls.NAMED[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return {"arch": self.arch, **dataclasses.asdict(self)}

@@ -9,9 +9,9 @@ in this process one after the other, each record written to `DIR/<device>/`; ren
 - the Decoder3D training step with every method;
 - the dispatch suite;
 - every architecture in the registry (`zoo.ARCHS`) x every implementation and call style
-  (`torch.compile` included) x forward and train x float32 and bfloat16, at the default config
-  and batch, or at the presets and batches the architecture declares for it (`matrix_batches`
-  in its config's `PRESETS`, e.g. vit-tiny at batch 64 and 256).
+  (`torch.compile` included) x forward and train x float32 and bfloat16;
+- the realistic presets the architectures declare (their config's `BENCH`, e.g. ResNet-18 at
+  224x224, the 3-D U-Net at 128^3): every implementation, default call style, forward and train.
 
 The full matrix is sized for one GPU call under 10 minutes: few timed steps (GPU steps take
 milliseconds; compilation dominates) and a time budget (`--budget-min`): an entry whose
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
-from zoo.bench.presets import LAYER_ARCH, matrix_presets
+from zoo.bench.presets import LAYER_ARCH, declared_presets
 
 # Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
 # host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
@@ -96,11 +96,13 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     for dtype in ("float32", "bfloat16"):
         for arch in zoo.ARCHS:
             mode = ("--mode", "forward" if quick and dtype != "float32" else "both")
-            shapes = [()] if quick or not matrix_presets(arch) else [
-                ("--preset", name, "--batch", str(b)) for name, b in matrix_presets(arch)]
-            entries += [Entry("models", (arch, *size, *shape, *mode, "--dtype", dtype, *impls,
-                                         *calls, *(methods if quick else ()), *compile_,
-                                         *timing)) for shape in shapes]
+            entries.append(Entry("models", (arch, *size, *mode, "--dtype", dtype, *impls,
+                                            *calls, *(methods if quick else ()), *compile_,
+                                            *timing)))
+    if not quick:  # realistic sizes: the GPU's job
+        entries += [Entry("presets", (p.arch, "--preset", p.name, "--mode", "both", *impls,
+                                      "--call", "default", *compile_, *timing))
+                    for p in declared_presets()]
     return entries
 
 
@@ -149,7 +151,7 @@ def matrix_main(argv: list[str]) -> int:
                    help="skip entries that would end after this many minutes (default 9; "
                         "none with --quick)")
     p.add_argument("--only", default=None,
-                   help="comma list of groups: convt, decoder, dispatch, models")
+                   help="comma list of groups: convt, decoder, dispatch, models, presets")
     args = p.parse_args(argv)
     allocator = configure_allocator(torch_in_process=True)
     console = make_console()

@@ -3,10 +3,10 @@
 A preset names an architecture (a zoo architecture, or "convt" for a single conv-transpose
 layer), its configuration, the batch size, dtype and the modes it is meant for. `tiny` exists for
 every registered architecture (CI: its config's `TINY`, batch min(4, `DEFAULT_BATCH`)), read
-live from the registry, and so are the named shapes an architecture declares (its config's
-`PRESETS`, e.g. `vit-tiny`); `cpu` holds the moderate sizes recorded on CPU in bench/results/cpu/;
-`convt-256` and `convt-wgrad` are the published conv-transpose reports' shapes (docs/benchmarks.md
-states how they were read).
+live from the registry, and so do the realistic presets an architecture declares in its config's
+`BENCH` (e.g. `resnet18-224`, `unet3d-128`); `cpu` holds the moderate sizes recorded on CPU in
+bench/results/cpu/; `convt-256` and `convt-wgrad` are the published conv-transpose reports'
+shapes (docs/benchmarks.md states how they were read).
 """
 
 from __future__ import annotations
@@ -82,17 +82,9 @@ def tiny_presets() -> tuple[Preset, ...]:
 
 
 def declared_presets() -> tuple[Preset, ...]:
-    """The named shapes each registered architecture declares (its config's `PRESETS`)."""
-    return tuple(Preset(name, arch, p["batch"], dict(p.get("config", {})), doc=p.get("doc", ""))
-                 for arch in zoo.ARCHS
-                 for name, p in zoo.architecture(arch).config.PRESETS.items())
-
-
-def matrix_presets(arch: str) -> list[tuple[str, int]]:
-    """(preset, batch) pairs the GPU matrix times for `arch` (its presets' `matrix_batches`);
-    empty: the default config at the default batch."""
-    return [(name, b) for name, p in zoo.architecture(arch).config.PRESETS.items()
-            for b in p.get("matrix_batches", ())]
+    """The presets every registered architecture declares in its config's `BENCH`."""
+    return tuple(Preset(arch=arch, **fields) for arch in zoo.ARCHS
+                 for fields in zoo.architecture(arch).config.BENCH)
 
 
 _FIXED: tuple[Preset, ...] = (
@@ -128,7 +120,7 @@ _FIXED: tuple[Preset, ...] = (
                "64x64x64x32 read as (C=64, D=64, H=64, W=32)"),
 )
 
-PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *declared_presets(), *_FIXED))
+PRESETS: Sequence[Preset] = Live(lambda: (*tiny_presets(), *_FIXED, *declared_presets()))
 
 
 class PresetError(ValueError):

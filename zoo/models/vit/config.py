@@ -20,16 +20,16 @@ class ViTConfig(Config):
     TINY: ClassVar[dict[str, Any]] = {"image_size": (8, 8), "patch_size": 4, "in_channels": 3,
                                       "width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
                                       "num_classes": 5}
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "vit-tiny": {"config": {}, "batch": 64, "matrix_batches": (64, 256),
-                     "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, "
-                            "3 heads"},
-        "vit-cifar": {"config": {"image_size": (32, 32), "patch_size": 4, "width": 96,
-                                 "depth": 4, "num_heads": 3, "num_classes": 10},
-                      "batch": 32,
-                      "doc": "CIFAR-sized (CPU): 32x32, patch 4 (64 patches), width 96, "
-                             "depth 4, 3 heads, 10 classes"},
-    }
+    BENCH: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"name": "vit-tiny", "batch": 64, "config": {},
+         "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, 3 heads"},
+        {"name": "vit-tiny-b256", "batch": 256, "config": {},
+         "doc": "timm vit_tiny_patch16_224 at batch 256"},
+        {"name": "vit-cifar", "batch": 32,
+         "config": {"image_size": (32, 32), "patch_size": 4, "width": 96, "depth": 4,
+                    "num_heads": 3, "num_classes": 10},
+         "doc": "CIFAR-sized (CPU): 32x32, patch 4 (64 patches), width 96, depth 4, 3 heads"},
+    )
     DEFAULT_BATCH: ClassVar[int] = 64
     LOSS: ClassVar[str] = "cross_entropy"
     image_size: tuple[int, int] = (224, 224)

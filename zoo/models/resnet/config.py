@@ -1,0 +1,125 @@
+"""The ResNet's configuration (torchvision's ResNet, v1.5: the Bottleneck strides its 3x3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from zoo.configs import Config, ConfigError, positive
+
+EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
+STEM: dict[str, tuple[int, int, int, bool]] = {  # conv1 kernel, stride, padding; max-pool
+    "imagenet": (7, 2, 3, True), "cifar": (3, 1, 1, False)}
+POOL: tuple[int, int, int] = (3, 2, 1)  # the ImageNet stem's max-pool: kernel, stride, padding
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One residual block: input channels, planes (output = planes x expansion), stride of its
+    strided conv, and whether its shortcut is a 1x1 conv + BN projection (`downsample`)."""
+
+    in_channels: int
+    planes: int
+    stride: int
+    downsample: bool
+
+
+@dataclass(frozen=True)
+class ResNetConfig(Config):
+    """torchvision's ResNet: stem, stages `layer1..layerN` of `layers[i]` blocks of width
+    `widths[i]` (the first block of every stage but the first strides by 2), average pool, fc.
+
+    Defaults are ResNet-18; `ResNetConfig.named("resnet50")` is ResNet-50. BatchNorm momentum
+    in the Flax convention (`bn_momentum` = 1 - PyTorch's 0.1).
+    """
+
+    arch: ClassVar[str] = "resnet"
+    TINY: ClassVar[dict[str, Any]] = {"stem": "cifar", "layers": (1, 1), "widths": (4, 8),
+                                      "stem_width": 4, "input_size": (8, 7), "num_classes": 5}
+    # One stage of one Bottleneck behind the ImageNet stem (max-pool; a stride-1 projection).
+    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"bottleneck": {
+        "block": "bottleneck", "stem": "imagenet", "layers": (1,), "widths": (2,),
+        "input_size": (15, 13)}}
+    NAMED: ClassVar[dict[str, dict[str, Any]]] = {
+        "resnet18": {},
+        "resnet34": {"layers": (3, 4, 6, 3)},
+        "resnet50": {"block": "bottleneck", "layers": (3, 4, 6, 3)},
+        "resnet20-cifar": {"stem": "cifar", "layers": (3, 3, 3), "widths": (16, 32, 64),
+                           "stem_width": 16, "input_size": (32, 32), "num_classes": 10},
+    }
+    BENCH: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"name": "resnet18-224", "batch": 64, "config": {},
+         "doc": "ResNet-18, ImageNet 224x224, batch 64"},
+        {"name": "resnet18-224-b256", "batch": 256, "config": {},
+         "doc": "ResNet-18, ImageNet 224x224, batch 256"},
+        {"name": "resnet18-cifar", "batch": 512,
+         "config": {"stem": "cifar", "input_size": (32, 32), "num_classes": 10},
+         "doc": "ResNet-18 with the CIFAR stem, 32x32, batch 512"},
+        {"name": "resnet50-224", "batch": 64, "config": NAMED["resnet50"],
+         "doc": "ResNet-50, ImageNet 224x224, batch 64"},
+    )
+    DEFAULT_BATCH: ClassVar[int] = 64
+    LOSS: ClassVar[str] = "cross_entropy"
+    block: Literal["basic", "bottleneck"] = "basic"
+    layers: tuple[int, ...] = (2, 2, 2, 2)
+    widths: tuple[int, ...] = (64, 128, 256, 512)
+    stem: Literal["imagenet", "cifar"] = "imagenet"
+    stem_width: int = 64
+    in_channels: int = 3
+    input_size: tuple[int, int] = (224, 224)
+    num_classes: int = 1000
+    bn_momentum: float = 0.9  # Flax convention: weight of the old running value.
+    bn_eps: float = 1e-5
+
+    def validate(self) -> None:
+        if not 1 <= len(self.layers) <= 4 or len(self.widths) != len(self.layers):
+            raise ConfigError(f"resnet.layers and resnet.widths need 1 to 4 entries each (one "
+                              f"per stage), found {self.layers} and {self.widths}")
+        positive("resnet sizes", (*self.layers, *self.widths, self.stem_width, self.in_channels,
+                                  *self.input_size, self.num_classes))
+        if not 0.0 <= self.bn_momentum < 1.0:
+            raise ConfigError(f"resnet.bn_momentum must be in [0, 1), found {self.bn_momentum}")
+        if self.bn_eps <= 0:
+            raise ConfigError(f"resnet.bn_eps must be positive, found {self.bn_eps}")
+
+    @property
+    def expansion(self) -> int:
+        return EXPANSION[self.block]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.in_channels, *self.input_size)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.num_classes,)
+
+    @property
+    def stem_conv(self) -> tuple[int, int, int]:
+        """conv1's kernel, stride and padding."""
+        k, s, p, _ = STEM[self.stem]
+        return k, s, p
+
+    @property
+    def stem_pool(self) -> bool:
+        """Whether the stem ends with the max-pool `POOL`."""
+        return STEM[self.stem][3]
+
+    @property
+    def features(self) -> int:
+        """Channels entering `fc`."""
+        return self.widths[-1] * self.expansion
+
+    def stages(self) -> tuple[tuple[BlockSpec, ...], ...]:
+        """The blocks of `layer1..layerN`, as torchvision's `_make_layer` builds them."""
+        out, channels = [], self.stem_width
+        for i, (n, planes) in enumerate(zip(self.layers, self.widths, strict=True)):
+            stride = 1 if i == 0 else 2
+            blocks = []
+            for j in range(n):
+                s = stride if j == 0 else 1
+                blocks.append(BlockSpec(channels, planes, s,
+                                        s != 1 or channels != planes * self.expansion))
+                channels = planes * self.expansion
+            out.append(tuple(blocks))
+        return tuple(out)

@@ -1,0 +1,111 @@
+"""ResNet in Flax Linen: batched `(N, H, W, C)` input, statistics in `batch_stats`.
+
+Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the converters read
+`layer1.0`), a block's `downsample` a `(conv, bn)` list or None.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.models.common import dtype_of
+from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
+
+
+def _conv(features: int, k: int, stride: int, padding: int, dtype) -> nn.Conv:
+    return nn.Conv(features, (k, k), strides=(stride, stride),
+                   padding=((padding, padding), (padding, padding)), use_bias=False,
+                   param_dtype=dtype)
+
+
+def _bn(config: ResNetConfig, dtype) -> nn.BatchNorm:
+    return nn.BatchNorm(momentum=config.bn_momentum, epsilon=config.bn_eps,
+                        use_fast_variance=False, param_dtype=dtype)
+
+
+def _shortcut(config: ResNetConfig, spec: BlockSpec, dtype) -> list[nn.Module] | None:
+    return ([_conv(spec.planes * config.expansion, 1, spec.stride, 0, dtype), _bn(config, dtype)]
+            if spec.downsample else None)
+
+
+def _residual(downsample: tuple[nn.Module, ...] | None, x: jax.Array, train: bool) -> jax.Array:
+    if downsample is None:
+        return x
+    conv, bn = downsample
+    return bn(conv(x), use_running_average=not train)
+
+
+class BasicBlock(nn.Module):
+    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+
+    config: ResNetConfig
+    spec: BlockSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
+        self.conv1 = _conv(spec.planes, 3, spec.stride, 1, dt)
+        self.bn1 = _bn(cfg, dt)
+        self.conv2 = _conv(spec.planes, 3, 1, 1, dt)
+        self.bn2 = _bn(cfg, dt)
+        self.downsample = _shortcut(cfg, spec, dt)
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        ura = not train
+        y = nn.relu(self.bn1(self.conv1(x), use_running_average=ura))
+        y = self.bn2(self.conv2(y), use_running_average=ura)
+        return nn.relu(y + _residual(self.downsample, x, train))
+
+
+class Bottleneck(nn.Module):
+    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+
+    config: ResNetConfig
+    spec: BlockSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
+        self.conv1 = _conv(spec.planes, 1, 1, 0, dt)
+        self.bn1 = _bn(cfg, dt)
+        self.conv2 = _conv(spec.planes, 3, spec.stride, 1, dt)
+        self.bn2 = _bn(cfg, dt)
+        self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, 0, dt)
+        self.bn3 = _bn(cfg, dt)
+        self.downsample = _shortcut(cfg, spec, dt)
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        ura = not train
+        y = nn.relu(self.bn1(self.conv1(x), use_running_average=ura))
+        y = nn.relu(self.bn2(self.conv2(y), use_running_average=ura))
+        y = self.bn3(self.conv3(y), use_running_average=ura)
+        return nn.relu(y + _residual(self.downsample, x, train))
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class ResNet(nn.Module):
+    config: ResNetConfig
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        self.conv1 = _conv(cfg.stem_width, *cfg.stem_conv, dt)
+        self.bn1 = _bn(cfg, dt)
+        for i, blocks in enumerate(cfg.stages()):
+            setattr(self, f"layer{i + 1}", [BLOCKS[cfg.block](cfg, spec, self.param_dtype)
+                                            for spec in blocks])
+        self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
+        if self.config.stem_pool:
+            k, s, p = POOL
+            x = nn.max_pool(x, (k, k), strides=(s, s), padding=((p, p), (p, p)))
+        for i in range(len(self.config.layers)):
+            for block in getattr(self, f"layer{i + 1}"):
+                x = block(x, train=train)
+        return self.fc(jnp.mean(x, axis=(1, 2)))

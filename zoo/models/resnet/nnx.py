@@ -1,0 +1,101 @@
+"""ResNet in Flax NNX: batched `(N, H, W, C)` input, statistics in `nnx.BatchStat` variables.
+
+Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nnx.List`
+`[conv, bn]` or None.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.models.common import dtype_of
+from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
+
+
+def _conv(cin: int, cout: int, k: int, stride: int, padding: int, dtype,
+          rngs: nnx.Rngs) -> nnx.Conv:
+    return nnx.Conv(cin, cout, (k, k), strides=(stride, stride),
+                    padding=((padding, padding), (padding, padding)), use_bias=False,
+                    param_dtype=dtype, rngs=rngs)
+
+
+def _bn(config: ResNetConfig, channels: int, dtype, rngs: nnx.Rngs) -> nnx.BatchNorm:
+    return nnx.BatchNorm(channels, momentum=config.bn_momentum, epsilon=config.bn_eps,
+                         use_fast_variance=False, param_dtype=dtype, rngs=rngs)
+
+
+def _shortcut(config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> nnx.List | None:
+    out = spec.planes * config.expansion
+    return nnx.List([_conv(spec.in_channels, out, 1, spec.stride, 0, dtype, rngs),
+                     _bn(config, out, dtype, rngs)]) if spec.downsample else None
+
+
+def _residual(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
+    if downsample is None:
+        return x
+    conv, bn = downsample
+    return bn(conv(x))
+
+
+class BasicBlock(nnx.Module):
+    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+
+    def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
+        p = spec.planes
+        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, 1, dtype, rngs)
+        self.bn1 = _bn(config, p, dtype, rngs)
+        self.conv2 = _conv(p, p, 3, 1, 1, dtype, rngs)
+        self.bn2 = _bn(config, p, dtype, rngs)
+        self.downsample = _shortcut(config, spec, dtype, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nnx.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return nnx.relu(y + _residual(self.downsample, x))
+
+
+class Bottleneck(nnx.Module):
+    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+
+    def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
+        p, out = spec.planes, spec.planes * config.expansion
+        self.conv1 = _conv(spec.in_channels, p, 1, 1, 0, dtype, rngs)
+        self.bn1 = _bn(config, p, dtype, rngs)
+        self.conv2 = _conv(p, p, 3, spec.stride, 1, dtype, rngs)
+        self.bn2 = _bn(config, p, dtype, rngs)
+        self.conv3 = _conv(p, out, 1, 1, 0, dtype, rngs)
+        self.bn3 = _bn(config, out, dtype, rngs)
+        self.downsample = _shortcut(config, spec, dtype, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nnx.relu(self.bn1(self.conv1(x)))
+        y = nnx.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return nnx.relu(y + _residual(self.downsample, x))
+
+
+BLOCKS: dict[str, type[nnx.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class ResNet(nnx.Module):
+    def __init__(self, config: ResNetConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
+        dt = dtype_of(param_dtype)
+        self.config = config
+        self.conv1 = _conv(config.in_channels, config.stem_width, *config.stem_conv, dt, rngs)
+        self.bn1 = _bn(config, config.stem_width, dt, rngs)
+        for i, blocks in enumerate(config.stages()):
+            setattr(self, f"layer{i + 1}", nnx.List(
+                [BLOCKS[config.block](config, spec, dt, rngs) for spec in blocks]))
+        self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        x = nnx.relu(self.bn1(self.conv1(x)))
+        if self.config.stem_pool:
+            k, s, p = POOL
+            x = nnx.max_pool(x, (k, k), strides=(s, s), padding=((p, p), (p, p)))
+        for i in range(len(self.config.layers)):
+            for block in getattr(self, f"layer{i + 1}"):
+                x = block(x)
+        return self.fc(jnp.mean(x, axis=(1, 2)))

@@ -1,0 +1,84 @@
+"""ResNet in PyTorch: the reference implementation (batched `(N, C, H, W)`), module for module
+torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
+
+
+def _conv(cin: int, cout: int, k: int, stride: int, padding: int) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=padding, bias=False)
+
+
+def _bn(config: ResNetConfig, channels: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, eps=config.bn_eps, momentum=1.0 - config.bn_momentum)
+
+
+def _shortcut(config: ResNetConfig, spec: BlockSpec) -> nn.Sequential | None:
+    out = spec.planes * config.expansion
+    return nn.Sequential(_conv(spec.in_channels, out, 1, spec.stride, 0),
+                         _bn(config, out)) if spec.downsample else None
+
+
+class BasicBlock(nn.Module):
+    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+
+    def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
+        super().__init__()
+        p = spec.planes
+        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, 1)
+        self.bn1 = _bn(config, p)
+        self.conv2 = _conv(p, p, 3, 1, 1)
+        self.bn2 = _bn(config, p)
+        self.downsample = _shortcut(config, spec)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class Bottleneck(nn.Module):
+    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+
+    def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
+        super().__init__()
+        p, out = spec.planes, spec.planes * config.expansion
+        self.conv1 = _conv(spec.in_channels, p, 1, 1, 0)
+        self.bn1 = _bn(config, p)
+        self.conv2 = _conv(p, p, 3, spec.stride, 1)
+        self.bn2 = _bn(config, p)
+        self.conv3 = _conv(p, out, 1, 1, 0)
+        self.bn3 = _bn(config, out)
+        self.downsample = _shortcut(config, spec)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class ResNet(nn.Module):
+    def __init__(self, config: ResNetConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.conv1 = _conv(config.in_channels, config.stem_width, *config.stem_conv)
+        self.bn1 = _bn(config, config.stem_width)
+        self.maxpool = nn.MaxPool2d(*POOL) if config.stem_pool else nn.Identity()
+        for i, blocks in enumerate(config.stages()):
+            setattr(self, f"layer{i + 1}", nn.Sequential(
+                *(BLOCKS[config.block](config, spec) for spec in blocks)))
+        self.fc = nn.Linear(config.features, config.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
+        for i in range(len(self.config.layers)):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(x.mean(dim=(2, 3)))
