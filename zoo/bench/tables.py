@@ -158,8 +158,9 @@ def dispatch_table(record: dict[str, Any]) -> Table:
     cols = [Column("impl", True), Column("call", True)]
     for w in workloads:
         cols += [Column(f"{w} µs"), Column("× floor"), Column("× own")]
-    table = Table(f"dispatch: µs per call (median), ratio to the floor and to the library's own "
-                  f"program called raw, {record['device']['name']}", cols)
+    table = Table(f"dispatch: µs per step (median; one step per call, fused K: call / K), ratio "
+                  f"to the floor and to the library's own program called raw, "
+                  f"{record['device']['name']}", cols)
     for impl, call in keys:
         cells = []
         for w in workloads:
