@@ -268,10 +268,12 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
             fused = [r for r in results if r["impl"] == impl and r["workload"] == w
                      and r["steps_per_call"] == max(FUSED_STEPS)]
             if fused:
+                # Judged against the library's own program called once per step (the same
+                # program, so the ratio is what fusing saves, not a layout difference).
                 summary[impl][w]["fused"] = {
                     "call": fused[0]["call"], "ratio_to_floor": fused[0]["ratio_to_floor"],
-                    "target": FUSED_TARGET,
-                    "within_target": fused[0]["ratio_to_floor"] <= FUSED_TARGET}
+                    "ratio_to_own": fused[0]["ratio_to_own"], "target": FUSED_TARGET,
+                    "within_target": fused[0]["ratio_to_own"] <= FUSED_TARGET}
     record = record_base("dispatch")
     record["config"] = {"impls": list(impls), "rounds": rounds, "budget_s": budget_s,
                         "workloads": {w: WORKLOADS[w] for w in workloads},
@@ -315,9 +317,10 @@ def dispatch_main(argv: list[str]) -> int:
         for w, v in per.items():
             if "fused" in v:
                 f = v["fused"]
-                console.print(f"{impl} {w}: {f['call']} {f['ratio_to_floor']:.3f}x the single-call "
-                              f"floor per step (target <= {FUSED_TARGET}x"
-                              f"{'' if f['within_target'] else ', missed'})")
+                miss = "" if f["within_target"] else ", missed"
+                console.print(f"{impl} {w}: {f['call']} per step {f['ratio_to_own']:.3f}x its own "
+                              f"program called once per step, {f['ratio_to_floor']:.3f}x the floor "
+                              f"(target <= {FUSED_TARGET}x{miss})")
     for f in record["skipped_styles"]:
         console.print(f"not installed: {f['impl']} {f['call']}: {f['reason']}")
     save(record, args.json, args.results_dir if args.record else None, console)
