@@ -373,7 +373,7 @@ def test_convt_roofline_hand_computed():
 def test_parse_methods_and_new_presets():
     from zoo.bench.runner import parse_methods
 
-    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "auto")
+    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "phase_batched", "auto")
     assert parse_methods("phase, pad,phase") == ("phase", "pad")
     with pytest.raises(ValueError, match="unknown conv-transpose method"):
         parse_methods("fft")

@@ -329,19 +329,26 @@ def _phase(
 
 
 def _phase_windows(k: int, s: int, d: int, lo: int, in_len: int, m_out: int) -> tuple:
-    """One dim of `phase_batched`: the selection `S[r, c, t]` (phase r reads tap t at window
-    offset c), and the low/high padding of the input for a VALID convolution over the window."""
+    """One dim of `phase_batched`. Every phase reads its taps from its own window of the input
+    starting at its offset `c0`; all windows share one width, so one convolution computes every
+    phase at every window start `q`, and phase r's output m is at `q = m + shift[r]`.
+
+    Returns `(select, shift, pad_lo, pad_hi, n_q)`: `select[r, w, t]` = 1 where phase r reads
+    kernel tap t at window position w; the input padding; the number of window starts."""
     phases = [_phase_taps(k, s, d, lo, r) for r in range(s)]
-    spans = [(c0, c0 + dj * (len(range(t0, k, step)) - 1))
-             for t0, step, c0, dj in (p for p in phases if p is not None)]
-    cmin, cmax = min(a for a, _ in spans), max(b for _, b in spans)
-    select = np.zeros((s, cmax - cmin + 1, k), np.float32)
+    used = [p for p in phases if p is not None]
+    width = max(dj * (len(range(t0, k, step)) - 1) + 1 for t0, step, _, dj in used)
+    base = min(c0 for _, _, c0, _ in used)
+    select = np.zeros((s, width, k), np.float32)
+    shift = [0] * s
     for r, found in enumerate(phases):
         if found is not None:
             t0, step, c0, dj = found
+            shift[r] = c0 - base
             for i, t in enumerate(range(t0, k, step)):
-                select[r, c0 + i * dj - cmin, t] = 1.0
-    return select, -cmin, m_out - 1 + cmax - (in_len - 1)
+                select[r, i * dj, t] = 1.0
+    n_q = m_out + max(shift)
+    return select, shift, -base, n_q - 1 + base + width - 1 - (in_len - 1), n_q
 
 
 def _phase_batched(
@@ -354,9 +361,9 @@ def _phase_batched(
     out_size: tuple[int, ...],
     conv: Any,
 ) -> jax.Array:
-    """All phases in one VALID convolution with prod(s) * O output channels, then
-    depth-to-space. The kernel is assembled by contracting it with constant 0/1 selections, so
-    gradients reach it as for any other method."""
+    """All phases in one VALID convolution with prod(s) * O output channels, then each phase's
+    outputs sliced at its window shift and interleaved (depth-to-space). The kernel is assembled
+    by contracting it with constant 0/1 selections, so gradients reach it as for any method."""
     n = len(s)
     lhs_sp, rhs_sp = dn.lhs_spec[2:], dn.rhs_spec[2:]
     in_sp = tuple(x.shape[a] for a in lhs_sp)
@@ -370,19 +377,22 @@ def _phase_batched(
     phase_l, win_l, tap_l = letters[:n], letters[n:2 * n], letters[2 * n:3 * n]
     spec = (f"OI{tap_l}," + ",".join(f"{phase_l[j]}{win_l[j]}{tap_l[j]}" for j in range(n))
             + f"->{phase_l}OI{win_l}")
-    sels = [jnp.asarray(sel, kernel.dtype) for sel, _, _ in dims]
-    kb = jnp.einsum(spec, k_oi, *sels)
+    kb = jnp.einsum(spec, k_oi, *(jnp.asarray(dim[0], kernel.dtype) for dim in dims))
     o, i = k_oi.shape[:2]
-    windows = kb.shape[n + 2:]
-    kb = kb.reshape(math.prod(s) * o, i, *windows).transpose(np.argsort(dn.rhs_spec))
+    kb = kb.reshape(math.prod(s) * o, i, *kb.shape[n + 2:]).transpose(np.argsort(dn.rhs_spec))
     config = [(0, 0, 0)] * x.ndim
     for j, a in enumerate(lhs_sp):
-        config[a] = (dims[j][1], dims[j][2], 0)
+        config[a] = (dims[j][2], dims[j][3], 0)
     xp = lax.pad(x, jnp.zeros((), x.dtype), config)
     y = conv(xp, kb, [(0, 0)] * n, (1,) * n)  # out layout, channels = (*s, O) phase-major
-    y = y.transpose(dn.out_spec)  # -> (N, prod(s) * O, *m_out)
-    batch = y.shape[0]
-    y = y.reshape(batch, *s, o, *m_out)
+    batch = y.shape[dn.out_spec[0]]
+    # -> (N, *s, O, *q); per dim j, phase r keeps q = m + shift[r] for m < m_out.
+    y = y.transpose(dn.out_spec).reshape(batch, *s, o, *(dim[4] for dim in dims))
+    for j, (_, shift, _, _, _) in enumerate(dims):
+        axis = 2 + n + j
+        y = jnp.stack([lax.slice_in_dim(jnp.take(y, r, axis=1 + j), shift[r],
+                                        shift[r] + m_out[j], axis=axis - 1)
+                       for r in range(s[j])], axis=1 + j)
     # (N, *s, O, *m) -> (N, O, m_0, s_0, m_1, s_1, ...) -> (N, O, *(m * s)), cropped.
     perm = [0, n + 1, *itertools.chain.from_iterable((n + 2 + j, 1 + j) for j in range(n))]
     y = y.transpose(perm).reshape(batch, o, *(m * sj for m, sj in zip(m_out, s, strict=True)))
