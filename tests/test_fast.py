@@ -198,6 +198,8 @@ def test_fused_steps_equal_single_steps(arch, impl):
         for a, b in zip(jax.tree.leaves((want, single.leaves)),
                         jax.tree.leaves((list(got), fused.leaves)), strict=True):
             np.testing.assert_array_equal(a, b)
+        unrolled = fast.train_step(model, impl, opt, LOSSES[loss], steps_per_call=k, unroll=True)
+        np.testing.assert_allclose(unrolled(jnp.stack(xs), jnp.stack(ts)), want, **TOL)
     else:
         np.testing.assert_allclose(got, want, **TOL)
         assert_trees_close(fused.leaves, single.leaves, **TOL)
