@@ -38,7 +38,7 @@ def test_tiny_preset_every_impl(arch, tmp_path):
     if arch in ("decoder3d", LAYER_ARCH):
         argv += ["--method", "lhs_dilation"]  # the cheapest to compile (CI time)
     if arch == "mlp":
-        argv += ["--call", "all"]
+        argv += ["--call", "all", "--steps-per-call", "3"]
     assert cli.main(argv) == 0
     record = json.loads(path.read_text())
 
@@ -67,7 +67,9 @@ def test_tiny_preset_every_impl(arch, tmp_path):
     for impl in IMPLS:
         for mode in ("forward", "train"):
             rows = [r for r in record["results"] if r["impl"] == impl and r["mode"] == mode]
-            assert sorted(r["call"] for r in rows) == sorted(available_styles(impl))
+            assert sorted(r["call"] for r in rows) == sorted(available_styles(impl, fused=True))
+            assert all(r["steps_per_call"] == (3 if r["call"] == "fused" else 1) for r in rows)
+            # fused rows: FLOPs of one step (not of the loop), equal to the single step's
             flops = [r["flops"] for r in rows if r["flops_source"] == "compiled"]
             assert impl == "torch" or max(flops) <= 1.01 * min(flops)
     assert {r["call"] for r in record["results"] if r["idiomatic"]} == {
@@ -351,7 +353,9 @@ def test_method_all_rows_ratios_and_roofline(tmp_path):
                      "--json", str(path), "--no-progress"]) == 0
     record = json.loads(path.read_text())
     assert record["config"]["methods"] == list(ALL_METHODS)
-    assert record["config"]["auto_picks"] == ["phase"]  # stride 2 -> phase on every backend
+    # stride 2 -> one of the phase methods (phase_batched on CPU, phase elsewhere)
+    assert record["config"]["auto_picks"] == [
+        "phase_batched" if jax.default_backend() == "cpu" else "phase"]
     assert record_name(record).endswith("-methods.json")
     rows = record["results"]
     jax_impls = [i for i in IMPLS if i != "torch"]
@@ -402,7 +406,7 @@ def test_convt_roofline_hand_computed():
 def test_parse_methods_and_new_presets():
     from zoo.bench.runner import parse_methods
 
-    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "auto")
+    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "phase_batched", "auto")
     assert parse_methods("phase, pad,phase") == ("phase", "pad")
     with pytest.raises(ValueError, match="unknown conv-transpose method"):
         parse_methods("fft")
@@ -417,3 +421,53 @@ def test_parse_methods_and_new_presets():
     assert (wg.in_channels, wg.out_channels, wg.stride, wg.output_padding) == (64, 1, 2, 1)
     dec = find_preset("decoder3d-train")
     assert dec.arch == "decoder3d" and dec.batch == 2 and dec.modes == ("train",)
+
+
+# --------------------------------------------------------------------------- steps per call, flags
+def test_fused_calls_are_timed_per_step():
+    """A call of K steps is recorded as K steps: per-step times are call time / K."""
+    import time
+
+    from zoo.bench.timing import Prepared, run_steps
+
+    samples = run_steps(Prepared(lambda: time.sleep(0.02), block=lambda out: out, steps=4), 2)
+    assert all(0.005 <= s < 0.02 for s in samples.step_s)
+
+
+def test_dispatch_training_rows(tmp_path):
+    """The training workload's rows of one library: every style, zoo.fast at K = 1, 10, 100."""
+    from zoo.bench import dispatch
+    from zoo.bench.subjects import Subject, build_models, make_task
+
+    config = zoo.tiny_config("mlp")
+    subject = Subject("eqx", build_models(config, ("eqx",))["eqx"], make_task(config, 1))
+    entries, own = dispatch._entries("eqx", subject, "train")
+    assert {own, "eqx:filter_jit", "eqx:fast", "eqx:fused K=10", "eqx:fused K=100"} <= set(entries)
+    assert [entries[f"eqx:fused K={k}"].steps for k in (10, 100)] == [10, 100]
+    samples = dispatch.interleaved({k: entries[k] for k in ("eqx:fast", "eqx:fused K=100")}, 1,
+                                   0.001)
+    assert all(len(v) >= 5 for v in samples.values())
+
+
+def test_steps_per_call_and_xla_flags_bad_input(capsys):
+    from zoo.bench import xla_flags
+
+    for argv in (["mlp", "--steps-per-call", "0"], ["mlp", "--xla-cpu-flags", "fastest"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+    assert "--steps-per-call: expected a positive int" in capsys.readouterr().err.replace(
+        "argument ", "")
+    assert xla_flags.resolve("onednn") == xla_flags.PRESETS["onednn"]
+    assert xla_flags.resolve(" --xla_cpu_use_xnnpack=true ") == "--xla_cpu_use_xnnpack=true"
+    # This process has started JAX's backend: flags can no longer apply, so apply refuses.
+    jax.devices()
+    with pytest.raises(xla_flags.XlaFlagsError, match="already initialised"):
+        xla_flags.apply("none")
+
+
+def test_xla_flag_probe_rejects_unknown_flags():
+    """XLA aborts on an unknown flag: the probe (a subprocess) reports it instead."""
+    from zoo.bench import xla_flags
+
+    assert "Unknown flag" in xla_flags.probe("--xla_zoo_no_such_flag=true")

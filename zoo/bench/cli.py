@@ -9,6 +9,7 @@ from zoo.bench.display import make_console
 from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
+from zoo.bench.xla_flags import apply as apply_xla_flags
 
 EXIT_UNFAIR = 3
 __all__ = ["EXIT_UNFAIR", "bench_parser", "config_from_args", "main"]
@@ -25,7 +26,10 @@ def bench_main(argv: list[str]) -> int:
     parser = bench_parser()
     args = parser.parse_args(argv)
     console = make_console()
+    xla_flags = None
     try:
+        if args.xla_cpu_flags is not None:  # before any JAX computation starts the backend
+            xla_flags = apply_xla_flags(args.xla_cpu_flags)
         cfg = config_from_args(args)
     except (PresetError, ValueError, argparse.ArgumentTypeError) as e:
         parser.error(str(e))
@@ -36,6 +40,7 @@ def bench_main(argv: list[str]) -> int:
         Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
         return EXIT_UNFAIR
     record["allocator"] = allocator
+    record["config"]["xla_flags"] = xla_flags
     print_model_record(record, console)
     save(record, args.json, args.results_dir if args.record else None, console)
     return 0
@@ -65,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if argv and argv[0] == "presets":
         return presets_main(argv[1:])
+    if argv and argv[0] == "xla-flags":
+        from zoo.bench.xla_flags import xla_flags_main
+
+        return xla_flags_main(argv[1:])
     if argv and argv[0] == "matrix":
         from zoo.bench.matrix import matrix_main
 

@@ -20,9 +20,11 @@ other commands:
   python -m zoo.bench report [--results DIR]     render bench/README.md and bench/plots/
   python -m zoo.bench matrix --out DIR [--quick]  every architecture, library, mode, dtype, style
   python -m zoo.bench presets                    list the named shapes
+  python -m zoo.bench xla-flags                  XLA:CPU flag presets, probed on this XLA
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
-  nnx: nnx_jit, cached_partial, jit_partial, split, fast; torch: eager, compile.
+  nnx: nnx_jit, jit_tree, flaxlib, cached_partial, jit_partial, split, fast;
+  torch: eager, compile; fused (every JAX library, with --steps-per-call K).
   "default" = each library's fastest (fast, torch eager); "all" = every style installed.
 exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
 """
@@ -43,15 +45,28 @@ def parse_impls(value: str) -> tuple[str, ...]:
     return impls
 
 
-def resolve_calls(value: str, impls: tuple[str, ...], *,
-                  torch_compile: bool = False) -> dict[str, list[str]]:
-    """--call value -> impl -> styles. Names a library lacks are skipped for that library."""
+def positive_int(value: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}")
+    return n
+
+
+def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = False,
+                  steps_per_call: int = 1) -> dict[str, list[str]]:
+    """--call value -> impl -> styles. Names a library lacks are skipped for that library.
+    With `steps_per_call` > 1, every JAX library also gets the "fused" style."""
     from zoo.bench.styles import DEFAULT_STYLE, available_styles
 
     out: dict[str, list[str]] = {}
     wanted = [v.strip() for v in value.split(",") if v.strip()]
+    fused = steps_per_call > 1
     for impl in impls:
-        avail = available_styles(impl, torch_compile=torch_compile)
+        avail = available_styles(impl, torch_compile=torch_compile, fused=fused)
         if value == "all":
             calls = avail
         elif value == "default":
@@ -62,6 +77,8 @@ def resolve_calls(value: str, impls: tuple[str, ...], *,
             calls = [c for c in wanted if c in avail]
             if impl == "torch" and torch_compile and "compile" not in calls:
                 calls.append("compile")
+        if fused and "fused" in avail and "fused" not in calls:
+            calls.append("fused")
         if not calls:
             raise ValueError(f"no call style {wanted} for {impl}; it has {avail}")
         out[impl] = calls
@@ -106,6 +123,13 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", default=RESULTS_DIR, help=argparse.SUPPRESS)
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="jax.profiler trace of a few extra steps per style (Perfetto)")
+    p.add_argument("--steps-per-call", type=positive_int, default=1, metavar="K",
+                   help="K > 1 adds the 'fused' style to every JAX library: zoo.fast with K "
+                        "training steps (forward: K batches) per call, in one lax.scan; all "
+                        "times are per step")
+    p.add_argument("--xla-cpu-flags", default=None, metavar="PRESET|FLAGS",
+                   help="XLA:CPU flags set before JAX starts (recorded): a preset "
+                        "(python -m zoo.bench xla-flags) or a string of --xla_cpu_* flags")
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
     p.add_argument("--torch-threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (default: PyTorch's own choice)")
@@ -131,9 +155,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     parse_methods(args.method)  # ValueError -> exit 2
     return BenchConfig(
         arch=arch, impls=impls,
-        calls=resolve_calls(args.call, impls, torch_compile=args.torch_compile),
+        calls=resolve_calls(args.call, impls, torch_compile=args.torch_compile,
+                            steps_per_call=args.steps_per_call),
         modes=tuple(modes), batch=args.batch or (preset.batch if preset else DEFAULT_BATCH[arch]),
         dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
         repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
-        torch_threads=args.torch_threads, profile=args.profile, precision=args.precision)
+        torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
+        steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags)

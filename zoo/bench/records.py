@@ -34,7 +34,8 @@ def record_base(kind: str) -> dict[str, Any]:
 
 
 def record_name(record: dict[str, Any]) -> str:
-    """File name of a model record: arch, preset or batch, dtype, modes, methods, precision."""
+    """File name of a model record: arch, preset or batch, dtype, modes, methods, precision,
+    steps per call (`-k10`) and XLA:CPU flag preset (`-xla-onednn`)."""
     if record["kind"] == "dispatch":
         return "dispatch.json"
     cfg = record["config"]
@@ -47,7 +48,12 @@ def record_name(record: dict[str, Any]) -> str:
         method = "-methods"
     prec = cfg.get("precision", "default")
     prec = "" if prec == "default" else f"-{prec}"
-    return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}{prec}.json"
+    k = cfg.get("steps_per_call") or 1
+    extra = f"-k{k}" if k > 1 else ""
+    flags = cfg.get("xla_cpu_flags")
+    if flags:
+        extra += "-xla-" + (flags if flags.replace("-", "").isalnum() else "custom")
+    return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}{prec}{extra}.json"
 
 
 def _jsonable(o: Any) -> Any:

@@ -67,6 +67,8 @@ class BenchConfig:
     torch_threads: int | None = None
     profile: str | None = None
     precision: str = "default"
+    steps_per_call: int = 1  # K of the "fused" call style (train: K steps per call)
+    xla_cpu_flags: str | None = None  # as given (preset name or string); applied by the CLI
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -112,6 +114,8 @@ def _compile(prepared: Any) -> CompileInfo:
                 info = CompileInfo()
                 prepared.note = f"no AOT compile ({type(e).__name__})"
         info.first_call_s = first_call(prepared)
+    if prepared.step_flop_counts is not None:  # a fused call: FLOPs of one of its steps
+        info.flop_counts = dict(prepared.step_flop_counts)
     return info
 
 
@@ -245,7 +249,8 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
         natives = build_models(configs[m], jax_impls, cfg.seed, cfg.dtype)
         for impl in jax_impls:
             name = f"{impl}:{m}" if multi else impl
-            subjects[name] = Subject(impl, natives[impl], task, name=name)
+            subjects[name] = Subject(impl, natives[impl], task, name=name,
+                                     steps_per_call=cfg.steps_per_call)
             method_of[name] = m
     if "torch" in cfg.impls:
         subjects["torch"] = Subject("torch", build_models(config, ("torch",), cfg.seed,
@@ -323,6 +328,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
                                                  "torch_peak_bytes": torch_peaks.get(key)},
                               cfg, twin)
                 res["method"] = method_of[name]
+                res["steps_per_call"] = prepared[key].steps
                 if prepared[key].note:
                     res["note"] = prepared[key].note
                 results.append(res)
@@ -341,4 +347,5 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     record["fairness"] = fairness
     record["results"] = results
     record["failed_styles"] = failed
+    record["skipped_styles"] = styles_mod.skipped_styles(cfg.impls)
     return record

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import flax
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -62,6 +63,25 @@ def fast(subject: Subject, mode: str) -> Prepared:
     args = subject.train_args()
     return Prepared(step, args, lower=lambda: step.lower(*args),
                     compile_info=subject._cache.get("info_train"))
+
+
+def fused(subject: Subject, mode: str) -> Prepared:
+    """`zoo.fast` with K steps per call (`--steps-per-call K`): training runs K optimizer steps
+    in one `lax.scan` (`train_step(steps_per_call=K)`), forward K batches in one `lax.map`;
+    times are per step (call time / K)."""
+    k = subject.steps_per_call
+    single = subject._cache.get(f"info_{mode}")
+    counts = single.flop_counts if single is not None else None  # per step, not per loop
+    if mode == "forward":
+        fwd = subject.fast_forward()
+        run = jax.jit(lambda p, s, xs: jax.lax.map(lambda x: fwd.func(p, s, x), xs))
+        args = (*fwd.args, subject.stacked(subject.x, k))
+        return Prepared(run, args, lower=lambda: run.lower(*args), steps=k,
+                        step_flop_counts=counts)
+    step = subject.fast_train(k)
+    args = subject.train_args(k)
+    return Prepared(step, args, lower=lambda: step.lower(*args), steps=k,
+                    step_flop_counts=counts)
 
 
 # --------------------------------------------------------------------------- Equinox
@@ -187,6 +207,35 @@ def nnx_jit(subject: Subject, mode: str) -> Prepared:
     return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
 
 
+def nnx_jit_tree(subject: Subject, mode: str) -> Prepared:
+    """`nnx.jit(f, graph=False)`: tree mode (the model is a pytree, no graph traversal)."""
+    objs = _nnx_objects(subject, mode)
+    if mode == "forward":
+        f = nnx.jit(_nnx_forward, graph=False)
+        args = (*objs, subject.x)
+    else:
+        f = nnx.jit(_nnx_step_fn(subject), graph=False)
+        args = (*objs, subject.x, subject.target, subject.task.key)
+    return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
+
+
+def nnx_flaxlib(subject: Subject, mode: str) -> Prepared:
+    """`nnx.jit(f)` with `flax_use_flaxlib` (graph traversal in C++, needs `flaxlib`); the flag
+    is set around each call only, so that the other styles of a run keep Python traversal."""
+    prepared = nnx_jit(subject, mode)
+    inner = prepared.fn
+
+    def call(*args: Any) -> Any:
+        flax.config.update("flax_use_flaxlib", True)
+        try:
+            return inner(*args)
+        finally:
+            flax.config.update("flax_use_flaxlib", False)
+
+    prepared.fn = call
+    return prepared
+
+
 def nnx_cached_partial(subject: Subject, mode: str) -> Prepared:
     """`nnx.cached_partial(nnx.jit(f), model[, optimizer])`: the graph traversal is cached."""
     objs = _nnx_objects(subject, mode)
@@ -258,28 +307,67 @@ def torch_compile(subject: Subject, mode: str) -> Prepared:
 
 # --------------------------------------------------------------------------- registry
 STYLES: dict[str, dict[str, StyleFn]] = {
-    "eqx": {"filter_jit": eqx_filter_jit, "partition": eqx_partition, "fast": fast},
-    "linen": {"jit": linen_jit, "fast": fast},
-    "nnx": {"nnx_jit": nnx_jit, "cached_partial": nnx_cached_partial,
-            "jit_partial": nnx_jit_partial, "split": nnx_split, "fast": fast},
+    "eqx": {"filter_jit": eqx_filter_jit, "partition": eqx_partition, "fast": fast,
+            "fused": fused},
+    "linen": {"jit": linen_jit, "fast": fast, "fused": fused},
+    "nnx": {"nnx_jit": nnx_jit, "jit_tree": nnx_jit_tree, "flaxlib": nnx_flaxlib,
+            "cached_partial": nnx_cached_partial, "jit_partial": nnx_jit_partial,
+            "split": nnx_split, "fast": fast, "fused": fused},
     "torch": {"eager": torch_eager, "compile": torch_compile},
 }
 DEFAULT_STYLE = {"eqx": "fast", "linen": "fast", "nnx": "fast", "torch": "eager"}
 IDIOMATIC_STYLE = {"eqx": "filter_jit", "linen": "jit", "nnx": "nnx_jit", "torch": "eager"}
-_OPTIONAL = {("nnx", "cached_partial"): "cached_partial", ("nnx", "jit_partial"): "jit_partial"}
+# Styles that only run when asked for by an option (not part of --call all otherwise).
+ON_REQUEST = {"fused": "--steps-per-call K (K > 1)", "compile": "--torch-compile"}
 
 
-def available_styles(impl: str, *, torch_compile: bool = False) -> list[str]:
-    """The styles this installation offers for `impl` (NNX partials need a recent Flax)."""
-    names = []
-    for name in STYLES[impl]:
-        attr = _OPTIONAL.get((impl, name))
-        if attr is not None and not hasattr(nnx, attr):
-            continue
-        if (impl, name) == ("torch", "compile") and not torch_compile:
-            continue
-        names.append(name)
-    return names
+def _nnx_has(attr: str) -> str | None:
+    return None if hasattr(nnx, attr) else f"flax {flax.__version__} has no nnx.{attr}"
+
+
+def _nnx_jit_graph() -> str | None:
+    if "graph" in inspect.signature(nnx.jit).parameters:
+        return None
+    return f"flax {flax.__version__}: nnx.jit has no graph= argument (tree mode)"
+
+
+def _flaxlib() -> str | None:
+    try:
+        import flaxlib  # noqa: F401
+    except ImportError:
+        return "flaxlib is not installed (flax_use_flaxlib needs it: pip install flaxlib)"
+    if not hasattr(flax.config, "flax_use_flaxlib"):
+        return f"flax {flax.__version__} has no flax_use_flaxlib"
+    return None
+
+
+# What an optional style needs from the installed versions: None when available, else why not.
+REQUIRES: dict[tuple[str, str], Callable[[], str | None]] = {
+    ("nnx", "cached_partial"): lambda: _nnx_has("cached_partial"),
+    ("nnx", "jit_partial"): lambda: _nnx_has("jit_partial"),
+    ("nnx", "jit_tree"): _nnx_jit_graph,
+    ("nnx", "flaxlib"): _flaxlib,
+}
+
+
+def unavailable(impl: str, style: str) -> str | None:
+    """Why this installation cannot run `style` of `impl` (None when it can)."""
+    need = REQUIRES.get((impl, style))
+    return need() if need is not None else None
+
+
+def available_styles(impl: str, *, torch_compile: bool = False, fused: bool = False) -> list[str]:
+    """The styles this installation offers for `impl` (NNX partials and tree mode need a recent
+    Flax, flaxlib its package); `fused` and torch `compile` only when asked for."""
+    asked = {"fused": fused, "compile": torch_compile}
+    return [name for name in STYLES[impl]
+            if asked.get(name, True) and unavailable(impl, name) is None]
+
+
+def skipped_styles(impls: tuple[str, ...] | list[str]) -> list[dict[str, str]]:
+    """The optional styles this installation lacks, with the reason (recorded in every run)."""
+    return [{"impl": impl, "call": style, "reason": reason} for impl in impls
+            for style in STYLES[impl] if (reason := unavailable(impl, style)) is not None]
 
 
 def describe(impl: str, style: str) -> str:

@@ -111,6 +111,7 @@ class Subject:
     native: Any
     task: Task
     name: str = ""
+    steps_per_call: int = 1  # K of the "fused" call style
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -181,11 +182,21 @@ class Subject:
     def fast_forward(self) -> Any:
         return self._memo("fast_forward", lambda: fast.forward(self.native, self.impl))
 
-    def fast_train(self) -> Any:
-        return self._memo("fast_train", lambda: fast.train_step(
-            self.native, self.impl, self.optimizer(), self.loss_fn))
+    def fast_train(self, steps: int = 1) -> Any:
+        """`zoo.fast.train_step` (`steps` > 1: K fused steps per call)."""
+        name = "fast_train" if steps == 1 else f"fast_train{steps}"
+        return self._memo(name, lambda: fast.train_step(
+            self.native, self.impl, self.optimizer(), self.loss_fn, steps_per_call=steps))
 
-    def train_args(self) -> tuple[Any, ...]:
-        """(x, target) or (x, target, key): the arguments of one training step."""
-        return (self.x, self.target) if self.task.key is None else (
+    @staticmethod
+    def stacked(a: Any, steps: int) -> Any:
+        """`steps` copies of `a` stacked on a new leading axis (the batches of a fused call)."""
+        return jax.block_until_ready(jnp.stack([a] * steps))
+
+    def train_args(self, steps: int = 1) -> tuple[Any, ...]:
+        """(x, target) or (x, target, key): the arguments of one training step; with `steps` > 1,
+        those of a fused call: the same batch (and dropout key, as the single step reuses it)
+        stacked `steps` times."""
+        args = (self.x, self.target) if self.task.key is None else (
             self.x, self.target, self.task.key)
+        return args if steps == 1 else tuple(self.stacked(a, steps) for a in args)

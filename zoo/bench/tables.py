@@ -91,6 +91,12 @@ def _scaled(value: float | None, factor: float) -> str:
     return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
 
 
+def call_label(r: dict[str, Any]) -> str:
+    """The call style, with its steps per call when more than one ("fused K=100")."""
+    k = r.get("steps_per_call") or 1
+    return r["call"] + (f" K={k}" if k > 1 else "")
+
+
 def model_table(record: dict[str, Any], mode: str) -> Table:
     """One mode of a model record: every (impl, [method,] call) row, fastest first."""
     rows = sorted((r for r in record["results"] if r["mode"] == mode),
@@ -106,7 +112,7 @@ def model_table(record: dict[str, Any], mode: str) -> Table:
     spec: list[tuple[str, bool, Any]] = [  # (name, text column, cell)
         ("impl", True, lambda r: r["impl"]),
         *([("method", True, lambda r: r.get("method") or "-")] if methods else []),
-        ("call", True, lambda r: r["call"]),
+        ("call", True, call_label),
         (f"median {unit}", False, lambda r: _scaled(r["time"].get("median_s"), factor)),
         ("p10", False, lambda r: _scaled(r["time"].get("p10_s"), factor)),
         ("p90", False, lambda r: _scaled(r["time"].get("p90_s"), factor)),
@@ -152,8 +158,9 @@ def dispatch_table(record: dict[str, Any]) -> Table:
     cols = [Column("impl", True), Column("call", True)]
     for w in workloads:
         cols += [Column(f"{w} µs"), Column("× floor"), Column("× own")]
-    table = Table(f"dispatch: µs per call (median), ratio to the floor and to the library's own "
-                  f"program called raw, {record['device']['name']}", cols)
+    table = Table(f"dispatch: µs per step (median; one step per call, fused K: call / K), ratio "
+                  f"to the floor and to the library's own program called raw, "
+                  f"{record['device']['name']}", cols)
     for impl, call in keys:
         cells = []
         for w in workloads:
@@ -171,6 +178,10 @@ def print_model_record(record: dict[str, Any], console: Any) -> None:
         console.print(to_rich(model_table(record, mode)))
     for f in record.get("failed_styles", []):
         console.print(f"[yellow]skipped {f['impl']} {f['call']} ({f['mode']}): {f['error']}[/]")
+    for f in record.get("skipped_styles", []):
+        console.print(f"[dim]not installed: {f['impl']} {f['call']}: {f['reason']}[/]")
+    if record["config"].get("xla_flags"):
+        console.print(f"XLA_FLAGS: {record['config']['xla_flags']}")
     f = record["fairness"]
     at = f.get("at_precision") or {}
     at_text = (f", then at precision {at['precision']} ({at['format']}) within "

@@ -21,7 +21,9 @@ class Prepared:
 
     `lower` (if the style supports ahead-of-time compilation) returns a `Lowered` of exactly the
     program a call runs. `compile_info`, when already known (the fast path after the fairness
-    check), is reused instead of compiling again.
+    check), is reused instead of compiling again. `steps`: training steps (or batches) per
+    call; recorded times are per step (call time / steps). `step_flop_counts`: FLOP counts of one
+    step, for a fused call whose loop cost analysis would not give them per step.
     """
 
     fn: Callable[..., Any]
@@ -30,6 +32,8 @@ class Prepared:
     lower: Callable[[], Any] | None = None
     compile_info: CompileInfo | None = None
     note: str = ""
+    steps: int = 1
+    step_flop_counts: dict[str, tuple[float, float | None]] | None = None
 
 
 @dataclass
@@ -107,9 +111,9 @@ class Samples:
 
 def run_steps(prepared: Prepared, n: int, samples: Samples | None = None,
               on_step: Callable[[], Any] | None = None) -> Samples:
-    """`n` timed steps, each waited for (`block`) before the next starts."""
+    """`n` timed calls, each waited for (`block`) before the next starts; times per step."""
     samples = samples if samples is not None else Samples()
-    fn, args, block = prepared.fn, prepared.args, prepared.block
+    fn, args, block, per = prepared.fn, prepared.args, prepared.block, prepared.steps
     clock = time.perf_counter
     for _ in range(n):
         t0 = clock()
@@ -117,8 +121,8 @@ def run_steps(prepared: Prepared, n: int, samples: Samples | None = None,
         t1 = clock()
         block(out)
         t2 = clock()
-        samples.step_s.append(t2 - t0)
-        samples.dispatch_s.append(t1 - t0)
+        samples.step_s.append((t2 - t0) / per)
+        samples.dispatch_s.append((t1 - t0) / per)
         if on_step is not None:
             on_step()
     return samples
