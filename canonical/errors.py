@@ -4,3 +4,8 @@
 class ConversionError(ValueError):
     """A state does not fit a model, or a model holds arrays no rule converts; the message
     names every offending key."""
+
+
+class KeyMismatchError(ConversionError):
+    """The state's key names are not the model's: missing or unexpected keys (a checkpoint
+    written by other code, whose layers `converters.matching` may still match by structure)."""

@@ -33,7 +33,7 @@ from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_s
 from converters.checkpoints import inspect_checkpoint as inspect_file
 from converters.checkpoints.base import parse_config
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
-from converters.core import ConversionError
+from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
 from converters.matching.match import MatchError
 from zoo.configs import ConfigError
@@ -131,16 +131,17 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
                               progress=progress, cast=args.cast)
-    except ConversionError as e:
-        if det.meta is not None or det.fmt == "eqx" or parse_config(args.arch,
-                                                                    args.config) is None:
+    except KeyMismatchError as e:
+        config = parse_config(args.arch, args.config)
+        if det.meta is not None or det.fmt == "eqx" or config is None:
             raise  # ours, or an Equinox file (no names to match), or no architecture given
         try:  # a checkpoint written by other code: match its layers by structure
             return convert_foreign_cli(args, console)
         except MatchError as m:
             named = {r.source for r in m.rows} & {r.target for r in m.rows if r.target}
             if not named:  # the key names carry nothing: only the matching tells what to do
-                raise ConversionError(f"{args.src}: {m}") from m
+                raise ConversionError(f"{args.src}: state does not fit {config.arch} by name, "
+                                      f"and {m}") from m
             raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
                                   ) from m
     describe(console, ck)

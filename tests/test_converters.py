@@ -166,8 +166,8 @@ def test_not_a_mapping():
 def test_unknown_impl_and_arch():
     with pytest.raises(ValueError, match="unknown implementation 'jaxx'"):
         converters.to_canonical(object(), "jaxx")
-    with pytest.raises(ValueError, match="unknown architecture 'resnet'"):
-        zoo.create("resnet", "eqx")
+    with pytest.raises(ValueError, match="unknown architecture 'resnet9'"):
+        zoo.create("resnet9", "eqx")
 
 
 def test_eqx_model_with_state_needs_the_state():

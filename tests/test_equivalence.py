@@ -142,6 +142,7 @@ def test_training_matches(case, a, b):
     start = converters.to_canonical(_model(case, a), a)
     moved = max(float(np.abs(np.asarray(state_a[k]) - np.asarray(start[k])).max())
                 for k in start if "weight" in k)
-    assert moved > 1e-3, "training did not change the parameters"
+    # Well above the tolerance, or agreeing after training would prove nothing.
+    assert moved > 10 * TOL["atol"], f"training barely changed the parameters ({moved:.2g})"
     chex.assert_trees_all_close(state_a, state_b, **TOL)
     chex.assert_trees_all_close(y_a, y_b, **TOL)

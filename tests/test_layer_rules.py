@@ -8,6 +8,8 @@ converted with the layer kinds' rules (`canonical.KINDS`) into the Equinox, Line
 
 from __future__ import annotations
 
+import zlib
+
 import equinox as eqx
 import flax.linen as nn
 import jax
@@ -146,7 +148,10 @@ def test_conv_transpose_rule_matches_torch(c):
                                         flax_native, x)
         outputs["nnx"] = _nnx_apply(nnx.ConvTranspose(c["cin"], c["cout"], c["k"], **flax_args,
                                                       rngs=nnx.Rngs(0)), flax_native, x)
-    for method in (m for m in METHODS if not (hazard and m == "lhs_dilation")):
+    # One of the zoo's methods per example, in turn (tests/test_conv_transpose_methods.py checks
+    # every method on every case); the rule is what is under test here.
+    usable = [m for m in METHODS if not (hazard and m == "lhs_dilation")]
+    for method in usable[zlib.crc32(repr(sorted(c.items())).encode()) % len(usable):][:1]:
         outputs[f"zoo-eqx-{method}"] = _eqx_apply(
             zeqx.ConvTranspose(*eqx_args, use_bias=c["bias"], method=method, key=key),
             eqx_native, x)

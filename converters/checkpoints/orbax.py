@@ -25,7 +25,7 @@ from converters.checkpoints.base import (
 )
 from converters.checkpoints.detect import _orbax_tree
 from converters.checkpoints.io import DIR_METADATA, CheckpointError, ProgressFn
-from converters.core import ConversionError, to_canonical
+from converters.core import ConversionError, KeyMismatchError, to_canonical
 from converters.optim import abstract_params, build, canonical_from_native
 from zoo.configs import Config
 from zoo.registry import skeleton
@@ -105,9 +105,10 @@ def _read_orbax(path: Path, det: Detection, given: Config | None,
         hint = ("\n(most keys do not match: is this a "
                 f"{'Linen' if fmt == 'linen' else 'NNX'} {config.arch} checkpoint with this "
                 "config?)" if missing > len(_flat_abstract(target)) // 2 else "")
-        raise ConversionError(f"{path} does not fit {config.arch} {config.to_json()}: "
-                              f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50])
-                              + hint)
+        names_differ = any(p.startswith(("missing", "unexpected")) for p in problems)
+        raise (KeyMismatchError if names_differ else ConversionError)(
+            f"{path} does not fit {config.arch} {config.to_json()}: "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
     task = _Task(progress, "reading", 1)
     try:
         with ocp.StandardCheckpointer() as ckptr:

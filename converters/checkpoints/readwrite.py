@@ -56,7 +56,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     try:
         ck.validate()
     except ConversionError as e:
-        raise ConversionError(f"{path}: {e}") from e
+        raise type(e)(f"{path}: {e}") from e
     return ck
 
 

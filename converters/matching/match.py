@@ -251,12 +251,13 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
 
 
 def suggest(rows: Sequence[Row]) -> str:
-    """A `--map` suggestion pairing the unmatched layers of each kind in order."""
+    """A `--map` suggestion pairing the unmatched layers of each kind and shape in order (a
+    layer whose shape fits no target gets no suggestion: a map cannot fix a shape)."""
     src = [r for r in rows if r.source and not r.rule]
     dst = [r for r in rows if not r.source]
     hints = []
     for s in src:
-        t = next((t for t in dst if t.kind == s.kind), None)
+        t = next((t for t in dst if t.kind == s.kind and t.target_shape == s.source_shape), None)
         if t is not None:
             dst.remove(t)
             hints.append(f"--map '{re.escape(s.source)}={t.target}'")

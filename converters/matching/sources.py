@@ -20,6 +20,7 @@ import numpy as np
 import canonical
 from canonical.kinds import FAMILIES, KINDS, Layer
 from canonical.paths import key_name
+from canonical.torch_arrays import torch_to_numpy
 
 COLLECTIONS = ("params", "batch_stats")
 SKIPPED = ("rngs",)  # NNX random-number streams: state, not weights
@@ -68,7 +69,7 @@ def candidate_kinds(leaves: set[str], family: str) -> tuple[str, ...]:
 
 
 def _numpy(v: Any) -> np.ndarray:
-    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+    return torch_to_numpy(v) if hasattr(v, "detach") else np.asarray(v)
 
 
 def natural_key(name: str) -> tuple[Any, ...]:
