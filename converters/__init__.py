@@ -27,8 +27,8 @@ __all__ = [
     "register_kind", "to_canonical", "validate",
 ]
 
-# Checkpoint files (issue 4): formats eqx / linen / nnx / canonical / torch, `python -m converters`.
-# Bring your own checkpoint (issue 9): layer matching for models and trees the zoo did not build.
+# Checkpoint files: formats eqx / linen / nnx / canonical / torch, `python -m converters`.
+# Bring your own checkpoint: layer matching for models and trees the zoo did not build.
 from converters import matching
 from converters.checkpoints import (
     FORMATS,

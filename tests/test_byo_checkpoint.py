@@ -1,4 +1,4 @@
-"""Bring your own checkpoint (issue 9): checkpoints and models the zoo did not build, matched
+"""Bring your own checkpoint: checkpoints and models the zoo did not build, matched
 layer by layer, converted to every library and checked forward-equal; every ambiguous, partial
 or misshaped input refused with the mapping table and a suggested --map."""
 

@@ -1,4 +1,4 @@
-"""Checkpoint files: every format, every pair of formats, native files, the CLI (issue 4)."""
+"""Checkpoint files: every format, every pair of formats, native files, the CLI."""
 
 from __future__ import annotations
 

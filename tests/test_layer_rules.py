@@ -104,7 +104,7 @@ def _linen_apply(module, native, x):
     return np.moveaxis(np.asarray(module.apply({"params": native}, _channels_last(x))), -1, 1)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=12)
 @given(conv_cases(transpose=False))
 def test_conv_rule_matches_torch(c):
     x, y, canon, spec = _reference(c, transpose=False)
@@ -127,7 +127,7 @@ def test_conv_rule_matches_torch(c):
             assert np.array_equal(back[k], canon[k])
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=10)
 @given(conv_cases(transpose=True))
 def test_conv_transpose_rule_matches_torch(c):
     x, y, canon, spec = _reference(c, transpose=True)
