@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from converters.matching.match import TargetLayer
-from converters.matching.verify import CHANNELS_LAST
+from zoo.registry import CHANNELS_LAST
 
 
 def abstract_input_of(input_shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:

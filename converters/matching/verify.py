@@ -11,8 +11,7 @@ import numpy as np
 
 from canonical.errors import ConversionError
 from zoo import precision
-
-CHANNELS_LAST = ("linen", "nnx")
+from zoo.registry import CHANNELS_LAST
 
 
 def _to_native(x: np.ndarray, impl: str) -> np.ndarray:
