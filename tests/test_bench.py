@@ -182,6 +182,41 @@ def test_cli_exits_nonzero_on_unfair_pair(monkeypatch, tmp_path, capsys):
     assert not path.exists()
 
 
+def test_programs_below_the_useful_flops_are_refused_even_when_they_agree():
+    """Two copies of one program agree with each other; a floor above their count (the useful
+    work of the shape) still refuses them: agreeing on too little work is no defence."""
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 6))
+    task = Task(x, x, "mse")
+    pair = {"a": _conv_subject((3, 3, 3), "a", task), "b": _conv_subject((3, 3, 3), "b", task)}
+    counted = check_fairness(pair)["forward"]["flops"]["a"]["flops"]
+    assert check_fairness(pair, flops_floor={"forward": counted})["passed"]
+    with pytest.raises(FairnessError, match=r"a is counted at .* below the .* useful FLOPs"):
+        check_fairness(pair, flops_floor={"forward": 2 * counted})
+
+
+def test_loop_flops_count_every_trip():
+    """XLA's cost analysis counts a loop body once; `flops.count` adds the other trips of its
+    dots (nested loops multiplied through), so a scanned program counts as its unrolled twin."""
+    from zoo.bench import flops
+
+    a, b = jnp.ones((6, 16, 32)), jnp.ones((32, 8))
+    matmul = 2 * 6 * 16 * 32 * 8
+
+    def counted(fn):
+        lowered = jax.jit(fn).lower(a, b)
+        return {s: v[0] for s, v in flops.count(lowered, lowered.compile()).items()}
+
+    scanned = counted(lambda a, b: jax.lax.scan(lambda c, ai: (c, ai @ b), None, a)[1])
+    nested = counted(lambda a, b: jax.lax.scan(
+        lambda c, ai: (c, jax.lax.scan(lambda c2, r: (c2, r @ b), None, ai.reshape(4, 4, 32))[1]),
+        None, a)[1])
+    unrolled = counted(lambda a, b: jnp.stack([ai @ b for ai in a]))
+    for counts in (scanned, nested):
+        assert counts["compiled"] == pytest.approx(unrolled["compiled"], rel=0.01)
+        assert counts["compiled"] >= matmul
+    assert flops.loop_flops("ENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}") == 0
+
+
 def test_fairness_checks_outputs_and_flops_units():
     ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5})
     assert not problems and ok["b"]["ok"] and ok["b"]["source"] == "compiled"
@@ -353,9 +388,9 @@ def test_method_all_rows_ratios_and_roofline(tmp_path):
                      "--json", str(path), "--no-progress"]) == 0
     record = json.loads(path.read_text())
     assert record["config"]["methods"] == list(ALL_METHODS)
-    # stride 2 -> one of the phase methods (phase_batched on CPU, phase elsewhere)
+    # 3-D, stride 2: im2col on CPU, phase elsewhere
     assert record["config"]["auto_picks"] == [
-        "phase_batched" if jax.default_backend() == "cpu" else "phase"]
+        "im2col" if jax.default_backend() == "cpu" else "phase"]
     assert record_name(record).endswith("-methods.json")
     rows = record["results"]
     jax_impls = [i for i in IMPLS if i != "torch"]
@@ -406,7 +441,8 @@ def test_convt_roofline_hand_computed():
 def test_parse_methods_and_new_presets():
     from zoo.bench.runner import parse_methods
 
-    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "phase_batched", "auto")
+    assert parse_methods("all") == ("lhs_dilation", "pad", "phase", "phase_batched", "im2col",
+                                      "auto")
     assert parse_methods("phase, pad,phase") == ("phase", "pad")
     with pytest.raises(ValueError, match="unknown conv-transpose method"):
         parse_methods("fft")

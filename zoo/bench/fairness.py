@@ -170,7 +170,12 @@ def _check_mode(subjects: dict[str, Subject], mode: str, tol: float, flops_toler
         entries_g, found = compare_flops(members, flops_tolerance,
                                          f"{mode}, method {group}" if group else mode)
         known = [e["flops"] for e in entries_g.values() if e["flops"]]
-        if (found and flops_floor and len(known) == len(members)
+        short = {n: e["flops"] for n, e in entries_g.items()
+                 if flops_floor and e["flops"] and e["flops"] < 0.99 * flops_floor}
+        found += [f"FLOPs ({mode}): {n} is counted at {v:.4g}, below the {flops_floor:.4g} "
+                  f"useful FLOPs of this shape: it does less work than the model needs"
+                  for n, v in short.items()]
+        if (found and not short and flops_floor and len(known) == len(members)
                 and all(v >= 0.99 * flops_floor for v in known)):
             notes.append(
                 f"FLOPs ({mode}{', method ' + group if group else ''}) differ across "
