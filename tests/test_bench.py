@@ -485,6 +485,29 @@ def test_dispatch_training_rows(tmp_path):
     assert all(len(v) >= 5 for v in samples.values())
 
 
+def test_optimizer_bound_is_the_adam_update_alone():
+    """The dispatch suite's lower bound for fused training runs exactly K Adam updates with
+    fixed gradients per call (what any fused step must at least do), timed per step."""
+    import optax
+
+    from zoo.bench import dispatch
+
+    leaves = [jnp.arange(6.0).reshape(2, 3), jnp.ones(3)]
+    bound = dispatch._optimizer_bound(leaves, 3)
+    assert bound.steps == 3
+    params, _ = bound.fn(*bound.args)
+    tx, want = optax.adam(dispatch.LEARNING_RATE), leaves
+    opt = tx.init(want)
+    for _ in range(3):
+        updates, opt = tx.update([jnp.full_like(a, 1e-3) for a in want], opt, want)
+        want = optax.apply_updates(want, updates)
+    for got, ref in zip(params, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    assert not np.allclose(params[0], leaves[0])
+    _, _, bounds = dispatch.workload("mlp_train", ("eqx",))
+    assert [b.steps for b in bounds.values()] == [max(dispatch.FUSED_STEPS)]
+
+
 def test_steps_per_call_and_xla_flags_bad_input(capsys):
     from zoo.bench import xla_flags
 

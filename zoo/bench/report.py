@@ -23,7 +23,7 @@ from zoo.bench.tables import (
 )
 
 IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
-               "floor": "#7f7f7f"}
+               "floor": "#7f7f7f", "bound": "#9467bd"}
 ARCH_ORDER = ("mlp", "cnn", "decoder3d", "convt")
 
 

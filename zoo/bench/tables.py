@@ -167,7 +167,7 @@ def dispatch_table(record: dict[str, Any]) -> Table:
             r = by.get((impl, call, w))
             cells += (["-", "-", "-"] if r is None else
                       [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}",
-                       "" if impl in ("floor", "torch") else f"{r['ratio_to_own']:.2f}"])
+                       "" if impl in ("floor", "torch", "bound") else f"{r['ratio_to_own']:.2f}"])
         idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
         table.add([impl, call + idiom, *cells])
     return table
