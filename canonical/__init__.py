@@ -22,7 +22,7 @@ from canonical.kinds import (
     unregister_kind,
 )
 from canonical.paths import path_name
-from canonical.state import layers, read, spec, write
+from canonical.state import layers, read, spec, walker, write
 from canonical.walkers import WALKERS, Walker
 
 __all__ = [
@@ -30,5 +30,5 @@ __all__ = [
     "attention", "kind_of",
     "layers",
     "path_name", "read", "register_class", "register_kind", "rules", "spec", "unregister_kind",
-    "write",
+    "walker", "write",
 ]

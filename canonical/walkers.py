@@ -153,6 +153,9 @@ class Walker:
     """Interface: one subclass per implementation."""
 
     impl: ClassVar[str]
+    needs_example: ClassVar[bool] = False  # `layers` traces a call on an example input
+    ordered: ClassVar[bool] = True  # `layers` come in definition order (not sorted by name)
+    ordered_flat_trees: ClassVar[bool] = False  # a flat {key: array} tree keeps that order too
 
     @property
     def family(self) -> str:
@@ -284,6 +287,7 @@ class LinenWalker(Walker):
     """
 
     impl = "linen"
+    needs_example = True
     STATS = "batch_stats"
 
     def _modules(self, module: nn.Module, variables: Any, example: Any) -> dict[tuple, tuple]:
@@ -375,6 +379,7 @@ class NNXWalker(Walker):
     """NNX: the module itself; `nnx.Param` and `nnx.BatchStat` variables are its arrays."""
 
     impl = "nnx"
+    ordered = False  # the module paths are sorted by name
     ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
@@ -425,6 +430,7 @@ class TorchWalker(Walker):
     """PyTorch: the `nn.Module`; its `state_dict` already is the canonical layout."""
 
     impl = "torch"
+    ordered_flat_trees = True  # a state_dict
 
     def as_native_array(self, a: Any) -> Any:
         return a  # numpy: `write` turns the state into tensors itself

@@ -15,7 +15,7 @@ import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
 from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
-from zoo.interface import Interface, interface
+from zoo.interface import Interface, interface, native_interface
 from zoo.registry import (
     ARCHS,
     IMPLS,
@@ -35,7 +35,7 @@ from zoo.registry import (
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
     "canonical_init", "create", "example_input", "interface", "list_models", "make_config",
-    "model_class", "register", "tiny_config",
+    "model_class", "native_interface", "register", "tiny_config",
 ]
 
 

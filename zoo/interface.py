@@ -10,14 +10,26 @@ Tests and benchmarks use it so that they never special-case a library:
 everything else. `apply` is pure: jit it with `static` closed over or marked static.
 Inputs and outputs of `to_native` / `to_canonical` are batched, in the canonical channels-first
 layout `(N, C, *spatial)`.
+
+Whole native models, the zoo's or a user's own (a Linen module without `train=`, an
+`eqx.nn.MLP`, an NNX tutorial model), have the per-library operations that tools otherwise
+special-case: `forward` (one eval-mode call that leaves the caller's model as it was),
+`eval_fn` (the same, pure, to jit or trace), `clone` (a copy safe to write into) and
+`checkpoint_tree` (what the library's own checkpointing stores). `native_interface(impl)`
+gives them for PyTorch too, with the layout but no functional split / merge / apply.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -29,27 +41,69 @@ def _channels_first(x: jax.Array) -> jax.Array:
     return x if x.ndim <= 2 else x.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
 
 
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` accepts the keyword `name` (a user's model may take no `train=`/`key=`)."""
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 class Interface:
-    """split / merge / apply, plus layout changes between canonical and native inputs."""
+    """split / merge / apply, plus layout changes between canonical and native inputs, and the
+    whole-model operations (`forward`, `eval_fn`, `clone`, `checkpoint_tree`).
+
+    `apply` passes `train=` / `key=` only to models whose `__call__` takes them, so models not
+    built by the zoo run too (in eval mode: they have no training switch to give).
+    """
 
     impl: ClassVar[str]
     channels_last: ClassVar[bool]
 
     def split(self, model: Any) -> tuple[Any, Any, Any]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.impl} has no functional split")
 
     def merge(self, static: Any, params: Any, state: Any) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.impl} has no functional merge")
 
     def apply(self, static: Any, params: Any, state: Any, x: jax.Array, *, train: bool = False,
               key: jax.Array | None = None) -> tuple[jax.Array, Any]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.impl} has no functional apply")
 
     def to_native(self, x: jax.Array) -> jax.Array:
         return _channels_last(x) if self.channels_last else x
 
     def to_canonical(self, y: jax.Array) -> jax.Array:
         return _channels_first(y) if self.channels_last else y
+
+    def eval_fn(self, model: Any) -> tuple[Callable[[Any, Any], Any], Any]:
+        """(fn, arrays): `fn(arrays, x)` is the eval-mode output of the whole native `model` on
+        the native batch `x`, a pure function of the model's arrays (a skeleton's abstract ones
+        too) to `jax.jit` or `jax.make_jaxpr`. Nothing reaches the caller's model."""
+        static, params, state = self.split(model)
+
+        def fn(arrays: Any, x: Any) -> Any:
+            return self.apply(static, *arrays, x, train=False)[0]
+
+        return fn, (params, state)
+
+    def forward(self, model: Any, x: Any) -> Any:
+        """The eval-mode output of the whole native `model` (zoo-built or not) on the native
+        batch `x`, in one compiled call; the caller's model is not changed."""
+        fn, arrays = self.eval_fn(model)
+        return jax.jit(fn)(arrays, x)
+
+    def clone(self, model: Any) -> Any:
+        """A model that writing into leaves `model` as it was (immutable ones are their own)."""
+        return model
+
+    def checkpoint_tree(self, model: Any) -> Any:
+        """The tree of arrays the library's own checkpointing stores for `model`."""
+        raise NotImplementedError
+
+
+def _is_param(a: Any) -> bool:
+    """A floating array, or a skeleton's abstract one (`eqx.filter_eval_shape`)."""
+    return eqx.is_inexact_array(a) or (
+        isinstance(a, jax.ShapeDtypeStruct) and jnp.issubdtype(a.dtype, jnp.inexact))
 
 
 class EqxInterface(Interface):
@@ -61,7 +115,7 @@ class EqxInterface(Interface):
 
     def split(self, model: Any) -> tuple[Any, Any, Any]:
         model, state = model if isinstance(model, tuple) else (model, None)
-        params, static = eqx.partition(model, eqx.is_inexact_array)
+        params, static = eqx.partition(model, _is_param)
         return static, params, state
 
     def merge(self, static: Any, params: Any, state: Any) -> Any:
@@ -73,14 +127,18 @@ class EqxInterface(Interface):
         if not train:
             model = eqx.nn.inference_mode(model)
         keys = None if key is None else jax.random.split(key, x.shape[0])
+        kw = (lambda ki: {"key": ki}) if _takes(type(model).__call__, "key") else (lambda ki: {})
         if state is not None:  # a fresh handle: the caller's state stays usable (pure apply)
             leaves, treedef = jax.tree.flatten(state)
             state = jax.tree.unflatten(treedef, leaves)
         if state is None:
-            y = jax.vmap(lambda xi, ki: model(xi, key=ki))(x, keys)
+            y = jax.vmap(lambda xi, ki: model(xi, **kw(ki)))(x, keys)
             return y, None
-        return jax.vmap(lambda xi, ki: model(xi, state, key=ki), axis_name="batch",
+        return jax.vmap(lambda xi, ki: model(xi, state, **kw(ki)), axis_name="batch",
                         out_axes=(0, None))(x, keys)
+
+    def checkpoint_tree(self, model: Any) -> Any:
+        return model  # `eqx.tree_serialise_leaves` stores the model (or `(model, state)`)
 
 
 class LinenInterface(Interface):
@@ -100,10 +158,14 @@ class LinenInterface(Interface):
     def apply(self, static, params, state, x, *, train=False, key=None):
         variables = {"params": params, **(state or {})}
         rngs = None if key is None else {"dropout": key}
+        kw = {"train": train} if _takes(type(static).__call__, "train") else {}
         if train and state:
-            y, updates = static.apply(variables, x, train=True, rngs=rngs, mutable=list(state))
+            y, updates = static.apply(variables, x, rngs=rngs, mutable=list(state), **kw)
             return y, dict(updates)
-        return static.apply(variables, x, train=train, rngs=rngs), state
+        return static.apply(variables, x, rngs=rngs, **kw), state
+
+    def checkpoint_tree(self, model: Any) -> Any:
+        return model[1]  # the variables
 
 
 class NNXInterface(Interface):
@@ -124,10 +186,41 @@ class NNXInterface(Interface):
         y = model(x) if key is None else model(x, rngs=key)
         return y, nnx.split(model, nnx.Param, ...)[2]
 
+    def clone(self, model: Any) -> Any:
+        return nnx.clone(model)
+
+    def checkpoint_tree(self, model: Any) -> Any:
+        return nnx.state(model)
+
+
+class TorchInterface(Interface):
+    """PyTorch: no functional split / merge / apply (modules are stateful), only the layout
+    and the whole-model operations. torch is imported when a model is at hand."""
+
+    impl = "torch"
+    channels_last = False
+
+    def eval_fn(self, model: Any) -> tuple[Callable[[Any, Any], Any], Any]:
+        raise NotImplementedError("a PyTorch module cannot be traced by JAX")
+
+    def forward(self, model: Any, x: Any) -> Any:
+        import torch
+
+        m = copy.deepcopy(model).eval()  # eval mode on a copy: the caller's model keeps its own
+        with torch.no_grad():
+            return m(torch.from_numpy(np.asarray(x))).numpy()
+
+    def clone(self, model: Any) -> Any:
+        return copy.deepcopy(model)
+
+    def checkpoint_tree(self, model: Any) -> Any:
+        return model.state_dict()
+
 
 INTERFACES: dict[str, Interface] = {
     i.impl: i for i in (EqxInterface(), LinenInterface(), NNXInterface())
 }
+NATIVE_INTERFACES: dict[str, Interface] = {**INTERFACES, "torch": TorchInterface()}
 
 
 def interface(impl: str) -> Interface:
@@ -135,3 +228,12 @@ def interface(impl: str) -> Interface:
     if impl not in INTERFACES:
         raise ValueError(f"no functional interface for {impl!r}; JAX impls: {list(INTERFACES)}")
     return INTERFACES[impl]
+
+
+def native_interface(impl: str) -> Interface:
+    """The interface of any implementation, "torch" included: for whole native models
+    (`forward`, `eval_fn`, `clone`, `checkpoint_tree`) and the layout. PyTorch's has no
+    functional split / merge / apply; the JAX libraries' is `interface(impl)`."""
+    if impl not in NATIVE_INTERFACES:
+        raise ValueError(f"no interface for {impl!r}; impls: {list(NATIVE_INTERFACES)}")
+    return NATIVE_INTERFACES[impl]

@@ -122,6 +122,10 @@ def _read_eqx(path: Path, det: Detection, given: Config | None,
 def _write_eqx(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, Any], tmp: Path,
                dst: Path) -> None:
     model, opt = native
-    tree = (model, opt, ck.step) if ck.training else model
-    with open(tmp, "wb") as f:  # a handle: given a path, Equinox would force a .eqx suffix
+    save_eqx_tree((model, opt, ck.step) if ck.training else model, tmp)
+
+
+def save_eqx_tree(tree: Any, path: Path) -> None:
+    """`eqx.tree_serialise_leaves` of `tree` into `path`, whatever its suffix."""
+    with open(path, "wb") as f:  # a handle: given a path, Equinox would force a .eqx suffix
         eqx.tree_serialise_leaves(f, tree)

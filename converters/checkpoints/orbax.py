@@ -143,8 +143,6 @@ def _read_orbax(path: Path, det: Detection, given: Config | None,
 
 def _write_orbax(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, Any], tmp: Path,
                  dst: Path) -> None:
-    import orbax.checkpoint as ocp
-
     model, opt = native
     if fmt == "linen":
         tree: dict[str, Any] = dict(model[1])
@@ -159,7 +157,14 @@ def _write_orbax(ck: Checkpoint, fmt: str, dtype: np.dtype, native: tuple[Any, A
             tree["opt_state"] = opt
         if ck.step is not None:
             tree["step"] = int(ck.step)
-    with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save(tmp.absolute(), tree)
-        ckptr.wait_until_finished()
+    save_orbax_tree(tree, tmp)
     _write_json(tmp / DIR_METADATA, _meta(ck, fmt, dtype))
+
+
+def save_orbax_tree(tree: Any, path: Path) -> None:
+    """An orbax checkpoint directory of `tree` (Linen variables, an NNX state) at `path`."""
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(path.absolute(), tree)
+        ckptr.wait_until_finished()

@@ -19,9 +19,9 @@ from converters.checkpoints.base import (
 )
 from converters.checkpoints.destination import digest, publishing
 from converters.checkpoints.detect import detect
-from converters.checkpoints.eqx import _read_eqx, _write_eqx
+from converters.checkpoints.eqx import _read_eqx, _write_eqx, save_eqx_tree
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError, has_sidecar
-from converters.checkpoints.orbax import _read_orbax, _write_orbax
+from converters.checkpoints.orbax import _read_orbax, _write_orbax, save_orbax_tree
 from converters.checkpoints.torch import (
     _read_safetensors,
     _read_torch,
@@ -30,6 +30,9 @@ from converters.checkpoints.torch import (
 )
 from converters.core import ConversionError, from_canonical
 from converters.optim import to_native_opt
+
+# How each JAX library stores a model's `zoo.interface(impl).checkpoint_tree` (no metadata).
+TREE_WRITERS = {"eqx": save_eqx_tree, "linen": save_orbax_tree, "nnx": save_orbax_tree}
 
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,

@@ -18,10 +18,11 @@ from converters.checkpoints.base import Checkpoint, Detection
 from converters.checkpoints.destination import check_pair, publishing
 from converters.checkpoints.detect import detect
 from converters.checkpoints.io import CheckpointError, UsageError
-from converters.checkpoints.readwrite import write
+from converters.checkpoints.readwrite import TREE_WRITERS, write
 from converters.checkpoints.torch import _load_pt
 from converters.matching.transfer import Result, import_state, transfer
 from zoo.configs import Config
+from zoo.interface import native_interface
 from zoo.registry import IMPLS
 
 
@@ -131,21 +132,4 @@ def _save_native(res: Result, to: str, impl: str, path: Path, dst: Path) -> None
 
         save_file({k: np.ascontiguousarray(v) for k, v in res.state.items()}, str(path))
         return
-    if impl == "eqx":
-        import equinox as eqx
-
-        with open(path, "wb") as f:
-            eqx.tree_serialise_leaves(f, res.model)
-        return
-    import orbax.checkpoint as ocp
-
-    tree = res.model[1] if impl == "linen" else _nnx_state(res.model)
-    with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save(path.absolute(), tree)
-        ckptr.wait_until_finished()
-
-
-def _nnx_state(model: Any) -> Any:
-    from flax import nnx
-
-    return nnx.state(model)
+    TREE_WRITERS[impl](native_interface(impl).checkpoint_tree(res.model), path)

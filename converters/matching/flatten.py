@@ -1,6 +1,7 @@
 """The flatten-order trap: a linear layer fed by a flattened conv map sees `(C, *spatial)`
 order in PyTorch and Equinox, `(*spatial, C)` in Flax. Where no zoo config gives the map's
-shape, it is traced through the reshape that feeds the layer (one abstract call of a JAX model)
+shape, it is traced through the reshape that feeds the layer (one abstract eval-mode call of a
+JAX model, `Interface.eval_fn`)
 or guessed from the channels of the layer before; a wrong one fails the verification.
 Only C and the spatial size matter to the permutation, not how the spatial axes split.
 """
@@ -10,18 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import equinox as eqx
 import jax
 import numpy as np
 
 from converters.matching.match import TargetLayer
+from zoo.interface import native_interface
 from zoo.registry import CHANNELS_LAST
 
 
 def abstract_input_of(input_shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:
-    c, *sp = input_shape
-    shape = (1, *sp, c) if sp and impl in CHANNELS_LAST else (1, *input_shape)
-    return jax.ShapeDtypeStruct(shape, np.float32)
+    """One abstract sample, batched, in `impl`'s layout."""
+    canonical = jax.ShapeDtypeStruct((1, *input_shape), np.float32)
+    return jax.eval_shape(native_interface(impl).to_native, canonical)
 
 
 def guess_flatten(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
@@ -59,41 +60,20 @@ def trace_flatten(model: Any, impl: str, input_shape: tuple[int, ...],
                   fan_ins: Sequence[int]) -> tuple[int, ...] | None:
     """(C, *spatial) of the first reshape, in one traced call of a JAX model, that flattens a
     feature map into one of `fan_ins` values (None if there is none, or for PyTorch)."""
-    if impl == "torch":
+    api = native_interface(impl)
+    try:  # PyTorch has no traceable function; a model needing more arguments cannot be traced
+        fn, arrays = api.eval_fn(model)
+        jaxpr = jax.make_jaxpr(fn)(arrays, abstract_input_of(input_shape, impl)).jaxpr
+    except Exception:  # either way: guess instead
         return None
-    x = abstract_input_of(input_shape, impl)
-    if impl == "eqx":
-        m, state = model if isinstance(model, tuple) else (model, None)
-        params, static = eqx.partition(  # a skeleton's abstract arrays trace as well
-            m, lambda a: eqx.is_array(a) or isinstance(a, jax.ShapeDtypeStruct))
-        fn = lambda p, s, xi: _call(eqx.combine(p, static), s, xi)
-        args: tuple = (params, state, jax.ShapeDtypeStruct(x.shape[1:], x.dtype))
-    elif impl == "linen":
-        module, variables = model
-        fn, args = (lambda v, xi: module.apply(v, xi)), (variables, x)
-    else:
-        from flax import nnx
-
-        graphdef, state = nnx.split(model)
-        fn, args = (lambda s, xi: nnx.merge(graphdef, s)(xi)), (state, x)
-    try:
-        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    except Exception:  # a model that needs more arguments cannot be traced: guess instead
-        return None
-    batched = impl != "eqx"
     for eqn in _eqns(jaxpr):
         if eqn.primitive.name != "reshape":
             continue
         shape_in, shape_out = eqn.invars[0].aval.shape, eqn.outvars[0].aval.shape
-        if len(shape_out) == 1 + batched and len(shape_in) >= 2 + batched and (
-                shape_out[-1] in fan_ins):
-            sample = shape_in[1:] if batched else shape_in
-            return (sample[-1], *sample[:-1]) if impl in CHANNELS_LAST else tuple(sample)
+        if len(shape_out) == 2 and len(shape_in) >= 3 and shape_out[-1] in fan_ins:
+            sample = shape_in[1:]  # batched (Equinox's per-sample call under `jax.vmap`)
+            return (sample[-1], *sample[:-1]) if api.channels_last else tuple(sample)
     return None
-
-
-def _call(model: Any, state: Any, x: Any) -> Any:
-    return model(x) if state is None else model(x, state)
 
 
 def needs_flatten(*impls: str) -> bool:

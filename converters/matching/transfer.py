@@ -24,6 +24,7 @@ from converters.matching.flatten import abstract_input_of, find_flatten, needs_f
 from converters.matching.match import Row, TargetLayer, match
 from converters.matching.sources import SourceLayer, flatten_tree, from_flat, from_model
 from zoo.configs import Config
+from zoo.interface import native_interface
 from zoo.registry import schema
 
 
@@ -58,15 +59,16 @@ def source_layers(src: Any, impl: str, *, input_shape: tuple[int, ...] | None = 
     family = FAMILIES.get(impl)
     if family is None:
         raise ConversionError(f"unknown implementation {impl!r}; available: {list(FAMILIES)}")
-    if impl == "linen" and isinstance(src, tuple):
-        if input_shape is None:  # no input to trace the module with: its variables suffice
-            return source_layers(dict(src[1]), impl)
-        return from_model(src, impl, example=abstract_input_of(input_shape, impl)), True
+    walker = canonical.walker(impl)
     if _is_tree(src):
         flat = dict(src) if isinstance(src, Mapping) and _is_flat(src) else flatten_tree(src)
-        ordered = impl == "torch" and isinstance(src, Mapping) and _is_flat(src)
+        ordered = walker.ordered_flat_trees and isinstance(src, Mapping) and _is_flat(src)
         return from_flat(flat, family, ordered=ordered), ordered
-    return from_model(src, impl), impl != "nnx"  # the NNX walker sorts paths by name
+    if walker.needs_example:
+        if input_shape is None:  # no input to trace the model with: its arrays suffice
+            return source_layers(native_interface(impl).checkpoint_tree(src), impl)
+        return from_model(src, impl, example=abstract_input_of(input_shape, impl)), True
+    return from_model(src, impl), walker.ordered
 
 
 def _is_tree(src: Any) -> bool:
@@ -115,8 +117,8 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
         from converters.core import from_canonical
 
         x = checks.random_input(config.input_shape)
-        other = verify_with if verify_with != src_impl else (
-            "torch" if src_impl != "torch" else "eqx")
+        other = verify_with if verify_with != src_impl else next(  # another library
+            i for i in ("torch", "eqx") if i != src_impl)
         ref = checks.forward(from_canonical(state, config, src_impl), src_impl, x)
         out = checks.forward(from_canonical(state, config, other), other, x)
         _check(res, ref, out, f"{src_impl} and {other}")
@@ -157,9 +159,9 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     sources, is_ordered = source_layers(src, src_impl, input_shape=input_shape)
     ordered = is_ordered if ordered is None else ordered
     example = None if input_shape is None else abstract_input_of(input_shape, dst_impl)
-    if dst_impl == "linen" and example is None:
-        raise ConversionError("a Linen target is traced to find its layers: pass input_shape= "
-                              "(one sample, channels first)")
+    if canonical.walker(dst_impl).needs_example and example is None:
+        raise ConversionError(f"a {dst_impl} target is traced to find its layers: pass "
+                              "input_shape= (one sample, channels first)")
     found = canonical.layers(dst_model, dst_impl, example=example)
     targets = _targets(found, canonical.spec(dst_model, dst_impl, example=example))
     origin = "argument" if flatten_shape is not None else ""
@@ -174,8 +176,8 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
         targets = _targets(found, canonical.spec(dst_model, dst_impl, **facts))
     rows = match(sources, targets, maps=maps, strip=strip, add=add, ordered=ordered)
     state = canonical_state(sources, rows, targets)
-    model = canonical.write(_copy(dst_model, dst_impl), state, dst_impl, example=example,
-                            flatten_shape=flatten_shape)
+    model = canonical.write(native_interface(dst_impl).clone(dst_model), state, dst_impl,
+                            example=example, flatten_shape=flatten_shape)
     res = Result(rows, state, model, flatten_shape, origin)
     runnable = not _is_tree(src)
     if verify is None:
@@ -197,20 +199,6 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
 def _zoo_config(model: Any) -> Config | None:
     config = getattr(model[0] if isinstance(model, tuple) else model, "config", None)
     return config if isinstance(config, Config) else None
-
-
-def _copy(model: Any, impl: str) -> Any:
-    """A copy of a model that writing into would change (NNX and PyTorch modules are mutable):
-    the caller's model stays as it was."""
-    if impl == "nnx":
-        from flax import nnx
-
-        return nnx.clone(model)
-    if impl == "torch":
-        import copy
-
-        return copy.deepcopy(model)
-    return model
 
 
 def _first_input(targets: Sequence[TargetLayer]) -> tuple[int, ...] | None:
