@@ -177,7 +177,7 @@ def _example(k, s, p, op, d, i, last=True) -> dict:
 
 
 @settings(
-    max_examples=25,
+    max_examples=20,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
