@@ -339,10 +339,6 @@ def canonical_from_native(layout: Any, tree: Any, model: Any, impl: str, *, orde
 
 
 def abstract_params(skeleton: Any, impl: str) -> Any:
-    """The parameter tree (as `zoo.interface(impl).split` gives it) of an abstract skeleton."""
-    if impl == "eqx":
-        model = skeleton[0] if isinstance(skeleton, tuple) else skeleton
-        inexact = lambda x: eqx.is_inexact_array(x) or (
-            isinstance(x, jax.ShapeDtypeStruct) and jnp.issubdtype(x.dtype, jnp.inexact))
-        return eqx.partition(model, inexact)[0]
+    """The parameter tree (as `zoo.interface(impl).split` gives it) of an abstract skeleton:
+    the interface counts abstract floating arrays as parameters too."""
     return interface(impl).split(skeleton)[1]
