@@ -215,6 +215,16 @@ def _parse(
     return dn
 
 
+def _pad_spatial(x: jax.Array, axes: Sequence[int], pairs: Sequence[tuple[int, int]],
+                 interior: Sequence[int] | None = None) -> jax.Array:
+    """`lax.pad` of the spatial `axes` of `x` by `(low, high)` `pairs` (negative entries crop)
+    and `interior` zeros between neighbours (default none); other axes untouched."""
+    config = [(0, 0, 0)] * x.ndim
+    for j, a in enumerate(axes):
+        config[a] = (*pairs[j], 0 if interior is None else interior[j])
+    return lax.pad(x, jnp.zeros((), x.dtype), config)
+
+
 def conv_transpose(
     x: jax.Array,
     kernel: jax.Array,
@@ -266,10 +276,7 @@ def conv_transpose(
     if method == "lhs_dilation":
         return conv(x, kernel, pads, d, lhs_dilation=s)
     if method == "pad":
-        config = [(0, 0, 0)] * x.ndim
-        for j, a in enumerate(lhs_sp):
-            config[a] = (pads[j][0], pads[j][1], s[j] - 1)
-        xp = lax.pad(x, jnp.zeros((), x.dtype), config)
+        xp = _pad_spatial(x, lhs_sp, pads, [sj - 1 for sj in s])
         # Without the barrier XLA folds the interior padding back into the convolution as
         # lhs dilation, i.e. this method would compile to exactly "lhs_dilation".
         xp = lax.optimization_barrier(xp)
@@ -279,15 +286,17 @@ def conv_transpose(
     if method == "phase_batched":
         return _phase_batched(x, kernel, dn, s, d, pads, out_size, conv)
     if method == "im2col":
-        gemm = lambda lhs, rhs, padding, rhs_dilation: im2col.conv(
-            lhs, rhs, dn, rhs_dilation, precision=precision,
-            preferred_element_type=preferred_element_type)
+
+        def gemm(lhs: jax.Array, rhs: jax.Array, padding: Any, rhs_dilation: Any) -> jax.Array:
+            if any(p != (0, 0) for p in padding):  # the formulations pad with lax.pad first
+                raise ValueError(f"im2col computes VALID convolutions only, got {padding}")
+            return im2col.conv(lhs, rhs, dn, rhs_dilation, precision=precision,
+                               preferred_element_type=preferred_element_type)
+
         if any(sj > 1 for sj in s):
             return _phase_batched(x, kernel, dn, s, d, pads, out_size, gemm)
-        config = [(0, 0, 0)] * x.ndim
-        for j, a in enumerate(lhs_sp):
-            config[a] = (*pads[j], 0)  # a negative entry crops (padding > d * (k - 1))
-        return gemm(lax.pad(x, jnp.zeros((), x.dtype), config), kernel, None, d)
+        # A negative pad crops (padding > d * (k - 1)).
+        return gemm(_pad_spatial(x, lhs_sp, pads), kernel, [(0, 0)] * n, d)
     raise ValueError(f"unknown method {method!r}; expected one of {CHOICES}")
 
 
@@ -317,17 +326,16 @@ def _phase(
             results.append(None)
             continue
         index: list[slice] = [slice(None)] * kernel.ndim
-        config = [(0, 0, 0)] * x.ndim
-        sub_dil = []
+        pairs, sub_dil = [], []
         for j, (t0, step, c0, dj) in enumerate(taps):
             index[rhs_sp[j]] = slice(t0, None, step)
             n_taps = len(range(t0, ksize[j], step))
             # out[m] = sum_n K'[n] x[m + c0 + n*dj] for m < m_out: pad low -c0, high to fit.
-            config[lhs_sp[j]] = (-c0, m_out[j] - 1 + c0 + dj * (n_taps - 1) - (in_sp[j] - 1), 0)
+            pairs.append((-c0, m_out[j] - 1 + c0 + dj * (n_taps - 1) - (in_sp[j] - 1)))
             sub_dil.append(dj)
         # Explicit (possibly negative) lax.pad + VALID convolution: neither the convolution nor
         # its autodiff transposes get negative padding, which XLA CPU can compute wrongly.
-        xr = lax.pad(x, jnp.zeros((), x.dtype), config)
+        xr = _pad_spatial(x, lhs_sp, pairs)
         results.append(conv(xr, kernel[tuple(index)], [(0, 0)] * n, sub_dil))
 
     # In every dim some phase has taps (r = (lo - t*d) mod s for any t), so one phase is non-empty.
@@ -400,10 +408,7 @@ def _phase_batched(
     kb = jnp.einsum(spec, k_oi, *(jnp.asarray(dim[0], kernel.dtype) for dim in dims))
     o, i = k_oi.shape[:2]
     kb = kb.reshape(math.prod(s) * o, i, *kb.shape[n + 2:]).transpose(np.argsort(dn.rhs_spec))
-    config = [(0, 0, 0)] * x.ndim
-    for j, a in enumerate(lhs_sp):
-        config[a] = (dims[j][2], dims[j][3], 0)
-    xp = lax.pad(x, jnp.zeros((), x.dtype), config)
+    xp = _pad_spatial(x, lhs_sp, [(dim[2], dim[3]) for dim in dims])
     y = conv(xp, kb, [(0, 0)] * n, (1,) * n)  # out layout, channels = (*s, O) phase-major
     batch = y.shape[dn.out_spec[0]]
     # -> (N, *s, O, *q); per dim j, phase r keeps q = m + shift[r] for m < m_out.
