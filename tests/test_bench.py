@@ -368,7 +368,7 @@ def test_dispatch_suite_and_report(tmp_path):
     assert cli.main(["report", "--results", str(results), "--readme", str(readme),
                      "--plots", str(plots)]) == 0
     text = readme.read_text()
-    assert "### Dispatch overhead" in text and "### mlp forward: batch 4" in text
+    assert "### Dispatch overhead" in text and "### mlp forward: preset `tiny`, batch 4" in text
     assert "| eqx | **fast** |" in text
     pngs = sorted(p.name for p in plots.iterdir())
     assert any(p.endswith("dispatch.png") for p in pngs)
@@ -415,7 +415,7 @@ def test_method_all_rows_ratios_and_roofline(tmp_path):
     assert {e["group"] for name, e in flops.items() if name != "torch"} == set(ALL_METHODS)
     from zoo.bench.tables import model_table, to_markdown
 
-    lines = "\n".join(to_markdown(model_table(record, "forward")))
+    lines = "\n".join(to_markdown(model_table(record, "forward", wide=True)))
     assert "× lhs_dil" in lines and "| phase |" in lines
 
 

@@ -25,7 +25,7 @@ def bench_main(argv: list[str]) -> int:
 
     parser = bench_parser()
     args = parser.parse_args(argv)
-    console = make_console()
+    console = make_console(args.wide)
     xla_flags = None
     try:
         if args.xla_cpu_flags is not None:  # before any JAX computation starts the backend
@@ -41,8 +41,17 @@ def bench_main(argv: list[str]) -> int:
         return EXIT_UNFAIR
     record["allocator"] = allocator
     record["config"]["xla_flags"] = xla_flags
-    print_model_record(record, console)
+    asked = frozenset(c.strip() for c in args.call.split(","))
+    print_model_record(record, console, wide=args.wide, asked=asked)
     save(record, args.json, args.results_dir if args.record else None, console)
+    if args.plot:
+        from zoo.bench.report import plot_record
+
+        plot_record(record, args.plot)
+        console.print(f"wrote {args.plot}")
+    else:
+        console.print("picture: add --plot PNG; more columns: --wide; records: --json PATH "
+                      "(python -m zoo.bench report renders them)", style="dim", highlight=False)
     return 0
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+WIDE_COLUMNS = 200
 
-def make_console() -> Any:
-    """A rich console; wide enough for the tables when the output is not a terminal."""
+
+def make_console(wide: bool = False) -> Any:
+    """A rich console as wide as the terminal (80 columns, or $COLUMNS, when the output is not
+    a terminal); `wide`: at least WIDE_COLUMNS, for the tables' every column."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    console = Console()
+    return Console(width=max(console.width, WIDE_COLUMNS)) if wide else console
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -73,7 +76,3 @@ def fmt_ratio(value: float | None) -> str:
 def method_columns(record: dict[str, Any]) -> bool:
     """Whether the record compares conv-transpose methods (method, × lhs_dilation columns)."""
     return len(record["config"].get("methods") or ()) > 1
-
-
-def roofline_columns(record: dict[str, Any]) -> bool:
-    return bool(record.get("roofline"))

@@ -134,6 +134,11 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--torch-threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (default: PyTorch's own choice)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--wide", action="store_true",
+                   help="every column (min, dispatch, throughput, TFLOP/s, GB/s, memory); the "
+                        "default columns fit an 80-column terminal")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw the run's times per mode (median, p10-p90) into this PNG")
     return p
 
 

@@ -33,6 +33,19 @@ def record_base(kind: str) -> dict[str, Any]:
             "host_load_avg": list(load) if load else None}
 
 
+def host_load(record: dict[str, Any]) -> tuple[float | None, int | None]:
+    """(1-minute host load average while the record was taken, host cores)."""
+    load = record.get("host_load_avg")
+    return (load[0] if load else None), record["device"].get("host_cores")
+
+
+def is_loaded(record: dict[str, Any]) -> bool:
+    """Taken while the host's load average exceeded its core count: other jobs competed for
+    the cores, so absolute times and even ratios may be off."""
+    load, cores = host_load(record)
+    return load is not None and cores is not None and load > cores
+
+
 def record_name(record: dict[str, Any]) -> str:
     """File name of a model record: arch, preset or batch, dtype, modes, methods, precision,
     steps per call (`-k10`) and XLA:CPU flag preset (`-xla-onednn`)."""

@@ -11,10 +11,14 @@ import argparse
 import glob
 import json
 import os
+import sys
 from typing import Any
 
+import zoo
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
+from zoo.bench.records import host_load, is_loaded, record_name
 from zoo.bench.tables import (
+    call_label,
     dispatch_index,
     dispatch_table,
     model_table,
@@ -22,9 +26,16 @@ from zoo.bench.tables import (
     to_markdown,
 )
 
-IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
-               "floor": "#7f7f7f", "bound": "#9467bd"}
-ARCH_ORDER = ("mlp", "cnn", "decoder3d", "convt")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#e377c2", "#17becf")
+BASELINE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # the dispatch suite's reference rows
+
+
+def impl_color(impl: str) -> str:
+    """A fixed colour per library (its registry position), grey-purple for baselines."""
+    if impl in BASELINE_COLORS:
+        return BASELINE_COLORS[impl]
+    impls = list(zoo.IMPLS)
+    return PALETTE[impls.index(impl) % len(PALETTE)] if impl in impls else "#999999"
 
 
 def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
@@ -50,24 +61,47 @@ def _plt() -> Any:
     return plt
 
 
-def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
-    plt = _plt()
+def _draw_mode(ax: Any, record: dict[str, Any], mode: str) -> None:
+    """One mode's rows as horizontal bars: median with a p10-p90 whisker, slowest on top."""
     rows = sorted((r for r in record["results"] if r["mode"] == mode),
                   key=lambda r: -(r["time"].get("median_s") or 0))
     unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
     multi = method_columns(record)
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
     med = [r["time"]["median_s"] * factor for r in rows]
     lo = [max(m - r["time"]["p10_s"] * factor, 0) for m, r in zip(med, rows, strict=True)]
     hi = [max(r["time"]["p90_s"] * factor - m, 0) for m, r in zip(med, rows, strict=True)]
     ax.barh([f"{r['impl']}:{r['method'] + ':' if r.get('method') and multi else ''}{r['call']}"
              for r in rows], med, xerr=[lo, hi],
-            color=[IMPL_COLORS.get(r["impl"], "#999") for r in rows], capsize=2)
+            color=[impl_color(r["impl"]) for r in rows], capsize=2)
     cfg = record["config"]
     ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
+    load, cores = host_load(record)
+    loaded = f", LOADED host: load {load:.1f} > {cores} cores" if is_loaded(record) else ""
     ax.set_title(f"{cfg['arch']} {mode}, batch {cfg['batch']}, {cfg['dtype']}, "
-                 f"{precision_label(record)} ({record['device']['name']})", fontsize=9)
+                 f"{precision_label(record)} ({record['device']['name']}{loaded})", fontsize=9)
+
+
+def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
+    plt = _plt()
+    n = sum(r["mode"] == mode for r in record["results"])
+    fig, ax = plt.subplots(figsize=(7, 0.35 * n + 1.2))
+    _draw_mode(ax, record, mode)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_record(record: dict[str, Any], path: str) -> None:
+    """Every mode of one run, one panel each, into one PNG (`python -m zoo.bench --plot`)."""
+    plt = _plt()
+    modes = record["config"]["modes"]
+    n = max(sum(r["mode"] == m for r in record["results"]) for m in modes)
+    fig, axes = plt.subplots(len(modes), 1, figsize=(7, len(modes) * (0.35 * n + 1.2)),
+                             squeeze=False)
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        _draw_mode(ax, record, mode)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -85,7 +119,7 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     for ax, w in zip(axes, workloads, strict=True):
         vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
                 for i, c in keys]
-        ax.barh(labels, vals, color=[IMPL_COLORS.get(i, "#999") for i, _ in keys])
+        ax.barh(labels, vals, color=[impl_color(i) for i, _ in keys])
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         floor = by.get(("floor", keys[0][1], w)) if keys and keys[0][0] == "floor" else None
@@ -142,29 +176,125 @@ def _versions(record: dict[str, Any]) -> str:
     return s + (f", CUDA {cuda}" if cuda else "")
 
 
+def subject(record: dict[str, Any]) -> str:
+    """What a record measures (arch, shape, dtype, modes, methods, precision, K, XLA flags):
+    records of one subject supersede each other."""
+    if record["kind"] == "dispatch":
+        return "dispatch"
+    methods = record["config"].get("methods") or ()
+    return record_name(record)[:-len(".json")] + ("-" + "-".join(methods) if len(methods) > 1
+                                                  else "")
+
+
+def latest_per_subject(records: list[tuple[str, dict[str, Any]]]
+                       ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict]]]:
+    """(the record shown per subject, the superseded ones): the newest idle record of each
+    subject, else the newest loaded one (then marked)."""
+    by: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for path, rec in records:
+        by.setdefault((rec["device"]["slug"], subject(rec)), []).append((path, rec))
+    shown, older = [], []
+    for group in by.values():
+        group.sort(key=lambda pr: (not is_loaded(pr[1]), pr[1].get("timestamp") or ""))
+        shown.append(group[-1])
+        older += group[:-1]
+    return shown, older
+
+
+def _load_text(record: dict[str, Any]) -> str:
+    load, cores = host_load(record)
+    if load is None:
+        return "load unknown"
+    return f"load {load:.1f}" + (f" > {cores} cores: **loaded**" if is_loaded(record) else "")
+
+
+def _heading(record: dict[str, Any], mode: str) -> str:
+    """A heading unique to the subject and mode: every field that tells records apart."""
+    cfg = record["config"]
+    parts = [f"preset `{cfg['preset']}`" if cfg.get("preset") else None,
+             f"batch {cfg['batch']}", cfg["dtype"], precision_label(record)]
+    if len(cfg.get("methods") or ()) > 1:
+        parts.append("methods " + ", ".join(cfg["methods"]))
+    elif cfg.get("method") not in (None, "auto"):
+        parts.append(f"method {cfg['method']}")
+    if (cfg.get("steps_per_call") or 1) > 1:
+        parts.append(f"{cfg['steps_per_call']} steps per call")
+    if cfg.get("xla_cpu_flags"):
+        parts.append(f"XLA:CPU flags `{cfg['xla_cpu_flags']}`")
+    return f"### {cfg['arch']} {mode}: " + ", ".join(p for p in parts if p)
+
+
+def summary_table(shown: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One row per architecture, shape and mode of the plain runs (no method sweep, no XLA
+    flags, one step per call): each library's fastest style as a ratio to the fastest row."""
+    impls = tuple(zoo.IMPLS)
+    lines = ["| arch | shape | mode | " + " | ".join(impls) + " | fastest | host |",
+             "|---|---|---|" + "---:|" * len(impls) + "---|---|"]
+    plain = [(p, r) for p, r in shown if r["kind"] == "model" and not _is_sweep(r)]
+    plain.sort(key=_model_order)
+    for _, rec in plain:
+        cfg = rec["config"]
+        for mode in cfg["modes"]:
+            rows = [r for r in rec["results"] if r["mode"] == mode and r["time"].get("median_s")]
+            if not rows:
+                continue
+            fastest = min(rows, key=lambda r: r["time"]["median_s"])
+            best = {i: min((r["time"]["median_s"] for r in rows if r["impl"] == i), default=None)
+                    for i in impls}
+            cells = [f"{best[i] / fastest['time']['median_s']:.2f}" if best[i] else "-"
+                     for i in impls]
+            shape = (f"`{cfg['preset']}`, " if cfg.get("preset") else "") + f"b{cfg['batch']}"
+            lines.append(f"| {cfg['arch']} | {shape} | {mode} | " + " | ".join(cells)
+                         + f" | {fastest['impl']} {call_label(fastest)} "
+                           f"{fmt_time(fastest['time']['median_s'])} | {_load_text(rec)} |")
+    return lines
+
+
+def _is_sweep(record: dict[str, Any]) -> bool:
+    """A method comparison, an XLA-flag preset or fused steps: shown after the plain runs."""
+    cfg = record["config"]
+    return bool(len(cfg.get("methods") or ()) > 1 or cfg.get("xla_cpu_flags")
+                or (cfg.get("steps_per_call") or 1) > 1)
+
+
+def _model_order(pr: tuple[str, dict[str, Any]]) -> tuple[Any, ...]:
+    arch = pr[1]["config"]["arch"]
+    archs = list(zoo.ARCHS)
+    return (_is_sweep(pr[1]), archs.index(arch) if arch in archs else len(archs), arch,
+            subject(pr[1]))
+
+
 def render(results_dir: str, readme: str, plots_dir: str) -> str:
+    """bench/README.md: a summary, then the newest idle record of each subject (loaded ones
+    marked), then links to the superseded records."""
     records = load_records(results_dir)
-    plots_rel = os.path.relpath(plots_dir, os.path.dirname(os.path.abspath(readme)) or ".")
+    if not records:
+        raise FileNotFoundError(f"no benchmark records (*.json) under {results_dir}/")
+    here = os.path.dirname(os.path.abspath(readme))
+    plots_rel = os.path.relpath(plots_dir, here)
     os.makedirs(plots_dir, exist_ok=True)
+    shown, older = latest_per_subject(records)
     lines = ["# Benchmark results", "",
              "Generated by `python -m zoo.bench report` from the JSON records in "
              "`bench/results/<device>/`; do not edit by hand. How to run, what each column "
              "means, the fairness check and the conclusions: "
              "[docs/benchmarks.md](../docs/benchmarks.md).", "",
              "Every model table passed the fairness check (same weights, outputs within the "
-             "precision policy's tolerance, FLOPs within 1%) before it was timed. **Bold** = the "
-             "library's default (fastest) call style, `zoo.fast`. Times are per step "
-             "(median, p10–p90), dispatch = host time until the call returned, compile = "
-             "lowering + XLA compilation seconds, or (first call) where a style has no "
-             "ahead-of-time path.", ""]
-    devices = sorted({r["device"]["slug"] for _, r in records})
-    for slug in devices:
-        recs = [(p, r) for p, r in records if r["device"]["slug"] == slug]
+             "precision policy's tolerance, FLOPs within 1%) before it was timed. Each subject "
+             "shows its newest record taken on an idle host (1-minute load average at most the "
+             "core count); a subject with only loaded records shows the newest, marked "
+             "**loaded**: its times are unreliable. Superseded records are listed at the end.",
+             ""]
+    for slug in sorted({r["device"]["slug"] for _, r in shown}):
+        recs = [(p, r) for p, r in shown if r["device"]["slug"] == slug]
         first = recs[0][1]
         dev = first["device"]
         peak = dev.get("peak") or {}
         name = slug if dev["name"].lower() == slug else f"{slug}: {dev['name']}"
         lines += [f"## {name} ({dev.get('host_cpu')}, {dev.get('host_cores')} host cores)", "",
+                  "### Summary", "",
+                  "Each library's fastest call style, as a ratio to the fastest row of the same "
+                  "run (1.00 = fastest; lower is better).", "", *summary_table(recs), "",
                   f"Versions: {_versions(first)}.", ""]
         if peak:
             lines += [f"Peak used for shares: {peak['name']}, "
@@ -181,30 +311,33 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                       "ratio to a raw `jax.jit` on pre-flattened arrays of a hand-written "
                       "program; × own: ratio to the library's own compiled program called the "
                       "same raw way (isolates dispatch from program differences). "
-                      f"{_conditions(rec)} "
-                      f"Record: `{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
+                      f"{_conditions(rec)} ({_load_text(rec)}) "
+                      f"Record: `{os.path.relpath(path, here)}`.", "",
                       *to_markdown(dispatch_table(rec)), "",
                       f"![dispatch overhead]({plots_rel}/{png})", ""]
-        models = [(p, r) for p, r in recs if r["kind"] == "model"]
-        models.sort(key=lambda pr: (ARCH_ORDER.index(pr[1]["config"]["arch"])
-                                    if pr[1]["config"]["arch"] in ARCH_ORDER else 99,
-                                    pr[0]))
-        for path, rec in models:
+        for path, rec in sorted((pr for pr in recs if pr[1]["kind"] == "model"),
+                                key=_model_order):
             cfg = rec["config"]
-            name = os.path.splitext(os.path.basename(path))[0]
             for mode in cfg["modes"]:
-                png = f"{slug}-{name}-{mode}.png"
+                png = f"{slug}-{subject(rec)}-{mode}.png"
                 plot_model(rec, mode, os.path.join(plots_dir, png))
                 shape = "x".join(str(d) for d in cfg["input_shape"])
-                lines += [f"### {cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}, "
-                          f"{precision_label(rec)}"
-                          + (f", preset `{cfg['preset']}`" if cfg.get("preset") else ""), "",
+                lines += [_heading(rec, mode) + (" (loaded)" if is_loaded(rec) else ""), "",
                           f"Input {shape} (canonical NC...), config "
                           f"`{json.dumps(_shown_config(rec), sort_keys=True)}`. "
-                          f"{_roofline_text(rec, mode)}{_conditions(rec)} Record: "
-                          f"`{os.path.relpath(path, os.path.dirname(readme) or '.')}`.", "",
-                          *to_markdown(model_table(rec, mode)), "",
+                          f"{_roofline_text(rec, mode)}{_conditions(rec)} "
+                          f"Taken {rec.get('timestamp', '?')}, {_load_text(rec)}. Record: "
+                          f"`{os.path.relpath(path, here)}`.", "",
+                          *to_markdown(model_table(rec, mode, wide=True)), "",
                           f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
+    if older:
+        lines += ["## Superseded records", "",
+                  "Older or loaded records of the subjects above, kept for reference.", ""]
+        for path, rec in sorted(older, key=lambda pr: (subject(pr[1]), pr[0])):
+            rel = os.path.relpath(path, here)
+            lines.append(f"- [`{os.path.basename(path)}`]({rel}): {subject(rec)}, "
+                         f"taken {rec.get('timestamp', '?')}, {_load_text(rec)}")
+        lines.append("")
     text = "\n".join(lines).rstrip() + "\n"
     with open(readme, "w") as f:
         f.write(text)
@@ -217,6 +350,10 @@ def report_main(argv: list[str]) -> int:
     p.add_argument("--readme", default=os.path.join("bench", "README.md"))
     p.add_argument("--plots", default=os.path.join("bench", "plots"))
     args = p.parse_args(argv)
-    render(args.results, args.readme, args.plots)
+    try:
+        render(args.results, args.readme, args.plots)
+    except FileNotFoundError as e:
+        print(f"zoo.bench report: {e}; nothing written", file=sys.stderr)
+        return 1
     print(f"wrote {args.readme} and plots in {args.plots}/")
     return 0

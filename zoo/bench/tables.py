@@ -16,6 +16,7 @@ from zoo.bench.display import (
     method_columns,
     time_unit,
 )
+from zoo.bench.records import host_load, is_loaded
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,16 @@ class Table:
 
 
 def to_rich(table: Table) -> Any:
+    """A rich table without side borders (two spaces between columns), so that the default
+    columns fit an 80-column terminal; cells never wrap."""
+    from rich import box
     from rich.table import Table as RichTable
 
-    out = RichTable(title=table.title, title_justify="left")
+    out = RichTable(title=table.title, title_justify="left", box=box.SIMPLE_HEAD,
+                    show_edge=False, pad_edge=False, padding=(0, 1),
+                    collapse_padding=True)
     for col in table.columns:
-        out.add_column(col.name, justify="left" if col.left else "right")
+        out.add_column(col.name, justify="left" if col.left else "right", no_wrap=True)
     for cells, strong in zip(table.rows, table.strong, strict=True):
         out.add_row(*(c + " *" if strong and col.marks else c
                       for c, col in zip(cells, table.columns, strict=True)))
@@ -88,7 +94,7 @@ def _scaled(value: float | None, factor: float) -> str:
     if value is None:
         return "-"
     v = value * factor
-    return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
+    return f"{v:.0f}" if v >= 1000 else f"{v:.1f}" if v >= 100 else f"{v:.3g}"
 
 
 def call_label(r: dict[str, Any]) -> str:
@@ -97,42 +103,75 @@ def call_label(r: dict[str, Any]) -> str:
     return r["call"] + (f" K={k}" if k > 1 else "")
 
 
-def model_table(record: dict[str, Any], mode: str) -> Table:
-    """One mode of a model record: every (impl, [method,] call) row, fastest first."""
+def _spread(r: dict[str, Any], factor: float) -> str:
+    t = r["time"]
+    return f"{_scaled(t.get('p10_s'), factor)}–{_scaled(t.get('p90_s'), factor)}"
+
+
+def _compile_total(r: dict[str, Any]) -> str:
+    """Lower + compile seconds as one number; (first call) where the style has no AOT path."""
+    c = r["compile"]
+    if c.get("lower_s") is not None and c.get("compile_s") is not None:
+        return f"{c['lower_s'] + c['compile_s']:.2f}"
+    return f"({c['first_call_s']:.2f})" if c.get("first_call_s") is not None else "-"
+
+
+def model_table(record: dict[str, Any], mode: str, *, wide: bool = False) -> Table:
+    """One mode of a model record: every (impl, [method,] call) row, fastest first.
+
+    The default columns fit an 80-column terminal (time, its spread, compile time, share of
+    peak, ratio to the fastest); `wide` adds min, dispatch, throughput, TFLOP/s, GB/s, memory
+    and roofline (the report's Markdown and `--wide`). Every header carries its unit.
+    """
     rows = sorted((r for r in record["results"] if r["mode"] == mode),
                   key=lambda r: r["time"].get("median_s") or float("inf"))
-    unit, factor = time_unit([r["time"].get("p90_s") for r in rows])
+    # The unit of the fastest row: the rows that matter read best; slow ones get big numbers.
+    unit, factor = time_unit([min((r["time"].get("median_s") or float("inf") for r in rows),
+                                  default=0.0)])
     methods, roof = method_columns(record), bool(record.get("roofline"))
     title = model_title(record, mode)
     roof_mode = (record.get("roofline") or {}).get(mode) or {}
-    if roof_mode.get("time_s"):
+    if wide and roof_mode.get("time_s"):
         title += (f"; roofline {fmt_time(roof_mode['time_s'])} ({fmt_num(roof_mode['flops'])}"
                   f"FLOP useful, {fmt_num(roof_mode['bytes'], 'B')} min)")
-    # With several methods the table is wide: min, dispatch and samples/s stay in the JSON.
+
+    def timed(key: str) -> Any:
+        return lambda r: _scaled(r["time"].get(key), factor)
+
     spec: list[tuple[str, bool, Any]] = [  # (name, text column, cell)
         ("impl", True, lambda r: r["impl"]),
         *([("method", True, lambda r: r.get("method") or "-")] if methods else []),
         ("call", True, call_label),
-        (f"median {unit}", False, lambda r: _scaled(r["time"].get("median_s"), factor)),
-        ("p10", False, lambda r: _scaled(r["time"].get("p10_s"), factor)),
-        ("p90", False, lambda r: _scaled(r["time"].get("p90_s"), factor)),
-        *([] if methods else [
-            ("min", False, lambda r: _scaled(r["time"].get("min_s"), factor)),
-            ("dispatch", False, lambda r: _scaled(r["dispatch"].get("median_s"), factor))]),
-        ("compile s", False, compile_seconds),
-        *([] if methods else [("samples/s", False,
-                               lambda r: fmt_num(r.get("throughput_per_s")))]),
-        ("TFLOP/s", False, lambda r: "-" if r.get("tflops_per_s") is None
-         else f"{r['tflops_per_s']:.3g}"),
-        ("% peak", False, lambda r: fmt_share(r.get("peak_flops_share"))),
-        ("GB/s", False, lambda r: "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}"),
-        ("MiB", False, memory_mib),
-        ("× fastest", False, lambda r: fmt_ratio(r.get("ratio_to_fastest"))),
-        *([("× lhs_dil", False, lambda r: fmt_ratio(r.get("ratio_to_lhs_dilation"))),
-           ("× torch", False, lambda r: fmt_ratio(r.get("ratio_to_torch")))] if methods else []),
-        *([("× roofline", False, lambda r: fmt_ratio(r.get("ratio_to_roofline")))]
-          if roof else []),
+        (f"median {unit}", False, timed("median_s")),
     ]
+    if wide:
+        spec += [
+            (f"p10 {unit}", False, timed("p10_s")),
+            (f"p90 {unit}", False, timed("p90_s")),
+            (f"min {unit}", False, timed("min_s")),
+            (f"dispatch {unit}", False,
+             lambda r: _scaled((r.get("dispatch") or {}).get("median_s"), factor)),
+            ("compile s", False, compile_seconds),
+            ("samples/s", False, lambda r: fmt_num(r.get("throughput_per_s"))),
+            ("TFLOP/s", False, lambda r: "-" if r.get("tflops_per_s") is None
+             else f"{r['tflops_per_s']:.3g}"),
+            ("% peak", False, lambda r: fmt_share(r.get("peak_flops_share"))),
+            ("GB/s", False,
+             lambda r: "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}"),
+            ("MiB", False, memory_mib),
+        ]
+    else:
+        spec += [(f"p10–p90 {unit}", False, lambda r: _spread(r, factor))]
+        if not methods:
+            spec += [("compile s", False, _compile_total),
+                     ("% peak", False, lambda r: fmt_share(r.get("peak_flops_share")))]
+    spec.append(("× fastest", False, lambda r: fmt_ratio(r.get("ratio_to_fastest"))))
+    if methods:
+        spec += [*([("× lhs_dil", False, lambda r: fmt_ratio(r.get("ratio_to_lhs_dilation")))]
+                   if wide else []),
+                 ("× torch", False, lambda r: fmt_ratio(r.get("ratio_to_torch")))]
+    if roof and wide:
+        spec.append(("× roofline", False, lambda r: fmt_ratio(r.get("ratio_to_roofline"))))
     table = Table(title, [Column(name, left, marks=name == "call") for name, left, _ in spec])
     for r in rows:
         table.add([cell(r) for _, _, cell in spec], strong=bool(r.get("default")))
@@ -173,30 +212,56 @@ def dispatch_table(record: dict[str, Any]) -> Table:
     return table
 
 
-def print_model_record(record: dict[str, Any], console: Any) -> None:
+def agreement(record: dict[str, Any]) -> str:
+    """What the fairness check measured: the largest relative difference of any library's
+    output (forward) or first loss (train) from the reference, per mode, and the tolerance."""
+    f = record["fairness"]
+    parts = []
     for mode in record["config"]["modes"]:
-        console.print(to_rich(model_table(record, mode)))
+        errs = [e["rel_err"] for e in ((f.get(mode) or {}).get("outputs") or {}).values()
+                if e.get("rel_err") is not None]
+        if errs:
+            what = "outputs" if mode == "forward" else "first losses"
+            parts.append(f"{what} {max(errs):.2g}")
+    measured = ", ".join(parts) if parts else "no other library to compare"
+    at = f.get("at_precision") or {}
+    at_text = (f"; at precision {at['precision']} ({at['format']}) within "
+               f"{at['output_tolerance']:g}" if at.get("output_tolerance") else "")
+    params = sorted(set(f["parameters"].values()))
+    return (f"fairness check passed: {', '.join(f'{n:,}' for n in params)} parameters; "
+            f"max relative difference to {f['reference']}: {measured} (tolerance "
+            f"{f['output_tolerance']:g}, full float32{at_text}); FLOPs within "
+            f"{f['flops_tolerance']:.0%}.")
+
+
+def print_model_record(record: dict[str, Any], console: Any, *, wide: bool = False,
+                       asked: frozenset[str] = frozenset()) -> None:
+    """The tables, then what was skipped, the fairness evidence and a legend. `asked`: the call
+    styles named on the command line ("all" for every one): only those are reported missing."""
+    for mode in record["config"]["modes"]:
+        console.print(to_rich(model_table(record, mode, wide=wide)))
     for f in record.get("failed_styles", []):
         console.print(f"[yellow]skipped {f['impl']} {f['call']} ({f['mode']}): {f['error']}[/]")
     for f in record.get("skipped_styles", []):
-        console.print(f"[dim]not installed: {f['impl']} {f['call']}: {f['reason']}[/]")
+        if "all" in asked or f["call"] in asked:
+            console.print(f"[dim]not installed: {f['impl']} {f['call']}: {f['reason']}[/]")
     if record["config"].get("xla_flags"):
         console.print(f"XLA_FLAGS: {record['config']['xla_flags']}")
-    f = record["fairness"]
-    at = f.get("at_precision") or {}
-    at_text = (f", then at precision {at['precision']} ({at['format']}) within "
-               f"{at['output_tolerance']:g}" if at.get("output_tolerance") else "")
-    console.print(
-        f"[green]fairness check passed[/]: parameters {sorted(set(f['parameters'].values()))}, "
-        f"outputs within {f['output_tolerance']:g} of {f['reference']} at full float32"
-        f"{at_text}, FLOPs within {f['flops_tolerance']:.0%}.  * = the library's default "
-        "(fastest) call style; "
-        "compile = lower + compile seconds, (first call) where the style has no AOT path; "
-        "dispatch = host time until the call returned.")
+    console.print(f"[green]{agreement(record)}[/]", highlight=False)
+    load, cores = host_load(record)
+    if is_loaded(record):
+        console.print(f"[yellow]host load average {load:.1f} on {cores} cores during the run: "
+                      "other work competed for the CPU; re-run on an idle machine before "
+                      "trusting these times.[/]", highlight=False)
+    legend = ("* = the library's default (fastest) call style; compile = lower + compile, "
+              "(first call) where the style has no AOT path.")
+    if wide:
+        legend += " dispatch = host time until the call returned."
     if method_columns(record):
         picks = record["config"].get("auto_picks")
-        console.print(
-            "× lhs_dil = median / the same impl and call style with method lhs_dilation; × torch "
-            "= median / the faster PyTorch style; × roofline = median / max(min bytes / peak "
-            "GB/s, useful FLOPs / peak FLOP/s). FLOPs compared within 1% per method only."
-            + (f" auto picked {picks} on this backend." if picks else ""))
+        legend += (" × torch = median / the faster PyTorch style"
+                   + (", × lhs_dil = / method lhs_dilation, × roofline = / max(min bytes / "
+                      "peak GB/s, useful FLOPs / peak FLOP/s)" if wide else "")
+                   + ". FLOPs compared within 1% per method only."
+                   + (f" auto picked {picks} on this backend." if picks else ""))
+    console.print(legend, style="dim", highlight=False)
