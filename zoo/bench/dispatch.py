@@ -341,7 +341,8 @@ def dispatch_main(argv: list[str]) -> int:
     record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
                           not args.no_progress)
     record["allocator"] = allocator
-    console.print(to_rich(dispatch_table(record)))
+    for w in workloads:
+        console.print(to_rich(dispatch_table(record, [w])))
     for impl, per in record["summary"].items():
         verdict = ", ".join(
             f"{w}: {v['call']} {v['ratio_to_floor']:.2f}x floor, {v['ratio_to_own']:.2f}x own"

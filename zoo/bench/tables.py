@@ -191,15 +191,17 @@ def dispatch_index(record: dict[str, Any]) -> tuple[list[str], list[tuple[str, s
     return workloads, keys, by
 
 
-def dispatch_table(record: dict[str, Any]) -> Table:
-    """µs per call, × floor and × own per workload, one row per (impl, call style)."""
-    workloads, keys, by = dispatch_index(record)
+def dispatch_table(record: dict[str, Any], workloads: list[str] | None = None) -> Table:
+    """µs per call, × floor and × own per workload, one row per (impl, call style); the
+    terminal draws one table per workload (`workloads=[w]`) to fit 80 columns."""
+    every, keys, by = dispatch_index(record)
+    workloads = every if workloads is None else workloads
     cols = [Column("impl", True), Column("call", True)]
     for w in workloads:
         cols += [Column(f"{w} µs"), Column("× floor"), Column("× own")]
-    table = Table(f"dispatch: µs per step (median; one step per call, fused K: call / K), ratio "
-                  f"to the floor and to the library's own program called raw, "
-                  f"{record['device']['name']}", cols)
+    title = (f"dispatch, {workloads[0]}: " if len(workloads) == 1 else "dispatch: ")
+    table = Table(title + f"µs per step (median), ratio to the floor and to the library's own "
+                  f"program called raw, {record['device']['name']}", cols)
     for impl, call in keys:
         cells = []
         for w in workloads:
@@ -207,7 +209,7 @@ def dispatch_table(record: dict[str, Any]) -> Table:
             cells += (["-", "-", "-"] if r is None else
                       [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}",
                        "" if impl in ("floor", "torch", "bound") else f"{r['ratio_to_own']:.2f}"])
-        idiom = " (idiomatic)" if by.get((impl, call, workloads[0]), {}).get("idiomatic") else ""
+        idiom = " (idiomatic)" if by.get((impl, call, every[0]), {}).get("idiomatic") else ""
         table.add([impl, call + idiom, *cells])
     return table
 
