@@ -11,6 +11,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -224,6 +225,11 @@ def _heading(record: dict[str, Any], mode: str) -> str:
     return f"### {cfg['arch']} {mode}: " + ", ".join(p for p in parts if p)
 
 
+def _anchor(heading: str) -> str:
+    """The fragment GitHub gives a Markdown heading (lower case, punctuation dropped)."""
+    return re.sub(r"[^\w\- ]", "", heading.lstrip("# ").lower()).replace(" ", "-")
+
+
 def summary_table(shown: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """One row per architecture, shape and mode of the plain runs (no method sweep, no XLA
     flags, one step per call): each library's fastest style as a ratio to the fastest row."""
@@ -301,20 +307,23 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                       + ", ".join(f"{k} {v:.3g} TFLOP/s" for k, v in peak["tflops"].items())
                       + f", {peak['gbps']:g} GB/s"
                       + (f" ({peak['note']})" if peak.get("note") else "") + ".", ""]
+        sections: list[str] = []
+        contents = ["Records shown below:", ""]
         for path, rec in recs:
             if rec["kind"] != "dispatch":
                 continue
             png = f"{slug}-dispatch.png"
             plot_dispatch(rec, os.path.join(plots_dir, png))
-            lines += ["### Dispatch overhead", "",
-                      "µs per call (median of per-call times, each call waited for); × floor: "
-                      "ratio to a raw `jax.jit` on pre-flattened arrays of a hand-written "
-                      "program; × own: ratio to the library's own compiled program called the "
-                      "same raw way (isolates dispatch from program differences). "
-                      f"{_conditions(rec)} ({_load_text(rec)}) "
-                      f"Record: `{os.path.relpath(path, here)}`.", "",
-                      *to_markdown(dispatch_table(rec)), "",
-                      f"![dispatch overhead]({plots_rel}/{png})", ""]
+            contents.append("- [Dispatch overhead](#dispatch-overhead)")
+            sections += ["### Dispatch overhead", "",
+                         "µs per call (median of per-call times, each call waited for); "
+                         "× floor: ratio to a raw `jax.jit` on pre-flattened arrays of a "
+                         "hand-written program; × own: ratio to the library's own compiled "
+                         "program called the same raw way (isolates dispatch from program "
+                         f"differences). {_conditions(rec)} ({_load_text(rec)}) "
+                         f"Record: `{os.path.relpath(path, here)}`.", "",
+                         *to_markdown(dispatch_table(rec)), "",
+                         f"![dispatch overhead]({plots_rel}/{png})", ""]
         for path, rec in sorted((pr for pr in recs if pr[1]["kind"] == "model"),
                                 key=_model_order):
             cfg = rec["config"]
@@ -322,14 +331,18 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                 png = f"{slug}-{subject(rec)}-{mode}.png"
                 plot_model(rec, mode, os.path.join(plots_dir, png))
                 shape = "x".join(str(d) for d in cfg["input_shape"])
-                lines += [_heading(rec, mode) + (" (loaded)" if is_loaded(rec) else ""), "",
-                          f"Input {shape} (canonical NC...), config "
-                          f"`{json.dumps(_shown_config(rec), sort_keys=True)}`. "
-                          f"{_roofline_text(rec, mode)}{_conditions(rec)} "
-                          f"Taken {rec.get('timestamp', '?')}, {_load_text(rec)}. Record: "
-                          f"`{os.path.relpath(path, here)}`.", "",
-                          *to_markdown(model_table(rec, mode, wide=True)), "",
-                          f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
+                heading = _heading(rec, mode) + (" (loaded)" if is_loaded(rec) else "")
+                contents.append(f"- [{heading.lstrip('# ').replace('`', '')}]"
+                                f"(#{_anchor(heading)})")
+                sections += [heading, "",
+                             f"Input {shape} (canonical NC...), config "
+                             f"`{json.dumps(_shown_config(rec), sort_keys=True)}`. "
+                             f"{_roofline_text(rec, mode)}{_conditions(rec)} "
+                             f"Taken {rec.get('timestamp', '?')}, {_load_text(rec)}. Record: "
+                             f"`{os.path.relpath(path, here)}`.", "",
+                             *to_markdown(model_table(rec, mode, wide=True)), "",
+                             f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
+        lines += [*contents, "", *sections]
     if older:
         lines += ["## Superseded records", "",
                   "Older or loaded records of the subjects above, kept for reference.", ""]
