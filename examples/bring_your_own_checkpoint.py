@@ -56,10 +56,15 @@ class CNN(nn.Module):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out-dir", type=Path, default=None)
+    p.add_argument("--out-dir", type=Path, default=None,
+                   help="keep the checkpoints here (default: a temporary folder, removed "
+                        "at the end)")
     args = p.parse_args(argv)
-    out = args.out_dir or Path(tempfile.mkdtemp(prefix="byo_"))
-    out.mkdir(parents=True, exist_ok=True)
+    return run_in_out_dir(args.out_dir, "byo_", bring_your_own)
+
+
+def bring_your_own(out: Path) -> int:
+    """Steps 1-3 in folder `out`."""
 
     # 1. the user's own model and checkpoint
     module = CNN()
@@ -87,6 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     ok = worst <= tolerance()
     print("OK" if ok else f"FAILED: {worst:.2e} > {tolerance():.2e}")
     return 0 if ok else 1
+
+
+def run_in_out_dir(out_dir: Path | None, prefix: str, body) -> int:
+    """`body(folder)` in `out_dir`, or in a temporary folder removed afterwards (the default)."""
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return body(out_dir)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        code = body(Path(tmp))
+    print("(written to a temporary folder, now removed: keep the files with --out-dir DIR)")
+    return code
 
 
 if __name__ == "__main__":

@@ -36,13 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="cnn", choices=zoo.ARCHS)
     p.add_argument("--out-dir", type=Path, default=None,
-                   help="where to write the checkpoints (default: a temporary directory)")
+                   help="keep the checkpoints here (default: a temporary folder, removed "
+                        "at the end)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    return run_in_out_dir(args.out_dir, "port_torch_", lambda out: port(args, out))
 
-    out = args.out_dir or Path(tempfile.mkdtemp(prefix="port_torch_"))
-    out.mkdir(parents=True, exist_ok=True)
+
+def port(args: argparse.Namespace, out: Path) -> int:
+    """Steps 1-3 in folder `out`."""
     config = zoo.make_config(args.arch, **({"input_size": (8, 8)} if args.arch == "cnn" else {}))
 
     # 1. a PyTorch model and its state_dict, saved the PyTorch way
@@ -81,6 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     ok = worst < TOLERANCE
     print(f"{'OK' if ok else 'MISMATCH'}: largest difference {worst:.3e} (tolerance {TOLERANCE})")
     return 0 if ok else 1
+
+
+def run_in_out_dir(out_dir: Path | None, prefix: str, body) -> int:
+    """`body(folder)` in `out_dir`, or in a temporary folder removed afterwards (the default)."""
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return body(out_dir)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        code = body(Path(tmp))
+    print("(written to a temporary folder, now removed: keep the files with --out-dir DIR)")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """Train a CNN on scikit-learn's digits in Equinox, switch to Flax Linen half-way, keep going.
 
-    python examples/switch_library_mid_training.py [--steps 300] [--switch-at 150] [--out-dir .]
+    python examples/switch_library_mid_training.py [--steps 300] [--switch-at 150] [--out-dir DIR]
+
+Needs scikit-learn and matplotlib: `pip install -e ".[examples]"`. Without `--out-dir` the
+checkpoints and the loss plot go to a temporary folder that is removed at the end.
 
 The switch goes through files, as it would between two jobs: the Equinox run saves a training
 checkpoint (parameters, BatchNorm statistics, Adam's state, step) with `converters.save`, the
@@ -12,6 +15,7 @@ one training step, `zoo.fast.train_step`. Prints the loss curve and saves it as 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -77,13 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", type=Path, default=None,
-                   help="checkpoints and the PNG plot (default: a temporary directory)")
+                   help="keep the checkpoints and the PNG plot here (default: a temporary "
+                        "folder, removed at the end)")
     args = p.parse_args(argv)
+    missing = [name for module, name in (("sklearn", "scikit-learn"), ("matplotlib", "matplotlib"))
+               if not _importable(module)]
+    if missing:
+        p.exit(1, f"{p.prog}: needs {' and '.join(missing)}: pip install -e \".[examples]\"\n")
     switch = args.steps // 2 if args.switch_at is None else args.switch_at
     if not 0 < switch < args.steps:
         p.error("--switch-at must be between 0 and --steps")
-    out = args.out_dir or Path(tempfile.mkdtemp(prefix="switch_library_"))
-    out.mkdir(parents=True, exist_ok=True)
+    return run_in_out_dir(args.out_dir, "switch_library_",
+                          lambda out: train_and_switch(args, switch, out))
+
+
+def train_and_switch(args: argparse.Namespace, switch: int, out: Path) -> int:
+    """Train, switch at step `switch`, train on; checkpoints and the plot in folder `out`."""
     every = max(1, args.steps // 10)
 
     x_train, y_train, x_test, y_test = digits(args.seed)
@@ -135,6 +148,25 @@ def main(argv: list[str] | None = None) -> int:
     fig.savefig(png, dpi=100)
     print(f"loss curve: {png}")
     return 0
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def run_in_out_dir(out_dir: Path | None, prefix: str, body) -> int:
+    """`body(folder)` in `out_dir`, or in a temporary folder removed afterwards (the default)."""
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return body(out_dir)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        code = body(Path(tmp))
+    print("(written to a temporary folder, now removed: keep the files with --out-dir DIR)")
+    return code
 
 
 if __name__ == "__main__":

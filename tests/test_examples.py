@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -51,3 +52,27 @@ def test_bring_your_own_checkpoint(tmp_path):
     diffs = [float(d) for d in re.findall(r"max relative difference ([0-9.e+-]+)", out)]
     assert len(diffs) == 4 and max(diffs) < precision.tolerance("float32", kind="max_relative")
     assert out.rstrip().endswith("OK") and (tmp_path / "cnn.pt").is_file()
+
+
+@pytest.mark.parametrize("name", ["port_torch_checkpoint.py", "bring_your_own_checkpoint.py"])
+def test_examples_leave_no_temporary_folder_behind(tmp_path, name):
+    """Without --out-dir an example works in a temporary folder and removes it."""
+    pytest.importorskip("torch")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run([sys.executable, f"examples/{name}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "temporary folder, now removed" in done.stdout
+    assert list(tmp.iterdir()) == []
+
+
+def test_switch_example_without_scikit_learn_fails_in_one_line():
+    code = ("import sys, runpy; sys.modules['sklearn'] = None; "
+            "sys.argv = ['switch_library_mid_training.py']; "
+            "runpy.run_path('examples/switch_library_mid_training.py', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        'switch_library_mid_training.py: needs scikit-learn: pip install -e ".[examples]"']
