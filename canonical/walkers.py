@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from canonical.errors import ConversionError
-from canonical.kinds import FAMILIES, KINDS, Arrays, Layer, LayerKind, kind_of
+from canonical.kinds import KINDS, Arrays, Layer, LayerKind, kind_of
 from canonical.paths import join, key_name, path_name
 from canonical.torch_arrays import numpy_to_torch, torch_to_numpy
 
@@ -153,13 +153,16 @@ class Walker:
     """Interface: one subclass per implementation."""
 
     impl: ClassVar[str]
+    family: ClassVar[str]  # the parameter layout (`canonical.layouts`)
     needs_example: ClassVar[bool] = False  # `layers` traces a call on an example input
     ordered: ClassVar[bool] = True  # `layers` come in definition order (not sorted by name)
     ordered_flat_trees: ClassVar[bool] = False  # a flat {key: array} tree keeps that order too
 
     @property
-    def family(self) -> str:
-        return FAMILIES[self.impl]
+    def layer_classes(self) -> str:
+        """The implementation whose native classes the layer kinds list for this walker's
+        layers (its own; a flavour of another library reuses that one's)."""
+        return self.impl
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
         """Every layer, in model order; raises ConversionError for arrays nothing converts."""
@@ -191,7 +194,7 @@ class Walker:
         for path, name, m in modules:
             if path and not _under(path, [layer.path for layer in out
                                           if KINDS[layer.kind].composite]):
-                layer = _kind_layer(m, self.impl, name, path)
+                layer = _kind_layer(m, self.layer_classes, name, path)
                 if layer is not None:
                     out.append(layer)
         return out
@@ -202,6 +205,7 @@ class EqxWalker(Walker):
     """Equinox: `model` or `(model, state)`; statistics live in the `eqx.nn.State`."""
 
     impl = "eqx"
+    family = "eqx"
 
     @staticmethod
     def split(obj: Any) -> tuple[Any, Any]:
@@ -287,6 +291,7 @@ class LinenWalker(Walker):
     """
 
     impl = "linen"
+    family = "flax"
     needs_example = True
     STATS = "batch_stats"
 
@@ -379,6 +384,7 @@ class NNXWalker(Walker):
     """NNX: the module itself; `nnx.Param` and `nnx.BatchStat` variables are its arrays."""
 
     impl = "nnx"
+    family = "flax"
     ordered = False  # the module paths are sorted by name
     ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
 
@@ -430,6 +436,7 @@ class TorchWalker(Walker):
     """PyTorch: the `nn.Module`; its `state_dict` already is the canonical layout."""
 
     impl = "torch"
+    family = "torch"
     ordered_flat_trees = True  # a state_dict
 
     def as_native_array(self, a: Any) -> Any:
