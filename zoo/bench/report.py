@@ -21,9 +21,13 @@ from zoo.bench.tables import (
     precision_label,
     to_markdown,
 )
+from zoo.libraries import IMPLS, library
 
-IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
-               "floor": "#7f7f7f", "bound": "#9467bd"}
+ROW_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # rows that are no library
+
+
+def _color(impl: str) -> str:
+    return library(impl).color if impl in IMPLS else ROW_COLORS.get(impl, "#999")
 ARCH_ORDER = ("mlp", "cnn", "decoder3d", "convt")
 
 
@@ -62,7 +66,7 @@ def plot_model(record: dict[str, Any], mode: str, path: str) -> None:
     hi = [max(r["time"]["p90_s"] * factor - m, 0) for m, r in zip(med, rows, strict=True)]
     ax.barh([f"{r['impl']}:{r['method'] + ':' if r.get('method') and multi else ''}{r['call']}"
              for r in rows], med, xerr=[lo, hi],
-            color=[IMPL_COLORS.get(r["impl"], "#999") for r in rows], capsize=2)
+            color=[_color(r["impl"]) for r in rows], capsize=2)
     cfg = record["config"]
     ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
     ax.set_title(f"{cfg['arch']} {mode}, batch {cfg['batch']}, {cfg['dtype']}, "
@@ -85,7 +89,7 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     for ax, w in zip(axes, workloads, strict=True):
         vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
                 for i, c in keys]
-        ax.barh(labels, vals, color=[IMPL_COLORS.get(i, "#999") for i, _ in keys])
+        ax.barh(labels, vals, color=[_color(i) for i, _ in keys])
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         floor = by.get(("floor", keys[0][1], w)) if keys and keys[0][0] == "floor" else None

@@ -226,10 +226,9 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
     implementation is built once per method (subjects named "impl:method"), PyTorch once, and
     all of them are checked and timed together in one interleaved run.
     """
-    if cfg.torch_threads and any(library(i).package == "torch" for i in cfg.impls):
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
+    if cfg.torch_threads:
+        for impl in cfg.impls:
+            library(impl).set_threads(cfg.torch_threads)
     with policy.use(cfg.precision):
         return _run(cfg, console, progress)
 

@@ -37,6 +37,7 @@ class Library:
       `dtype_argument` name the constructor's keywords for randomness and parameter dtype.
     - `classes_of`: whose model classes (per architecture) it builds: its own name, or that of
       the library it is a flavour of.
+    - `color`: its colour in the benchmark's plots.
     - `styles`, `default_style`, `idiomatic_style`: benchmark call styles (`zoo.bench.styles`).
     """
 
@@ -52,6 +53,7 @@ class Library:
     contract: ClassVar[type]
     rng_argument: ClassVar[str | None] = None
     dtype_argument: ClassVar[str | None] = None
+    color: ClassVar[str] = "#999999"
     styles: ClassVar[tuple[str, ...]] = ()
     default_style: ClassVar[str]
     idiomatic_style: ClassVar[str]
@@ -75,6 +77,9 @@ class Library:
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
         """The model's structure without computing weights (abstract arrays where possible)."""
         return self.native_init(cls, config, jax.random.key(0), dtype)
+
+    def set_threads(self, n: int) -> None:
+        """Give the library's own thread pool `n` threads (a no-op where XLA decides)."""
 
     def input_shape(self, config: Config, batch: int) -> tuple[int, ...]:
         """The shape of a native input batch (channels-last for Flax)."""

@@ -37,6 +37,7 @@ class EqxLibrary(Library):
     contract = EqxModel
     rng_argument = "key"
     dtype_argument = "dtype"
+    color = "#1f77b4"
     styles = ("filter_jit", "partition", "fast", "fused")
     default_style = "fast"
     idiomatic_style = "filter_jit"

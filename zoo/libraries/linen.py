@@ -34,6 +34,7 @@ class LinenLibrary(Library):
     interface = LinenInterface()
     contract = LinenModel
     dtype_argument = "param_dtype"
+    color = "#ff7f0e"
     styles = ("jit", "fast", "fused")
     default_style = "fast"
     idiomatic_style = "jit"

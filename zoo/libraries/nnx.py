@@ -35,6 +35,7 @@ class NNXLibrary(Library):
     contract = NNXModel
     rng_argument = "rngs"
     dtype_argument = "param_dtype"
+    color = "#2ca02c"
     styles = ("nnx_jit", "jit_tree", "flaxlib", "cached_partial", "jit_partial", "split", "fast",
               "fused")
     default_style = "fast"

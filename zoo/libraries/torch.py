@@ -35,12 +35,18 @@ class TorchLibrary(Library):
     walker = TorchWalker()
     interface = TorchInterface()
     contract = TorchModel
+    color = "#d62728"
     styles = ("eager", "compile")
     default_style = "eager"
     idiomatic_style = "eager"
 
     def owns(self, obj: Any) -> bool:
         return any(c.__module__.startswith("torch.nn") for c in type(obj).__mro__)
+
+    def set_threads(self, n: int) -> None:
+        import torch
+
+        torch.set_num_threads(n)
 
     def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
         import torch
