@@ -276,7 +276,7 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                     "workload": wname, "impl": impl if style else "floor",
                     "call": style or FLOOR, "time": stats, "mode": mode,
                     "steps_per_call": entries[name].steps,
-                    "idiomatic": idiomatic_style(impl) == style,
+                    "idiomatic": bool(style) and idiomatic_style(impl) == style,
                     "ratio_to_floor": stats["median_s"] / floor_median,
                     "ratio_to_own": stats["median_s"] / own_median,
                     "overhead_s": stats["median_s"] - own_median,
