@@ -213,23 +213,23 @@ class EqxWalker(Walker):
 
     def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
         model, _ = self.split(obj)
-        is_layer = lambda m: kind_of(m, "eqx") is not None
+        is_layer = lambda m: kind_of(m, self.layer_classes) is not None
         flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_layer)
         out, problems = [], []
         for path, leaf in flat:
             name = path_name(path)
-            layer = _kind_layer(leaf, "eqx", name, tuple(key_name(k) for k in path))
+            layer = _kind_layer(leaf, self.layer_classes, name, tuple(key_name(k) for k in path))
             if layer is not None:
                 out.append(layer)
             elif eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct):
                 owner = get(model, [key_name(k) for k in path[:-1]])
                 if _library_class(owner):
                     _unconverted(tuple(key_name(k) for k in path[:-1]), name, owner,
-                                 lambda p: get(model, p), "eqx", problems)
+                                 lambda p: get(model, p), self.layer_classes, problems)
                 else:
                     out.append(Layer(name, PARAMETER, tuple(key_name(k) for k in path)))
-        out = _outside_composites(out, lambda p: get(model, p), "eqx", problems)
-        _refuse("eqx", problems)
+        out = _outside_composites(out, lambda p: get(model, p), self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -336,9 +336,9 @@ class LinenWalker(Walker):
                 out.append(Layer(join(owner[0], path[-1]), PARAMETER, path))
             else:
                 _unconverted(path[:-1], f"{collection}/{'/'.join(path)}", owner[1],
-                             lambda p: found[p][1], "linen", problems)
-        out = _outside_composites(out, lambda p: found[p][1], "linen", problems)
-        _refuse("linen", problems)
+                             lambda p: found[p][1], self.layer_classes, problems)
+        out = _outside_composites(out, lambda p: found[p][1], self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -403,9 +403,10 @@ class NNXWalker(Walker):
             if owner is not None and not _library_class(owner):
                 out.append(Layer(name, PARAMETER, path))
             else:
-                _unconverted(path[:-1], name, owner, lambda p: modules[p], "nnx", problems)
-        out = _outside_composites(out, lambda p: modules[p], "nnx", problems)
-        _refuse("nnx", problems)
+                _unconverted(path[:-1], name, owner, lambda p: modules[p], self.layer_classes,
+                             problems)
+        out = _outside_composites(out, lambda p: modules[p], self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -454,12 +455,13 @@ class TorchWalker(Walker):
                 continue
             owner = modules[".".join(path[:-1])]
             if _library_class(owner):
-                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)], "torch",
-                             problems)
+                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)],
+                             self.layer_classes, problems)
             else:
                 out.append(Layer(key, PARAMETER, path))
-        out = _outside_composites(out, lambda p: modules[".".join(p)], "torch", problems)
-        _refuse("torch", problems)
+        out = _outside_composites(out, lambda p: modules[".".join(p)], self.layer_classes,
+                                  problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:

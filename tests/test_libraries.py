@@ -70,7 +70,7 @@ def test_tables_are_derived_from_the_registry():
     assert tuple(zoo.JAX_IMPLS) == tuple(i for i in zoo.IMPLS if library(i).is_jax)
     for impl in zoo.IMPLS:
         lib = library(impl)
-        assert lib.walker.family == lib.family and lib.interface.channels_last == lib.channels_last
+        assert lib.interface.channels_last == lib.channels_last and lib.walker.impl == impl
         assert canonical_walker(impl) is lib.walker
 
 
@@ -173,6 +173,21 @@ def test_the_contract_refuses_an_unhashable_equinox_static_part():
 
     with pytest.raises(ContractError, match=r"Listed.*static part is not hashable"):
         library("eqx").check_class(Listed, config)
+
+
+def test_the_contract_refuses_state_without_has_state():
+    config = zoo.tiny_config("mlp")
+
+    class Stateful(eqx.Module):
+        index: eqx.nn.StateIndex
+        config: object = eqx.field(static=True)
+
+        def __init__(self, config, *, key, dtype=None):
+            self.index = eqx.nn.StateIndex(jax.numpy.zeros(2))
+            self.config = config
+
+    with pytest.raises(ContractError, match=r"Stateful.*`has_state = True`"):
+        library("eqx").check_class(Stateful, config)
 
 
 def test_every_registered_class_meets_its_contract():

@@ -120,11 +120,9 @@ def architecture(arch: str) -> Architecture:
 
 
 def _check_impl(arch: str, impl: str) -> None:
-    lib = library(impl)
     if not architecture(arch).has(impl):
         raise ValueError(f"{arch} has no {impl} implementation")
-    if not lib.available():
-        raise ImportError(f"impl={impl!r} needs {lib.package}: pip install {lib.package}")
+    library(impl).require()
 
 
 def model_class(arch: str, impl: str) -> type:

@@ -26,11 +26,13 @@ class Library:
     `owns`, `native_init` (and `skeleton` where the library can build abstract models).
 
     - `name`: the implementation name used everywhere ("eqx", "linen", ...).
-    - `family`: its parameter layout (`canonical.layouts`: "eqx", "flax", "torch").
+    - `family`: its parameter layout (`canonical.layouts`: "eqx", "flax", "torch"), its
+      walker's.
     - `channels_last`: native inputs are (N, *spatial, C).
     - `is_jax`: models are JAX pytrees with a functional `interface` (split / merge / apply).
     - `reference`: the library the benchmark compares the others with (PyTorch).
-    - `package`: the module that must be installed to use it.
+    - `package`, `install`: the module that must be installed to use it, and how (when it
+      is an optional dependency).
     - `checkpoint_format`: the name of its native checkpoint format (`converters.checkpoints`).
     - `walker`, `interface`: its `canonical.Walker` and `zoo.Interface` instances.
     - `contract`: the `typing.Protocol` its model classes follow; `rng_argument` and
@@ -42,11 +44,11 @@ class Library:
     """
 
     name: ClassVar[str]
-    family: ClassVar[str]
     channels_last: ClassVar[bool] = False
     is_jax: ClassVar[bool] = True
     reference: ClassVar[bool] = False
     package: ClassVar[str]
+    install: ClassVar[str] = ""
     checkpoint_format: ClassVar[str]
     walker: ClassVar[Walker]
     interface: ClassVar[Interface]
@@ -62,9 +64,19 @@ class Library:
     def classes_of(self) -> str:
         return self.name
 
+    @property
+    def family(self) -> str:
+        return self.walker.family
+
     def available(self) -> bool:
         """Whether the library is installed."""
         return importlib.util.find_spec(self.package) is not None
+
+    def require(self) -> None:
+        """Raise an ImportError saying how to install the library when it is missing."""
+        if not self.available():
+            hint = f": {self.install}" if self.install else ""
+            raise ImportError(f"impl={self.name!r} needs {self.package}{hint}")
 
     def owns(self, obj: Any) -> bool:
         """Whether `obj` is a native model object of this library."""

@@ -29,7 +29,6 @@ class EqxModel(Protocol):
 
 class EqxLibrary(Library):
     name = "eqx"
-    family = "eqx"
     package = "equinox"
     checkpoint_format = "eqx"
     walker = EqxWalker()
@@ -58,6 +57,11 @@ class EqxLibrary(Library):
     def model_problems(self, model: Any) -> list[str]:
         static = self.interface.split(model)[0]
         problems = super().model_problems(static)
+        module = model[0] if isinstance(model, tuple) else model
+        is_index = lambda x: isinstance(x, eqx.nn.StateIndex)
+        if not getattr(module, "has_state", False) and any(
+                is_index(x) for x in jax.tree.leaves(module, is_leaf=is_index)):
+            problems.append("it holds an eqx.nn.StateIndex but does not set `has_state = True`")
         try:
             hash(static)
         except TypeError as e:

@@ -26,7 +26,6 @@ class LinenModel(Protocol):
 
 class LinenLibrary(Library):
     name = "linen"
-    family = "flax"
     channels_last = True
     package = "flax"
     checkpoint_format = "linen"

@@ -26,7 +26,6 @@ class NNXModel(Protocol):
 
 class NNXLibrary(Library):
     name = "nnx"
-    family = "flax"
     channels_last = True
     package = "flax"
     checkpoint_format = "nnx"

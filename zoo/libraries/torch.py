@@ -27,10 +27,10 @@ class TorchModel(Protocol):
 
 class TorchLibrary(Library):
     name = "torch"
-    family = "torch"
     is_jax = False
     reference = True
     package = "torch"
+    install = "pip install 'jax-model-zoo[torch]'"
     checkpoint_format = "torch"
     walker = TorchWalker()
     interface = TorchInterface()
