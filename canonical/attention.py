@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from canonical.kinds import Arrays, Layer, LayerKind, register_kind
+from canonical.layouts import layout
 from canonical.rules import uniform_fan_in
 
 QKV = ("query", "key", "value")
@@ -63,11 +64,16 @@ def _stacked(n: Arrays, names: dict[str, str], suffix: str) -> Arrays:
 
 
 # --------------------------------------------------------------------------- rules
+# The projections' native names per layout (PyTorch's are `TORCH`, the canonical ones renamed).
+PROJECTIONS = {"eqx": EQX, "flax": {p: p for p in (*QKV, "out")}}
+
+
 def to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
-    if family == "torch":
+    f = layout(family)
+    if f.canonical:
         return {TORCH[k]: v for k, v in c.items()}
     out: Arrays = {}
-    names = EQX if family == "eqx" else {p: p for p in (*QKV, "out")}
+    names = PROJECTIONS[family]
     for suffix in ("weight", "bias"):
         if f"qkv.{suffix}" in c:
             for p, a in zip(QKV, _thirds(c[f"qkv.{suffix}"]), strict=True):
@@ -76,7 +82,7 @@ def to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
         out[f"{names['out']}.weight"] = c["proj.weight"]
     if "proj.bias" in c:
         out[f"{names['out']}.bias"] = c["proj.bias"]
-    return out if family == "eqx" else _flax_kernels(out, layer.fact("num_heads"))
+    return _flax_kernels(out, layer.fact("num_heads")) if f.channels_last else out
 
 
 def _flax_kernels(n: Arrays, heads: int) -> Arrays:
@@ -96,11 +102,12 @@ def _flax_kernels(n: Arrays, heads: int) -> Arrays:
 
 
 def to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    if family == "torch":
+    f = layout(family)
+    if f.canonical:
         return {k: n[v] for k, v in TORCH.items() if v in n}
-    if family == "flax":
+    if f.channels_last:
         n = _eqx_like(n)
-    names = EQX if family == "eqx" else {p: p for p in (*QKV, "out")}
+    names = PROJECTIONS[family]
     out = _stacked(n, names, "weight") | _stacked(n, names, "bias")
     for suffix in ("weight", "bias"):
         if f"{names['out']}.{suffix}" in n:
@@ -132,25 +139,31 @@ def _init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Array
 
 
 # --------------------------------------------------------------------------- checks and facts
-def _check(m: Any, impl: str, name: str) -> None:
-    """Refuse attention layers the packed `qkv` layout cannot express."""
-    problem = None
-    if impl == "eqx":
+def _problem(m: Any) -> str | None:
+    """What of the attention layer `m` the packed `qkv` layout cannot express, if anything
+    (each library's class is recognised by the attributes it has)."""
+    if hasattr(m, "query_proj"):  # Equinox
         sizes = {m.query_proj.in_features, m.key_proj.in_features, m.value_proj.in_features}
         outs = {m.query_proj.out_features, m.key_proj.out_features, m.value_proj.out_features}
-        biases = {m.use_query_bias, m.use_key_bias, m.use_value_bias}
         if len(sizes) > 1 or len(outs) > 1:
-            problem = "query, key and value sizes differ (qk_size != vo_size or cross-attention)"
-        elif len(biases) > 1:
-            problem = "some of query, key and value have a bias and some not"
-    elif impl == "torch":
+            return "query, key and value sizes differ (qk_size != vo_size or cross-attention)"
+        if len({m.use_query_bias, m.use_key_bias, m.use_value_bias}) > 1:
+            return "some of query, key and value have a bias and some not"
+        return None
+    if hasattr(m, "in_proj_weight"):  # PyTorch
         if not m._qkv_same_embed_dim or m.bias_k is not None:
-            problem = "separate q/k/v weights (kdim/vdim) or add_bias_kv"
-    else:
-        if m.normalize_qk or m.decode:
-            problem = "normalize_qk or decode (a cache)"
-        elif getattr(m, "num_kv_heads", m.num_heads) not in (None, m.num_heads):
-            problem = "grouped-query attention (num_kv_heads != num_heads)"
+            return "separate q/k/v weights (kdim/vdim) or add_bias_kv"
+        return None
+    if m.normalize_qk or m.decode:  # Flax
+        return "normalize_qk or decode (a cache)"
+    if getattr(m, "num_kv_heads", m.num_heads) not in (None, m.num_heads):
+        return "grouped-query attention (num_kv_heads != num_heads)"
+    return None
+
+
+def _check(m: Any, impl: str, name: str) -> None:
+    """Refuse attention layers the packed `qkv` layout cannot express."""
+    problem = _problem(m)
     if problem:
         raise ValueError(f"attention layer {name!r} ({impl}): {problem} is not supported")
 

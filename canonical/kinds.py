@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from canonical.layouts import layout
+
 Arrays = dict[str, Any]
-FAMILIES: dict[str, str] = {"eqx": "eqx", "linen": "flax", "nnx": "flax", "torch": "torch"}
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class LayerKind:
     def convert(self, family: str, arrays: Arrays, layer: Layer, *, to: str) -> Arrays:
         """`to_native` (to="native") or `to_canonical` (to="canonical"); identity for torch
         unless the kind names PyTorch arrays of its own (`native["torch"]`)."""
-        if family == "torch" and family not in self.native:
+        if layout(family).canonical and family not in self.native:
             return dict(arrays)
         rule = self.to_native if to == "native" else self.to_canonical
         return rule(family, arrays, layer)

@@ -1,7 +1,7 @@
 """The built-in layer kinds: one conversion rule per layer type (docs/conventions.md).
 
-Families: "eqx" (Equinox: channels-first, per-sample), "flax" (Linen and NNX share their
-parameter layouts) and "torch" (the canonical layout itself). Rules use only `.transpose`,
+Families are parameter layouts (`canonical.layouts`): "eqx", "flax" (Linen and NNX) and "torch"
+(the canonical layout itself); the rules read their facts. Rules use only `.transpose`,
 `.reshape`, `.swapaxes` and slicing, which numpy and JAX arrays both provide, so round trips
 are bitwise. Optional arrays (a bias) are converted when present.
 
@@ -19,24 +19,13 @@ from typing import Any
 import numpy as np
 
 from canonical.kinds import Arrays, Layer, LayerKind, register_kind
+from canonical.layouts import layout
 
 
 def flip_spatial(w: Any, first_spatial: int = 2) -> Any:
     """Reverse every axis from `first_spatial` on (the kernel's spatial axes)."""
     n = w.ndim - first_spatial
     return w[(slice(None),) * first_spatial + (slice(None, None, -1),) * n]
-
-
-def channels_last_kernel(w: Any) -> Any:
-    """(A, B, *k) -> (*k, B, A): PyTorch conv weight (O, I, *k) to Flax (*k, I, O)."""
-    n = w.ndim - 2
-    return w.transpose(*range(2, 2 + n), 1, 0)
-
-
-def channels_first_kernel(k: Any) -> Any:
-    """(*k, B, A) -> (A, B, *k): the inverse of `channels_last_kernel`."""
-    n = k.ndim - 2
-    return k.transpose(n + 1, n, *range(n))
 
 
 def _renamed(arrays: Arrays, names: dict[str, str], **transforms: Any) -> Arrays:
@@ -69,90 +58,59 @@ def _batch_norm_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generato
 
 
 # --------------------------------------------------------------------------- linear
-def _linear_flax_kernel(w: Any, layer: Layer) -> Any:
-    """Canonical (out, in) -> Flax (in, out); a flattened (C, *sp) input becomes (*sp, C) order."""
-    if layer.flatten_shape is None:
-        return w.T
-    c, *sp = layer.flatten_shape
-    out = w.shape[0]
-    return w.reshape(out, c, *sp).transpose(*range(2, 2 + len(sp)), 1, 0).reshape(-1, out)
-
-
-def _linear_canonical_weight(k: Any, layer: Layer) -> Any:
-    if layer.flatten_shape is None:
-        return k.T
-    c, *sp = layer.flatten_shape
-    out, n = k.shape[1], len(sp)
-    return k.reshape(*sp, c, out).transpose(n + 1, n, *range(n)).reshape(out, -1)
-
-
 # Equinox flattens (C, *spatial) as PyTorch does, so only Flax permutes flattened inputs.
 def linear_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
-    if family == "eqx":
-        return dict(c)
-    return _renamed(c, {"weight": "kernel", "bias": "bias"},
-                    kernel=lambda w: _linear_flax_kernel(w, layer))
+    f = layout(family)
+    return _renamed(c, {"weight": f.kernel, "bias": "bias"},
+                    **{f.kernel: lambda w: f.dense_kernel(w, layer.flatten_shape)})
 
 
 def linear_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    if family == "eqx":
-        return dict(n)
-    return _renamed(n, {"kernel": "weight", "bias": "bias"},
-                    weight=lambda k: _linear_canonical_weight(k, layer))
+    f = layout(family)
+    return _renamed(n, {f.kernel: "weight", "bias": "bias"},
+                    weight=lambda k: f.dense_kernel_back(k, layer.flatten_shape))
 
 
 # --------------------------------------------------------------------------- conv
-def _bias_eqx(b: Any, weight: Any) -> Any:
-    """Equinox conv biases carry singleton spatial axes: (O,) -> (O, 1, ..., 1)."""
-    return b.reshape(b.shape[0], *(1,) * (weight.ndim - 2))
-
-
 def conv_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
-    if family == "eqx":
-        return _renamed(c, {"weight": "weight", "bias": "bias"},
-                        bias=lambda b: _bias_eqx(b, c["weight"]))
-    return _renamed(c, {"weight": "kernel", "bias": "bias"}, kernel=channels_last_kernel)
+    f = layout(family)
+    return _renamed(c, {"weight": f.kernel, "bias": "bias"},
+                    **{f.kernel: f.conv_kernel, "bias": lambda b: f.conv_bias(b, c["weight"])})
 
 
 def conv_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    if family == "eqx":
-        return _renamed(n, {"weight": "weight", "bias": "bias"}, bias=lambda b: b.reshape(-1))
-    return _renamed(n, {"kernel": "weight", "bias": "bias"}, weight=channels_first_kernel)
+    f = layout(family)
+    return _renamed(n, {f.kernel: "weight", "bias": "bias"},
+                    weight=f.conv_kernel_back, bias=f.conv_bias_back)
 
 
 def conv_transpose_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
     """PyTorch (I, O, *k) -> Equinox (O, I, *k) flipped, Flax (*k, I, O) flipped."""
+    f = layout(family)
     w = flip_spatial(c["weight"]).swapaxes(0, 1)
-    if family == "eqx":
-        return {"weight": w} | _renamed(c, {"bias": "bias"}, bias=lambda b: _bias_eqx(b, w))
-    return {"kernel": channels_last_kernel(w)} | _renamed(c, {"bias": "bias"})
+    return {f.kernel: f.conv_kernel(w)} | _renamed(c, {"bias": "bias"},
+                                                  bias=lambda b: f.conv_bias(b, w))
 
 
 def conv_transpose_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    if family == "eqx":
-        w = n["weight"].swapaxes(0, 1)
-        return {"weight": flip_spatial(w)} | _renamed(n, {"bias": "bias"},
-                                                      bias=lambda b: b.reshape(-1))
-    w = channels_first_kernel(n["kernel"]).swapaxes(0, 1)
-    return {"weight": flip_spatial(w)} | _renamed(n, {"bias": "bias"})
+    f = layout(family)
+    w = f.conv_kernel_back(n[f.kernel]).swapaxes(0, 1)
+    return {"weight": flip_spatial(w)} | _renamed(n, {"bias": "bias"}, bias=f.conv_bias_back)
 
 
 def _no_int_kernel(module: Any, impl: str, name: str) -> None:
     """Flax reads an int kernel_size as a 1-D kernel (docs/conventions.md): refuse it."""
-    if impl in ("linen", "nnx") and not isinstance(module.kernel_size, tuple | list):
+    if not isinstance(module.kernel_size, tuple | list):  # Equinox and PyTorch store tuples
         raise ValueError(f"Flax layer {name!r} has an int kernel_size (a 1-D kernel): pass a tuple")
 
 
 # --------------------------------------------------------------------------- norms
-_SCALE = {"eqx": "weight", "flax": "scale"}
-
-
 def affine_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
-    return _renamed(c, {"weight": _SCALE[family], "bias": "bias"})
+    return _renamed(c, {"weight": layout(family).scale, "bias": "bias"})
 
 
 def affine_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    return _renamed(n, {_SCALE[family]: "weight", "bias": "bias"})
+    return _renamed(n, {layout(family).scale: "weight", "bias": "bias"})
 
 
 def batch_norm_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
@@ -170,11 +128,11 @@ def batch_norm_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
 
 # --------------------------------------------------------------------------- embedding
 def embedding_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
-    return dict(c) if family == "eqx" else {"embedding": c["weight"]}
+    return {layout(family).embedding: c["weight"]}
 
 
 def embedding_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
-    return dict(n) if family == "eqx" else {"weight": n["embedding"]}
+    return {"weight": n[layout(family).embedding]}
 
 
 def _normal(std: float):

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from canonical.errors import ConversionError
-from canonical.kinds import FAMILIES, KINDS, Arrays, Layer, LayerKind, kind_of
+from canonical.kinds import KINDS, Arrays, Layer, LayerKind, kind_of
 from canonical.paths import join, key_name, path_name
 from canonical.torch_arrays import numpy_to_torch, torch_to_numpy
 
@@ -153,13 +153,16 @@ class Walker:
     """Interface: one subclass per implementation."""
 
     impl: ClassVar[str]
+    family: ClassVar[str]  # the parameter layout (`canonical.layouts`)
     needs_example: ClassVar[bool] = False  # `layers` traces a call on an example input
     ordered: ClassVar[bool] = True  # `layers` come in definition order (not sorted by name)
     ordered_flat_trees: ClassVar[bool] = False  # a flat {key: array} tree keeps that order too
 
     @property
-    def family(self) -> str:
-        return FAMILIES[self.impl]
+    def layer_classes(self) -> str:
+        """The implementation whose native classes the layer kinds list for this walker's
+        layers (its own; a flavour of another library reuses that one's)."""
+        return self.impl
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
         """Every layer, in model order; raises ConversionError for arrays nothing converts."""
@@ -191,7 +194,7 @@ class Walker:
         for path, name, m in modules:
             if path and not _under(path, [layer.path for layer in out
                                           if KINDS[layer.kind].composite]):
-                layer = _kind_layer(m, self.impl, name, path)
+                layer = _kind_layer(m, self.layer_classes, name, path)
                 if layer is not None:
                     out.append(layer)
         return out
@@ -202,6 +205,7 @@ class EqxWalker(Walker):
     """Equinox: `model` or `(model, state)`; statistics live in the `eqx.nn.State`."""
 
     impl = "eqx"
+    family = "eqx"
 
     @staticmethod
     def split(obj: Any) -> tuple[Any, Any]:
@@ -209,23 +213,23 @@ class EqxWalker(Walker):
 
     def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
         model, _ = self.split(obj)
-        is_layer = lambda m: kind_of(m, "eqx") is not None
+        is_layer = lambda m: kind_of(m, self.layer_classes) is not None
         flat, _ = jax.tree_util.tree_flatten_with_path(model, is_leaf=is_layer)
         out, problems = [], []
         for path, leaf in flat:
             name = path_name(path)
-            layer = _kind_layer(leaf, "eqx", name, tuple(key_name(k) for k in path))
+            layer = _kind_layer(leaf, self.layer_classes, name, tuple(key_name(k) for k in path))
             if layer is not None:
                 out.append(layer)
             elif eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct):
                 owner = get(model, [key_name(k) for k in path[:-1]])
                 if _library_class(owner):
                     _unconverted(tuple(key_name(k) for k in path[:-1]), name, owner,
-                                 lambda p: get(model, p), "eqx", problems)
+                                 lambda p: get(model, p), self.layer_classes, problems)
                 else:
                     out.append(Layer(name, PARAMETER, tuple(key_name(k) for k in path)))
-        out = _outside_composites(out, lambda p: get(model, p), "eqx", problems)
-        _refuse("eqx", problems)
+        out = _outside_composites(out, lambda p: get(model, p), self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -287,6 +291,7 @@ class LinenWalker(Walker):
     """
 
     impl = "linen"
+    family = "flax"
     needs_example = True
     STATS = "batch_stats"
 
@@ -331,9 +336,9 @@ class LinenWalker(Walker):
                 out.append(Layer(join(owner[0], path[-1]), PARAMETER, path))
             else:
                 _unconverted(path[:-1], f"{collection}/{'/'.join(path)}", owner[1],
-                             lambda p: found[p][1], "linen", problems)
-        out = _outside_composites(out, lambda p: found[p][1], "linen", problems)
-        _refuse("linen", problems)
+                             lambda p: found[p][1], self.layer_classes, problems)
+        out = _outside_composites(out, lambda p: found[p][1], self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -379,6 +384,7 @@ class NNXWalker(Walker):
     """NNX: the module itself; `nnx.Param` and `nnx.BatchStat` variables are its arrays."""
 
     impl = "nnx"
+    family = "flax"
     ordered = False  # the module paths are sorted by name
     ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
 
@@ -397,9 +403,10 @@ class NNXWalker(Walker):
             if owner is not None and not _library_class(owner):
                 out.append(Layer(name, PARAMETER, path))
             else:
-                _unconverted(path[:-1], name, owner, lambda p: modules[p], "nnx", problems)
-        out = _outside_composites(out, lambda p: modules[p], "nnx", problems)
-        _refuse("nnx", problems)
+                _unconverted(path[:-1], name, owner, lambda p: modules[p], self.layer_classes,
+                             problems)
+        out = _outside_composites(out, lambda p: modules[p], self.layer_classes, problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
@@ -430,6 +437,7 @@ class TorchWalker(Walker):
     """PyTorch: the `nn.Module`; its `state_dict` already is the canonical layout."""
 
     impl = "torch"
+    family = "torch"
     ordered_flat_trees = True  # a state_dict
 
     def as_native_array(self, a: Any) -> Any:
@@ -447,12 +455,13 @@ class TorchWalker(Walker):
                 continue
             owner = modules[".".join(path[:-1])]
             if _library_class(owner):
-                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)], "torch",
-                             problems)
+                _unconverted(path[:-1], key, owner, lambda p: modules[".".join(p)],
+                             self.layer_classes, problems)
             else:
                 out.append(Layer(key, PARAMETER, path))
-        out = _outside_composites(out, lambda p: modules[".".join(p)], "torch", problems)
-        _refuse("torch", problems)
+        out = _outside_composites(out, lambda p: modules[".".join(p)], self.layer_classes,
+                                  problems)
+        _refuse(self.impl, problems)
         return out
 
     def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:

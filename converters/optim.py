@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -313,12 +312,6 @@ def _short(layout: Any) -> str:
 
     text = json.dumps(layout)
     return text if len(text) < 300 else text[:300] + "..."
-
-
-def abstract_like(tree: Any) -> Any:
-    """ShapeDtypeStructs for every array leaf (other leaves kept)."""
-    return jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype) if eqx.is_array(a) else a, tree)
 
 
 def canonical_from_native(layout: Any, tree: Any, model: Any, impl: str, *, ordered: bool

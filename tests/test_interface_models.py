@@ -16,7 +16,7 @@ from flax import nnx
 
 import zoo
 from zoo.interface import native_interface
-from zoo.registry import CHANNELS_LAST
+from zoo.libraries import library
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -120,7 +120,7 @@ def test_clone_and_layout():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     for impl in ("eqx", "linen", "nnx", "torch"):
         api = native_interface(impl)
-        assert api.channels_last == (impl in CHANNELS_LAST)
+        assert api.channels_last == library(impl).channels_last
         np.testing.assert_array_equal(api.to_canonical(api.to_native(x)), x)
 
 

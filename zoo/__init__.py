@@ -16,6 +16,7 @@ import zoo.models  # noqa: F401  (registers every architecture folder)
 from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
 from zoo.interface import Interface, interface, native_interface
+from zoo.libraries import library
 from zoo.registry import (
     ARCHS,
     IMPLS,
@@ -34,8 +35,8 @@ from zoo.registry import (
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
-    "canonical_init", "create", "example_input", "interface", "list_models", "make_config",
-    "model_class", "native_interface", "register", "tiny_config",
+    "canonical_init", "create", "example_input", "interface", "library", "list_models",
+    "make_config", "model_class", "native_interface", "register", "tiny_config",
 ]
 
 

@@ -217,23 +217,21 @@ class TorchInterface(Interface):
         return model.state_dict()
 
 
-INTERFACES: dict[str, Interface] = {
-    i.impl: i for i in (EqxInterface(), LinenInterface(), NNXInterface())
-}
-NATIVE_INTERFACES: dict[str, Interface] = {**INTERFACES, "torch": TorchInterface()}
-
-
 def interface(impl: str) -> Interface:
     """The functional interface of a JAX implementation ("eqx", "linen" or "nnx")."""
-    if impl not in INTERFACES:
-        raise ValueError(f"no functional interface for {impl!r}; JAX impls: {list(INTERFACES)}")
-    return INTERFACES[impl]
+    from zoo.libraries import JAX_IMPLS, library  # the libraries hold this module's classes
+
+    if impl not in JAX_IMPLS:
+        raise ValueError(f"no functional interface for {impl!r}; JAX impls: {list(JAX_IMPLS)}")
+    return library(impl).interface
 
 
 def native_interface(impl: str) -> Interface:
     """The interface of any implementation, "torch" included: for whole native models
     (`forward`, `eval_fn`, `clone`, `checkpoint_tree`) and the layout. PyTorch's has no
     functional split / merge / apply; the JAX libraries' is `interface(impl)`."""
-    if impl not in NATIVE_INTERFACES:
-        raise ValueError(f"no interface for {impl!r}; impls: {list(NATIVE_INTERFACES)}")
-    return NATIVE_INTERFACES[impl]
+    from zoo.libraries import IMPLS, library
+
+    if impl not in IMPLS:
+        raise ValueError(f"no interface for {impl!r}; impls: {list(IMPLS)}")
+    return library(impl).interface

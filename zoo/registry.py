@@ -9,10 +9,11 @@ impl="torch".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -20,10 +21,8 @@ import jax.numpy as jnp
 
 import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
-
-IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
-JAX_IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx")
-CHANNELS_LAST: frozenset[str] = frozenset({"linen", "nnx"})
+from zoo.libraries import IMPLS, jax_libraries, library
+from zoo.libraries import JAX_IMPLS as JAX_IMPLS  # re-exported: live views of the libraries
 
 
 @dataclass(frozen=True)
@@ -32,19 +31,30 @@ class Architecture:
 
     config: type[Config]
     classes: dict[str, type | str]
+    _checked: dict[str, type] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return self.config.arch
 
     def model_class(self, impl: str) -> type:
-        cls = self.classes[impl]
-        if isinstance(cls, str):
-            module, _, attr = cls.partition(":")
-            package = self.config.__module__.rpartition(".")[0]
-            cls = getattr(importlib.import_module(module, package if module[:1] == "." else None),
-                          attr)
-        return cls
+        """The class of library `impl` (of the library it is a flavour of), imported and
+        checked against the library's model contract when first asked for."""
+        lib = library(impl)
+        if lib.classes_of not in self._checked:
+            cls = self.classes[lib.classes_of]
+            if isinstance(cls, str):
+                module, _, attr = cls.partition(":")
+                package = self.config.__module__.rpartition(".")[0]
+                cls = getattr(importlib.import_module(
+                    module, package if module[:1] == "." else None), attr)
+            library(lib.classes_of).check_class(cls, self.config.tiny())
+            self._checked[lib.classes_of] = cls
+        return self._checked[lib.classes_of]
+
+    def has(self, impl: str) -> bool:
+        """Whether the architecture has a class for library `impl`."""
+        return library(impl).classes_of in self.classes
 
 
 _ARCHITECTURES: dict[str, Architecture] = {}
@@ -52,21 +62,33 @@ _ARCHITECTURES: dict[str, Architecture] = {}
 
 def register(config: type[Config], **classes: type | str) -> Architecture:
     """Register an architecture: its config class (with `arch` set) and one model class per
-    implementation (`eqx=`, `linen=`, `nnx=`, `torch=`)."""
+    library (`eqx=`, `linen=`, `nnx=`, `torch=`). Classes given as classes are checked against
+    their library's model contract now (a ContractError names the class and the rule), those
+    given as "module:Class" strings when first imported."""
     unknown = sorted(set(classes) - set(IMPLS))
     if unknown or not classes:
         raise ValueError(f"register({config.__name__}): give model classes for {list(IMPLS)}, "
                          f"got {sorted(classes)}")
     entry = Architecture(config, dict(classes))
+    for impl, cls in classes.items():
+        if not isinstance(cls, str):
+            entry.model_class(impl)
     _ARCHITECTURES[config.arch] = entry
     CONFIGS[config.arch] = config
     return entry
 
 
-def unregister(arch: str) -> None:
-    """Remove a registered architecture (tests that register toy ones clean up with it)."""
-    _ARCHITECTURES.pop(arch, None)
-    CONFIGS.pop(arch, None)
+@contextlib.contextmanager
+def restoring() -> Iterator[None]:
+    """Architectures registered inside the `with` block are gone after it (tests' toys)."""
+    saved, configs = dict(_ARCHITECTURES), dict(CONFIGS)
+    try:
+        yield
+    finally:
+        _ARCHITECTURES.clear()
+        _ARCHITECTURES.update(saved)
+        CONFIGS.clear()
+        CONFIGS.update(configs)
 
 
 class _Names(Sequence[str]):
@@ -98,26 +120,22 @@ def architecture(arch: str) -> Architecture:
 
 
 def _check_impl(arch: str, impl: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"unknown implementation {impl!r}; available: {list(IMPLS)}")
-    if impl not in architecture(arch).classes:
+    if not architecture(arch).has(impl):
         raise ValueError(f"{arch} has no {impl} implementation")
+    library(impl).require()
 
 
 def model_class(arch: str, impl: str) -> type:
     """The class implementing `arch` in library `impl` (imports torch only for impl='torch')."""
     _check_impl(arch, impl)
-    if impl == "torch" and importlib.util.find_spec("torch") is None:
-        raise ImportError("impl='torch' needs PyTorch: pip install 'jax-model-zoo[torch]'")
     return architecture(arch).model_class(impl)
 
 
 def list_models(impl: str | None = None) -> list[tuple[str, str]]:
-    """Every available (arch, impl) pair; torch pairs only when PyTorch is installed."""
-    have_torch = importlib.util.find_spec("torch") is not None
+    """Every available (arch, impl) pair; a library's pairs only when it is installed."""
     impls = IMPLS if impl is None else (impl,)
     return [(a, i) for a in ARCHS for i in impls
-            if i in architecture(a).classes and (i != "torch" or have_torch)]
+            if architecture(a).has(i) and library(i).available()]
 
 
 def make_config(arch: str | Config, **overrides: Any) -> Config:
@@ -142,10 +160,7 @@ def example_input(config: Config, batch: int = 2, seed: int = 0, dtype: Any = "f
 
 def abstract_input(config: Config, impl: str, batch: int = 1) -> jax.ShapeDtypeStruct:
     """An abstract input of `impl`'s layout (channels-last for Flax)."""
-    c, *spatial = config.input_shape
-    shape = (batch, *spatial, c) if spatial and impl in CHANNELS_LAST else (
-        batch, *config.input_shape)
-    return jax.ShapeDtypeStruct(shape, jnp.float32)
+    return library(impl).abstract_input(config, batch)
 
 
 def walk_facts(config: Config, impl: str) -> dict[str, Any]:
@@ -156,51 +171,20 @@ def walk_facts(config: Config, impl: str) -> dict[str, Any]:
 
 def native_init(config: Config, impl: str, key: jax.Array, dtype: Any = "float32") -> Any:
     """A model initialised by the library's own initialisers (init='native')."""
-    cls = model_class(config.arch, impl)
-    dt = jnp.dtype(dtype)
-    if impl == "eqx":
-        if getattr(cls, "has_state", False):
-            import equinox as eqx
-
-            return eqx.nn.make_with_state(cls)(config, key=key, dtype=dt)
-        return cls(config, key=key, dtype=dt)
-    if impl == "linen":
-        module = cls(config, param_dtype=dt.name)
-        x = jnp.zeros(abstract_input(config, impl).shape, dt)
-        return module, module.init({"params": key, "dropout": key}, x)
-    if impl == "nnx":
-        from flax import nnx
-
-        return cls(config, rngs=nnx.Rngs(params=key, dropout=key), param_dtype=dt)
-    import torch
-
-    torch.manual_seed(int(jax.random.randint(key, (), 0, 2**31 - 1)))
-    return cls(config).to(getattr(torch, dt.name))
+    return library(impl).native_init(model_class(config.arch, impl), config, key, dtype)
 
 
 def skeleton(config: Config, impl: str, dtype: Any = "float32") -> Any:
     """The model's structure without computing any weights (abstract arrays where possible)."""
-    key = jax.random.key(0)
-    if impl == "eqx":
-        import equinox as eqx
-
-        return eqx.filter_eval_shape(native_init, config, impl, key, dtype)
-    if impl == "linen":
-        module = model_class(config.arch, impl)(config, param_dtype=jnp.dtype(dtype).name)
-        x = abstract_input(config, impl)
-        return module, jax.eval_shape(module.init, {"params": key, "dropout": key}, x)
-    if impl == "nnx":
-        from flax import nnx
-
-        return nnx.eval_shape(lambda: native_init(config, impl, key, dtype))
-    return native_init(config, impl, key, dtype)
+    return library(impl).skeleton(model_class(config.arch, impl), config, dtype)
 
 
 def reference_impl(config: Config) -> str:
     """The implementation whose skeleton gives an architecture's schema when no model is at
     hand: the first JAX library it is registered in (all give the same schema)."""
-    classes = architecture(config.arch).classes
-    return next((i for i in JAX_IMPLS if i in classes), next(iter(classes)))
+    arch = architecture(config.arch)
+    return next((lib.name for lib in jax_libraries() if arch.has(lib.name)),
+                next(iter(arch.classes)))
 
 
 @functools.lru_cache(maxsize=128)

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import numpy as np
 
 from converters.checkpoints.base import (
@@ -25,25 +24,16 @@ from converters.checkpoints.readwrite import read, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
+from zoo.libraries import owner
 from zoo.registry import ARCHS, make_config
 
 
 def detect_impl(obj: Any) -> str:
     """Which library a native model object belongs to."""
-    import flax.linen as nn
-    from flax import nnx
-
-    if isinstance(obj, nnx.Module):
-        return "nnx"
-    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], nn.Module):
-        return "linen"
-    if isinstance(obj, eqx.Module) or (isinstance(obj, tuple) and obj
-                                       and isinstance(obj[0], eqx.Module)):
-        return "eqx"
-    if any(c.__module__.startswith("torch.nn") for c in type(obj).__mro__):
-        return "torch"
-    raise CheckpointError(f"cannot tell which library a {type(obj).__name__} belongs to: pass "
-                          "a native model, a canonical state dict or a Checkpoint")
+    if (lib := owner(obj)) is None:
+        raise CheckpointError(f"cannot tell which library a {type(obj).__name__} belongs to: "
+                              "pass a native model, a canonical state dict or a Checkpoint")
+    return lib.name
 
 
 def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,

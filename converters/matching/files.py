@@ -23,7 +23,7 @@ from converters.checkpoints.torch import _load_pt
 from converters.matching.transfer import Result, import_state, transfer
 from zoo.configs import Config
 from zoo.interface import native_interface
-from zoo.registry import IMPLS
+from zoo.libraries import IMPLS, library
 
 
 def read_tree(path: str | os.PathLike) -> tuple[Any, str, bool, Detection]:
@@ -65,7 +65,7 @@ def convert_foreign(src: str | os.PathLike, dst: str | os.PathLike, to: str, con
     check_pair(src, dst)
     tree, impl, ordered, det = read_tree(src)
     res = import_state(tree, impl, config, maps=maps, strip=strip, add=add, ordered=ordered,
-                       verify_with=(to if to in IMPLS else "torch") if verify else None)
+                       verify_with=(to if to in IMPLS else _reference()) if verify else None)
     ck = Checkpoint(config, res.state)
     if cast is not None:
         ck = ck.cast(cast)
@@ -133,3 +133,8 @@ def _save_native(res: Result, to: str, impl: str, path: Path, dst: Path) -> None
         save_file({k: np.ascontiguousarray(v) for k, v in res.state.items()}, str(path))
         return
     TREE_WRITERS[impl](native_interface(impl).checkpoint_tree(res.model), path)
+
+
+def _reference() -> str:
+    """The library a canonical file is verified with (PyTorch's layout is the canonical one)."""
+    return next(i for i in IMPLS if library(i).reference)

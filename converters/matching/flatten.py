@@ -16,7 +16,7 @@ import numpy as np
 
 from converters.matching.match import TargetLayer
 from zoo.interface import native_interface
-from zoo.registry import CHANNELS_LAST
+from zoo.libraries import library
 
 
 def abstract_input_of(input_shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:
@@ -78,7 +78,7 @@ def trace_flatten(model: Any, impl: str, input_shape: tuple[int, ...],
 
 def needs_flatten(*impls: str) -> bool:
     """Flax and the others order a flattened map differently; alike libraries do not."""
-    return len({i in CHANNELS_LAST for i in impls}) > 1
+    return len({library(i).channels_last for i in impls}) > 1
 
 
 def find_flatten(src: Any, src_impl: str, dst: Any, dst_impl: str,

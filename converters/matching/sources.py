@@ -18,7 +18,8 @@ import jax
 import numpy as np
 
 import canonical
-from canonical.kinds import FAMILIES, KINDS, Layer
+from canonical.kinds import KINDS, Layer
+from canonical.layouts import layout
 from canonical.paths import key_name
 from canonical.torch_arrays import torch_to_numpy
 
@@ -54,7 +55,7 @@ class SourceLayer:
 def _names(kind: str, family: str) -> set[str]:
     """Native array names of a kind in a family (torch: the canonical names)."""
     k = KINDS[kind]
-    if family != "torch":
+    if not layout(family).canonical:
         return set(k.native_names(family))
     eqx = set(k.native_names("eqx")) - set(k.stats)
     return eqx | set(k.buffers)
@@ -87,7 +88,7 @@ def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[So
     bare: set[str] = set()
     for key, value in flat.items():
         parts = key.split(".")
-        if family == "flax":
+        if layout(family).collections:
             if parts[0] in COLLECTIONS:
                 parts = parts[1:]
             if len(parts) > 1 and parts[-1] == "value":
@@ -120,6 +121,6 @@ def from_model(model: Any, impl: str, *, example: Any = None) -> list[SourceLaye
     w = canonical.state.walker(impl)
     found = w.layers(model, example=example)
     native = w.read(model, found)
-    return [SourceLayer(layer.name, FAMILIES[impl], {k: np.asarray(v) for k, v in
+    return [SourceLayer(layer.name, w.family, {k: np.asarray(v) for k, v in
                                                        native[layer.name].items()},
                         (layer.kind,), i) for i, layer in enumerate(found)]

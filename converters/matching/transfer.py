@@ -17,7 +17,6 @@ import numpy as np
 
 import canonical
 from canonical.errors import ConversionError
-from canonical.kinds import FAMILIES
 from canonical.paths import join
 from converters.matching import verify as checks
 from converters.matching.flatten import abstract_input_of, find_flatten, needs_flatten
@@ -25,6 +24,7 @@ from converters.matching.match import Row, TargetLayer, match
 from converters.matching.sources import SourceLayer, flatten_tree, from_flat, from_model
 from zoo.configs import Config
 from zoo.interface import native_interface
+from zoo.libraries import IMPLS, library
 from zoo.registry import schema
 
 
@@ -56,9 +56,9 @@ def source_layers(src: Any, impl: str, *, input_shape: tuple[int, ...] | None = 
                   ) -> tuple[list[SourceLayer], bool]:
     """(layers, ordered) of a source: a live native model of `impl`, or a tree of its arrays
     (a torch state_dict with any key names, Linen variables, an NNX state, nested dicts)."""
-    family = FAMILIES.get(impl)
-    if family is None:
-        raise ConversionError(f"unknown implementation {impl!r}; available: {list(FAMILIES)}")
+    if impl not in IMPLS:
+        raise ConversionError(f"unknown implementation {impl!r}; available: {list(IMPLS)}")
+    family = library(impl).family
     walker = canonical.walker(impl)
     if _is_tree(src):
         flat = dict(src) if isinstance(src, Mapping) and _is_flat(src) else flatten_tree(src)
@@ -118,7 +118,7 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
 
         x = checks.random_input(config.input_shape)
         other = verify_with if verify_with != src_impl else next(  # another library
-            i for i in ("torch", "eqx") if i != src_impl)
+            i for i in sorted(IMPLS, key=lambda i: not library(i).reference) if i != src_impl)
         ref = checks.forward(from_canonical(state, config, src_impl), src_impl, x)
         out = checks.forward(from_canonical(state, config, other), other, x)
         _check(res, ref, out, f"{src_impl} and {other}")

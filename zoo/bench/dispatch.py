@@ -53,6 +53,7 @@ from zoo.bench.records import record_base, save
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, summarize
+from zoo.libraries import library
 
 WORKLOADS: dict[str, str] = {
     "identity": "identity, batch 1",
@@ -158,7 +159,7 @@ def _optimizer_bound(leaves: list[jax.Array], steps: int) -> Prepared:
 def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[str, Prepared], str | None]:
     """Every style of `impl` in `mode` (training: also the fused rows) and its own-program
     floor (the compiled program of `zoo.fast` called raw; None for PyTorch)."""
-    from zoo.bench.styles import DEFAULT_STYLE, STYLES, available_styles
+    from zoo.bench.styles import available_styles, default_style, styles
 
     entries: dict[str, Prepared] = {}
     own = None
@@ -172,14 +173,14 @@ def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[str, Prepared
             entries[own] = Prepared(step.jitted, (*step.leaves, *subject.train_args()))
     for style in available_styles(impl):
         try:
-            entries[f"{impl}:{style}"] = STYLES[impl][style](subject, mode)
+            entries[f"{impl}:{style}"] = styles(impl)[style](subject, mode)
         except Exception:  # an optional style this installation cannot build
-            if DEFAULT_STYLE.get(impl) == style:
+            if default_style(impl) == style:
                 raise
     if mode == "train" and not subject.is_torch:
         for k in FUSED_STEPS:
             fused = dataclasses.replace(subject, steps_per_call=k, _cache={})
-            entries[f"{impl}:fused K={k}"] = STYLES[impl]["fused"](fused, mode)
+            entries[f"{impl}:fused K={k}"] = styles(impl)["fused"](fused, mode)
     return entries, own
 
 
@@ -249,7 +250,7 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                  progress: bool = True) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from zoo.bench.styles import IDIOMATIC_STYLE, skipped_styles
+    from zoo.bench.styles import idiomatic_style, skipped_styles
 
     results: list[dict[str, Any]] = []
     with Progress(console=console, transient=True, disable=not progress) as bar:
@@ -275,14 +276,14 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                     "workload": wname, "impl": impl if style else "floor",
                     "call": style or FLOOR, "time": stats, "mode": mode,
                     "steps_per_call": entries[name].steps,
-                    "idiomatic": IDIOMATIC_STYLE.get(impl) == style,
+                    "idiomatic": bool(style) and idiomatic_style(impl) == style,
                     "ratio_to_floor": stats["median_s"] / floor_median,
                     "ratio_to_own": stats["median_s"] / own_median,
                     "overhead_s": stats["median_s"] - own_median,
                 })
     summary = {}
     for impl in impls:
-        if impl == "torch":
+        if not library(impl).is_jax:
             continue
         best = {w: min((r for r in results if r["impl"] == impl and r["workload"] == w
                         and r["call"] != OWN), key=lambda r: r["ratio_to_floor"])

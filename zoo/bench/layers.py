@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from canonical import KINDS, Layer
-from canonical.kinds import FAMILIES
 from canonical.torch_arrays import numpy_to_torch
 from zoo.configs import ConvTransposeSpec
 from zoo.layers.conv_transpose import output_shape, torch_padding
+from zoo.libraries import library
 
 LAYER = Layer("convt", "conv_transpose")
 
@@ -128,7 +128,7 @@ def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
         layer.load_state_dict({k: numpy_to_torch(v) for k, v in canon.items()})
         return layer
     native = KINDS["conv_transpose"].convert(
-        FAMILIES[impl], {k: jnp.asarray(v) for k, v in canon.items()}, LAYER, to="native")
+        library(impl).family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER, to="native")
     if impl == "eqx":
         from zoo.layers.eqx import ConvTranspose
 

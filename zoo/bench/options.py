@@ -13,6 +13,7 @@ from zoo import precision as policy
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
 from zoo.layers.conv_transpose import METHODS
+from zoo.libraries import library
 
 USAGE_EPILOG = """\
 other commands:
@@ -60,7 +61,7 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
                   steps_per_call: int = 1) -> dict[str, list[str]]:
     """--call value -> impl -> styles. Names a library lacks are skipped for that library.
     With `steps_per_call` > 1, every JAX library also gets the "fused" style."""
-    from zoo.bench.styles import DEFAULT_STYLE, available_styles
+    from zoo.bench.styles import available_styles, default_style
 
     out: dict[str, list[str]] = {}
     wanted = [v.strip() for v in value.split(",") if v.strip()]
@@ -70,12 +71,12 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
         if value == "all":
             calls = avail
         elif value == "default":
-            calls = [DEFAULT_STYLE[impl]]
-            if impl == "torch" and torch_compile:
+            calls = [default_style(impl)]
+            if torch_compile and "compile" in library(impl).styles:
                 calls.append("compile")
         else:
             calls = [c for c in wanted if c in avail]
-            if impl == "torch" and torch_compile and "compile" not in calls:
+            if torch_compile and "compile" in library(impl).styles and "compile" not in calls:
                 calls.append("compile")
         if fused and "fused" in avail and "fused" not in calls:
             calls.append("fused")

@@ -26,17 +26,13 @@ from zoo.bench.tables import (
     precision_label,
     to_markdown,
 )
+from zoo.libraries import IMPLS, library
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#e377c2", "#17becf")
-BASELINE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # the dispatch suite's reference rows
+ROW_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # rows that are no library
 
 
-def impl_color(impl: str) -> str:
-    """A fixed colour per library (its registry position), grey-purple for baselines."""
-    if impl in BASELINE_COLORS:
-        return BASELINE_COLORS[impl]
-    impls = list(zoo.IMPLS)
-    return PALETTE[impls.index(impl) % len(PALETTE)] if impl in impls else "#999999"
+def _color(impl: str) -> str:
+    return library(impl).color if impl in IMPLS else ROW_COLORS.get(impl, "#999")
 
 
 def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
@@ -73,7 +69,7 @@ def _draw_mode(ax: Any, record: dict[str, Any], mode: str) -> None:
     hi = [max(r["time"]["p90_s"] * factor - m, 0) for m, r in zip(med, rows, strict=True)]
     ax.barh([f"{r['impl']}:{r['method'] + ':' if r.get('method') and multi else ''}{r['call']}"
              for r in rows], med, xerr=[lo, hi],
-            color=[impl_color(r["impl"]) for r in rows], capsize=2)
+            color=[_color(r["impl"]) for r in rows], capsize=2)
     cfg = record["config"]
     ax.set_xlabel(f"time per step, {unit} (median, p10-p90)")
     load, cores = host_load(record)
@@ -120,7 +116,7 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     for ax, w in zip(axes, workloads, strict=True):
         vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
                 for i, c in keys]
-        ax.barh(labels, vals, color=[impl_color(i) for i, _ in keys])
+        ax.barh(labels, vals, color=[_color(i) for i, _ in keys])
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         floor = by.get(("floor", keys[0][1], w)) if keys and keys[0][0] == "floor" else None
@@ -233,7 +229,7 @@ def _anchor(heading: str) -> str:
 def summary_table(shown: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """One row per architecture, shape and mode of the plain runs (no method sweep, no XLA
     flags, one step per call): each library's fastest style as a ratio to the fastest row."""
-    impls = tuple(zoo.IMPLS)
+    impls = tuple(IMPLS)
     lines = ["| arch | shape | mode | " + " | ".join(impls) + " | fastest | host |",
              "|---|---|---|" + "---:|" * len(impls) + "---|---|"]
     plain = [(p, r) for p, r in shown if r["kind"] == "model" and not _is_sweep(r)]

@@ -29,6 +29,7 @@ from zoo.bench.timing import (
     summarize,
 )
 from zoo.layers.conv_transpose import CHOICES, choose_method
+from zoo.libraries import JAX_IMPLS, library
 
 ALL_METHODS: tuple[str, ...] = CHOICES
 BASELINE_METHOD = "lhs_dilation"
@@ -86,9 +87,10 @@ def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig
     twin: dict[str, tuple[float | None, float | None, str]] = {}
     jax_impls = [i for i in order if not subjects[i].is_torch]
     if not jax_impls:
-        model = build_models(config, ("eqx",), cfg.seed, cfg.dtype)["eqx"]
-        subjects = {"eqx": Subject("eqx", model, task)}
-        jax_impls = ["eqx"]
+        twin_impl = JAX_IMPLS[0]
+        model = build_models(config, (twin_impl,), cfg.seed, cfg.dtype)[twin_impl]
+        subjects = {twin_impl: Subject(twin_impl, model, task)}
+        jax_impls = [twin_impl]
     for mode in cfg.modes:
         sub = subjects[jax_impls[0]]
         info = sub._cache.get(f"info_{mode}")
@@ -143,8 +145,8 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     peak = device_peak()
     res: dict[str, Any] = {
         "impl": impl, "call": call, "mode": mode,
-        "default": styles_mod.DEFAULT_STYLE.get(impl) == call,
-        "idiomatic": styles_mod.IDIOMATIC_STYLE.get(impl) == call,
+        "default": styles_mod.default_style(impl) == call,
+        "idiomatic": styles_mod.idiomatic_style(impl) == call,
         "compile": {"lower_s": info.lower_s, "compile_s": info.compile_s,
                     "first_call_s": info.first_call_s},
         "time": time_stats,
@@ -190,15 +192,15 @@ def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
         best = min((r["time"]["median_s"] for r in rows), default=None)
         base = {(r["impl"], r["call"]): r["time"]["median_s"] for r in rows
                 if r.get("method") == BASELINE_METHOD}
-        torch_best = min((r["time"]["median_s"] for r in rows if r["impl"] == "torch"),
-                         default=None)
+        torch_best = min((r["time"]["median_s"] for r in rows
+                          if library(r["impl"]).reference), default=None)
         roof = rooflines.get(mode, {}).get("time_s")
         for r in rows:
             med = r["time"]["median_s"]
             r["ratio_to_fastest"] = med / best
             if r.get("method") and (r["impl"], r["call"]) in base:
                 r["ratio_to_lhs_dilation"] = med / base[(r["impl"], r["call"])]
-            if torch_best and r["impl"] != "torch":
+            if torch_best and not library(r["impl"]).reference:
                 r["ratio_to_torch"] = med / torch_best
             if roof:
                 r["ratio_to_roofline"] = med / roof
@@ -224,10 +226,9 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
     implementation is built once per method (subjects named "impl:method"), PyTorch once, and
     all of them are checked and timed together in one interleaved run.
     """
-    if cfg.torch_threads and "torch" in cfg.impls:
-        import torch
-
-        torch.set_num_threads(cfg.torch_threads)
+    if cfg.torch_threads:
+        for impl in cfg.impls:
+            library(impl).set_threads(cfg.torch_threads)
     with policy.use(cfg.precision):
         return _run(cfg, console, progress)
 
@@ -244,7 +245,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     task = make_task(config, cfg.batch, cfg.dtype, cfg.seed)
     subjects: dict[str, Subject] = {}
     method_of: dict[str, str | None] = {}
-    jax_impls = tuple(i for i in cfg.impls if i != "torch")
+    jax_impls = tuple(i for i in cfg.impls if library(i).is_jax)
     for m in methods:
         natives = build_models(configs[m], jax_impls, cfg.seed, cfg.dtype)
         for impl in jax_impls:
@@ -252,10 +253,10 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
             subjects[name] = Subject(impl, natives[impl], task, name=name,
                                      steps_per_call=cfg.steps_per_call)
             method_of[name] = m
-    if "torch" in cfg.impls:
-        subjects["torch"] = Subject("torch", build_models(config, ("torch",), cfg.seed,
-                                                          cfg.dtype)["torch"], task)
-        method_of["torch"] = None if multi else methods[0]
+    for impl in (i for i in cfg.impls if not library(i).is_jax):
+        subjects[impl] = Subject(impl, build_models(config, (impl,), cfg.seed, cfg.dtype)[impl],
+                                 task)
+        method_of[impl] = None if multi else methods[0]
     phases["build"] = clock()
     # JAX implementations first: the reference output and FLOP count come from a compiled program.
     order = sorted(subjects, key=lambda n: subjects[n].is_torch)
@@ -291,7 +292,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
                 impl = subjects[key[0]].impl
                 try:
                     accel.torch_reset_peak()
-                    prepared[key] = styles_mod.STYLES[impl][key[1]](subjects[key[0]], mode)
+                    prepared[key] = styles_mod.styles(impl)[key[1]](subjects[key[0]], mode)
                     infos[key] = _compile(prepared[key])
                     run_steps(prepared[key], cfg.warmup)
                     if subjects[key[0]].is_torch:
@@ -299,7 +300,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
                 except Exception as e:
                     # A library's default style must work; an optional one may not exist in the
                     # installed version (APIs of nnx partials, torch.compile backends): record it.
-                    if styles_mod.DEFAULT_STYLE.get(impl) == key[1]:
+                    if styles_mod.default_style(impl) == key[1]:
                         raise
                     runs.remove(key)
                     prepared.pop(key, None)

@@ -22,6 +22,7 @@ from flax import nnx
 
 from zoo.bench.subjects import LEARNING_RATE, Subject, torch_device, torch_sync
 from zoo.bench.timing import Prepared
+from zoo.libraries import library
 from zoo.training import pure_step
 
 StyleFn = Callable[[Subject, str], Prepared]
@@ -306,19 +307,27 @@ def torch_compile(subject: Subject, mode: str) -> Prepared:
 
 
 # --------------------------------------------------------------------------- registry
-STYLES: dict[str, dict[str, StyleFn]] = {
-    "eqx": {"filter_jit": eqx_filter_jit, "partition": eqx_partition, "fast": fast,
-            "fused": fused},
-    "linen": {"jit": linen_jit, "fast": fast, "fused": fused},
-    "nnx": {"nnx_jit": nnx_jit, "jit_tree": nnx_jit_tree, "flaxlib": nnx_flaxlib,
-            "cached_partial": nnx_cached_partial, "jit_partial": nnx_jit_partial,
-            "split": nnx_split, "fast": fast, "fused": fused},
-    "torch": {"eager": torch_eager, "compile": torch_compile},
+# Every call style by name; which styles a library offers, its default and its idiomatic one
+# are facts of the library (`zoo.libraries`).
+FUNCTIONS: dict[str, StyleFn] = {
+    "filter_jit": eqx_filter_jit, "partition": eqx_partition, "jit": linen_jit,
+    "nnx_jit": nnx_jit, "jit_tree": nnx_jit_tree, "flaxlib": nnx_flaxlib,
+    "cached_partial": nnx_cached_partial, "jit_partial": nnx_jit_partial, "split": nnx_split,
+    "fast": fast, "fused": fused, "eager": torch_eager, "compile": torch_compile,
 }
-DEFAULT_STYLE = {"eqx": "fast", "linen": "fast", "nnx": "fast", "torch": "eager"}
-IDIOMATIC_STYLE = {"eqx": "filter_jit", "linen": "jit", "nnx": "nnx_jit", "torch": "eager"}
-# Styles that only run when asked for by an option (not part of --call all otherwise).
-ON_REQUEST = {"fused": "--steps-per-call K (K > 1)", "compile": "--torch-compile"}
+
+
+def styles(impl: str) -> dict[str, StyleFn]:
+    """The call styles of library `impl`, by name."""
+    return {name: FUNCTIONS[name] for name in library(impl).styles}
+
+
+def default_style(impl: str) -> str:
+    return library(impl).default_style
+
+
+def idiomatic_style(impl: str) -> str:
+    return library(impl).idiomatic_style
 
 
 def _nnx_has(attr: str) -> str | None:
@@ -342,17 +351,17 @@ def _flaxlib() -> str | None:
 
 
 # What an optional style needs from the installed versions: None when available, else why not.
-REQUIRES: dict[tuple[str, str], Callable[[], str | None]] = {
-    ("nnx", "cached_partial"): lambda: _nnx_has("cached_partial"),
-    ("nnx", "jit_partial"): lambda: _nnx_has("jit_partial"),
-    ("nnx", "jit_tree"): _nnx_jit_graph,
-    ("nnx", "flaxlib"): _flaxlib,
+REQUIRES: dict[str, Callable[[], str | None]] = {
+    "cached_partial": lambda: _nnx_has("cached_partial"),
+    "jit_partial": lambda: _nnx_has("jit_partial"),
+    "jit_tree": _nnx_jit_graph,
+    "flaxlib": _flaxlib,
 }
 
 
 def unavailable(impl: str, style: str) -> str | None:
     """Why this installation cannot run `style` of `impl` (None when it can)."""
-    need = REQUIRES.get((impl, style))
+    need = REQUIRES.get(style)
     return need() if need is not None else None
 
 
@@ -360,17 +369,17 @@ def available_styles(impl: str, *, torch_compile: bool = False, fused: bool = Fa
     """The styles this installation offers for `impl` (NNX partials and tree mode need a recent
     Flax, flaxlib its package); `fused` and torch `compile` only when asked for."""
     asked = {"fused": fused, "compile": torch_compile}
-    return [name for name in STYLES[impl]
+    return [name for name in library(impl).styles
             if asked.get(name, True) and unavailable(impl, name) is None]
 
 
 def skipped_styles(impls: tuple[str, ...] | list[str]) -> list[dict[str, str]]:
     """The optional styles this installation lacks, with the reason (recorded in every run)."""
     return [{"impl": impl, "call": style, "reason": reason} for impl in impls
-            for style in STYLES[impl] if (reason := unavailable(impl, style)) is not None]
+            for style in library(impl).styles if (reason := unavailable(impl, style)) is not None]
 
 
 def describe(impl: str, style: str) -> str:
     """First line of the style's docstring (for tables and --help)."""
-    doc = inspect.getdoc(STYLES[impl][style]) or ""
+    doc = inspect.getdoc(styles(impl)[style]) or ""
     return " ".join(doc.split("\n\n")[0].split())

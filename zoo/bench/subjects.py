@@ -23,6 +23,7 @@ from canonical.torch_arrays import numpy_to_torch
 from zoo import fast
 from zoo.bench import layers
 from zoo.bench.presets import LAYER_ARCH
+from zoo.libraries import library
 from zoo.training import LOSSES, targets
 
 LEARNING_RATE = 1e-3
@@ -119,7 +120,7 @@ class Subject:
 
     @property
     def is_torch(self) -> bool:
-        return self.impl == "torch"
+        return not library(self.impl).is_jax
 
     @property
     def api(self) -> Any:

@@ -54,7 +54,7 @@ class ViT(eqx.Module):
     patch_embed: PatchEmbed
     cls_token: Array  # (1, 1, width), as timm
     pos_embed: Array  # (1, seq, width)
-    blocks: list[Block]
+    blocks: tuple[Block, ...]
     norm: eqx.nn.LayerNorm
     head: eqx.nn.Linear
     config: ViTConfig = eqx.field(static=True)
@@ -67,7 +67,7 @@ class ViT(eqx.Module):
                                                     key=kp, dtype=dt))
         self.cls_token = 0.02 * jax.random.normal(kc, (1, 1, e), dt)
         self.pos_embed = 0.02 * jax.random.normal(kpos, (1, config.seq_len, e), dt)
-        self.blocks = [Block(config, key=k, dtype=dt) for k in kb]
+        self.blocks = tuple(Block(config, key=k, dtype=dt) for k in kb)
         self.norm = eqx.nn.LayerNorm(e, eps=config.norm_eps, dtype=dt)
         self.head = eqx.nn.Linear(e, config.num_classes, key=kh, dtype=dt)
         self.config = config

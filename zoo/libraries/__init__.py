@@ -1,0 +1,36 @@
+"""One object per library: everything the project knows about Equinox, Linen, NNX and PyTorch.
+
+A `Library` (`zoo.libraries.base`) builds models (`native_init`, `skeleton`), recognises its
+objects (`owns`), states its layout facts (`channels_last`, the parameter layout `family`),
+gives its canonical `walker`, its functional `interface`, its model contract (`check_class`),
+its native checkpoint format and its benchmark call styles. Call sites ask `library(name)`;
+the built-in four are registered here, a new one with `register_library` (see
+docs/adding_a_library.md).
+"""
+
+from __future__ import annotations
+
+from zoo.libraries.base import (
+    IMPLS,
+    JAX_IMPLS,
+    LIBRARIES,
+    ContractError,
+    Library,
+    jax_libraries,
+    library,
+    owner,
+    register_library,
+    registered,
+)
+from zoo.libraries.eqx import EQX
+from zoo.libraries.linen import LINEN
+from zoo.libraries.nnx import NNX
+from zoo.libraries.torch import TORCH
+
+for _lib in (EQX, LINEN, NNX, TORCH):
+    register_library(_lib)
+
+__all__ = [
+    "EQX", "IMPLS", "JAX_IMPLS", "LIBRARIES", "LINEN", "NNX", "TORCH", "ContractError",
+    "Library", "jax_libraries", "library", "owner", "register_library", "registered",
+]

@@ -1,0 +1,63 @@
+"""Flax Linen: batched, channels-last modules; `(module, variables)` pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from canonical.walkers import LinenWalker
+from zoo.configs import Config
+from zoo.interface import LinenInterface
+from zoo.libraries.base import Library
+
+
+class LinenModel(Protocol):
+    """A Linen model class: an `nn.Module` with the fields `config` and `param_dtype` (a dtype
+    name), called as `module.apply(variables, x, train=...)`, dropout from the "dropout" RNG
+    stream; randomness comes at `module.init({"params": key, "dropout": key}, x)`."""
+
+    config: Config
+    param_dtype: str
+
+
+class LinenLibrary(Library):
+    name = "linen"
+    channels_last = True
+    package = "flax"
+    checkpoint_format = "linen"
+    walker = LinenWalker()
+    interface = LinenInterface()
+    contract = LinenModel
+    dtype_argument = "param_dtype"
+    color = "#ff7f0e"
+    styles = ("jit", "fast", "fused")
+    default_style = "fast"
+    idiomatic_style = "jit"
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], nn.Module)
+
+    def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
+        dt = jnp.dtype(dtype)
+        module = cls(config, param_dtype=dt.name)
+        x = jnp.zeros(self.input_shape(config, 1), dt)
+        return module, module.init({"params": key, "dropout": key}, x)
+
+    def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
+        module = cls(config, param_dtype=jnp.dtype(dtype).name)
+        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(0)}
+        return module, jax.eval_shape(module.init, rngs, self.abstract_input(config))
+
+    def contract_problems(self, cls: type) -> list[str]:
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        return [f"it has no `{f}` field" for f in ("config", "param_dtype") if f not in fields]
+
+    def model_problems(self, model: Any) -> list[str]:
+        return super().model_problems(model[0])
+
+
+LINEN = LinenLibrary()

@@ -1,0 +1,53 @@
+"""Flax NNX: batched, channels-last, stateful `nnx.Module` objects."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from canonical.walkers import NNXWalker
+from zoo.configs import Config
+from zoo.interface import NNXInterface
+from zoo.libraries.base import Library
+
+
+class NNXModel(Protocol):
+    """An NNX model class: `cls(config, *, rngs, param_dtype)` with `rngs` an `nnx.Rngs` holding
+    "params" and "dropout" streams, keeping `self.config`; `model.train()` / `model.eval()`
+    switch dropout and BatchNorm."""
+
+    config: Config
+
+    def __init__(self, config: Config, *, rngs: nnx.Rngs, param_dtype: Any = None) -> None: ...
+
+
+class NNXLibrary(Library):
+    name = "nnx"
+    channels_last = True
+    package = "flax"
+    checkpoint_format = "nnx"
+    walker = NNXWalker()
+    interface = NNXInterface()
+    contract = NNXModel
+    rng_argument = "rngs"
+    dtype_argument = "param_dtype"
+    color = "#2ca02c"
+    styles = ("nnx_jit", "jit_tree", "flaxlib", "cached_partial", "jit_partial", "split", "fast",
+              "fused")
+    default_style = "fast"
+    idiomatic_style = "nnx_jit"
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, nnx.Module)
+
+    def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
+        return cls(config, rngs=nnx.Rngs(params=key, dropout=key), param_dtype=jnp.dtype(dtype))
+
+    def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
+        return nnx.eval_shape(lambda: self.native_init(cls, config, jax.random.key(0), dtype))
+
+
+NNX = NNXLibrary()
