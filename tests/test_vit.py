@@ -99,7 +99,8 @@ def test_another_sequence_length_is_refused():
         api = zoo.interface(impl)
         static, params, state = api.split(zoo.create(cfg, impl))
         x = zoo.example_input(zoo.tiny_config("vit", image_size=(12, 12)), batch=2)
-        with pytest.raises(ValueError, match=r"image_size is \(8, 8\)"):
+        with pytest.raises(ValueError, match=r"vit expects \(3, 8, 8\) per sample, "
+                                             r"got \(3, 12, 12\)"):
             api.apply(static, params, state, api.to_native(x))
     other = zoo.canonical_init(zoo.tiny_config("vit", image_size=(12, 12)))
     with pytest.raises(ConversionError, match=r"'pos_embed': expected shape \(1, 5, 8\), "

@@ -24,8 +24,8 @@ import numpy as np
 from canonical import KINDS, Layer
 from canonical.kinds import FAMILIES
 from canonical.torch_arrays import numpy_to_torch
-from zoo.configs import ConvTransposeSpec
 from zoo.layers.conv_transpose import output_shape, torch_padding
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 
 LAYER = Layer("convt", "conv_transpose")
 

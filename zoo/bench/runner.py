@@ -29,6 +29,7 @@ from zoo.bench.timing import (
     summarize,
 )
 from zoo.layers.conv_transpose import CHOICES, choose_method
+from zoo.layers.conv_transpose_spec import conv_transposes_of
 
 ALL_METHODS: tuple[str, ...] = CHOICES
 BASELINE_METHOD = "lhs_dilation"
@@ -172,7 +173,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
 def auto_picks(config: Any, batch: int) -> list[str] | None:
     """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer
     (None for a model without any)."""
-    specs = config.conv_transposes()
+    specs = conv_transposes_of(config)
     if not specs:
         return None
     return [choose_method((batch, sp.in_channels, *sp.input_size),

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zoo.configs import Config, ConfigError, ConvTransposeSpec, positive
+from zoo.configs import Config, ConfigError, positive
 from zoo.layers.conv_transpose import CHOICES
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.decoder3d.config import Decoder3DConfig
@@ -25,6 +25,7 @@ class Decoder3D(nnx.Module):
         self.ups = nnx.List(ups)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         for up in self.ups:
             x = nnx.relu(up(x))
         return self.head(x)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.models.decoder3d.config import Decoder3DConfig
 
 
@@ -25,6 +25,7 @@ class Decoder3D(nn.Module):
         self.ups = nn.ModuleList(ups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         for up in self.ups:
             x = F.relu(up(x))
         return self.head(x)

@@ -101,6 +101,7 @@ class ResNet(nn.Module):
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
         if self.config.stem_pool:
             k, s, p = POOL

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from zoo.configs import Config, ConfigError, ConvTransposeSpec, positive
+from zoo.configs import Config, ConfigError, positive
 from zoo.layers.conv_transpose import CHOICES
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 
 # The conversion contract of the decoder: `cat([skip, up])` on the channel axis, so the first
 # input channels of `decoders.i.conv1.weight` read the encoder's skip connection.

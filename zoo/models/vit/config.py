@@ -91,10 +91,3 @@ class ViTConfig(Config):
         block = 2 * t * e * (3 * e + e + 2 * m) + 2 * 2 * t * t * e
         forward = batch * (conv + self.depth * block + 2 * e * self.num_classes)
         return float(forward if mode == "forward" else 3 * forward - batch * conv)
-
-    def check_image(self, spatial: tuple[int, ...]) -> None:
-        """Refuse images of another size: the position embedding is not resized."""
-        if tuple(spatial) != self.image_size:
-            raise ValueError(f"vit: input images are {tuple(spatial)}, the config's image_size "
-                             f"is {self.image_size} (position-embedding resizing is not "
-                             "supported)")
