@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
+from zoo.bench.spec import bench_archs
 from zoo.bench.tables import (
     dispatch_index,
     dispatch_table,
@@ -24,7 +25,6 @@ from zoo.bench.tables import (
 
 IMPL_COLORS = {"eqx": "#1f77b4", "linen": "#ff7f0e", "nnx": "#2ca02c", "torch": "#d62728",
                "floor": "#7f7f7f", "bound": "#9467bd"}
-ARCH_ORDER = ("mlp", "cnn", "decoder3d", "convt")
 
 
 def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
@@ -186,9 +186,9 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                       *to_markdown(dispatch_table(rec)), "",
                       f"![dispatch overhead]({plots_rel}/{png})", ""]
         models = [(p, r) for p, r in recs if r["kind"] == "model"]
-        models.sort(key=lambda pr: (ARCH_ORDER.index(pr[1]["config"]["arch"])
-                                    if pr[1]["config"]["arch"] in ARCH_ORDER else 99,
-                                    pr[0]))
+        order = bench_archs()  # the registry's order, then the bench-only subjects
+        models.sort(key=lambda pr: (order.index(pr[1]["config"]["arch"])
+                                    if pr[1]["config"]["arch"] in order else len(order), pr[0]))
         for path, rec in models:
             cfg = rec["config"]
             name = os.path.splitext(os.path.basename(path))[0]

@@ -18,6 +18,7 @@ from zoo.bench.fairness import check_fairness
 from zoo.bench.peaks import device_peak
 from zoo.bench.records import record_base
 from zoo.bench.roofline import model_roofline
+from zoo.bench.spec import bench_spec
 from zoo.bench.subjects import Subject, build_config, build_models, make_task
 from zoo.bench.timing import (
     CompileInfo,
@@ -208,11 +209,11 @@ def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
 def _flops_floors(config: Any, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
                   ) -> dict[str, float]:
     """Per mode, the useful FLOPs every compiled count must reach: the roofline's, else the
-    matrix products the architecture declares (`Config.useful_flops`)."""
+    matrix products the subject declares (`BenchSpec.useful_flops`)."""
     floors = {m: r["flops"] for m, r in rooflines.items()}
-    declared = getattr(config, "useful_flops", lambda batch, mode: None)
+    spec = bench_spec(cfg.arch)
     for mode in cfg.modes:
-        useful = declared(cfg.batch, mode)
+        useful = spec.flops_floor(config, cfg.batch, mode)
         if mode not in floors and useful:
             floors[mode] = useful
     return floors
