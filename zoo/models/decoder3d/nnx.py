@@ -20,9 +20,10 @@ def _layer(spec: ConvTransposeSpec, method: str, dtype, rngs: nnx.Rngs) -> ConvT
 class Decoder3D(nnx.Module):
     def __init__(self, config: Decoder3DConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         self.config = config
-        *ups, self.head = (_layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
-                           for spec in config.conv_transposes())
-        self.ups = nnx.List(ups)
+        *ups, head = (_layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
+                      for spec in config.conv_transposes())
+        self.ups = nnx.List(ups)  # stages first, as PyTorch's state_dict lists them
+        self.head = head
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         self.config.check_input(x.shape, channels_last=True)

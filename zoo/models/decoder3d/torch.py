@@ -21,8 +21,9 @@ class Decoder3D(nn.Module):
     def __init__(self, config: Decoder3DConfig) -> None:
         super().__init__()
         self.config = config
-        *ups, self.head = (_layer(s) for s in config.conv_transposes())
-        self.ups = nn.ModuleList(ups)
+        *ups, head = (_layer(s) for s in config.conv_transposes())
+        self.ups = nn.ModuleList(ups)  # stages first: the state_dict lists ups.i, then head
+        self.head = head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.config.check_input(x.shape)
