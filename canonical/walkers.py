@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -283,6 +283,17 @@ def _list_item_name(owner: Any, part: str) -> str:
     return part
 
 
+def _leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
+                ) -> Iterator[tuple[str, ...]]:
+    """The key paths of nested mappings' leaves in insertion order (creation order for Linen
+    variables; `jax.tree_util` sorts the keys)."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from _leaf_paths(value, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
 def _accepts_train(module: nn.Module) -> bool:
     return "train" in inspect.signature(type(module).__call__).parameters
 
@@ -327,8 +338,7 @@ class LinenWalker(Walker):
         out = self._kind_layers((path, name, m) for path, (name, m) in found.items())
         claimed = [layer.path for layer in out]
         problems = []
-        for keypath, _ in jax.tree_util.tree_flatten_with_path(dict(variables))[0]:
-            collection, *rest = (key_name(k) for k in keypath)
+        for collection, *rest in _leaf_paths(variables):
             path = tuple(rest)
             if collection in ("params", self.STATS) and _under(path[:-1], claimed):
                 continue
@@ -409,7 +419,8 @@ class NNXWalker(Walker):
                                 for path, m in sorted(modules.items(), key=order))
         claimed = [layer.path for layer in out]
         problems = []
-        for path, _ in nnx.to_flat_state(nnx.state(model, self.ARRAYS)):
+        for path, _ in sorted(nnx.to_flat_state(nnx.state(model, self.ARRAYS)),
+                              key=lambda item: _definition_position(model, item[0])):
             if _under(path[:-1], claimed):
                 continue
             owner = modules.get(path[:-1])

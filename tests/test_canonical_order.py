@@ -17,40 +17,44 @@ import zoo
 from converters.checkpoints import FORMATS, Checkpoint, read, write
 from tests.conftest import CASE_IDS, CASES, HAVE_TORCH
 
-# Nested module lists (`stages[i][j]`) with a bare parameter defined after them: the order of
-# PyTorch's state_dict puts the parameter first, then the stages row by row.
+# Nested module lists (`stages[i][j]`) with two bare parameters defined after them (not in
+# alphabetical order): PyTorch's state_dict lists the parameters first, then the stages row by
+# row.
 WIDTHS = ((3, 4), (4, 5, 6))  # stage i: linear layers WIDTHS[i][j] -> WIDTHS[i][j + 1]
-TORCH_KEYS = ["scale", *(f"stages.{i}.{j}.{p}" for i, w in enumerate(WIDTHS)
+TORCH_KEYS = ["scale", "offset", *(f"stages.{i}.{j}.{p}" for i, w in enumerate(WIDTHS)
                          for j in range(len(w) - 1) for p in ("weight", "bias"))]
 
 
 class EqxNested(eqx.Module):
     stages: tuple[tuple[eqx.nn.Linear, ...], ...]
     scale: jax.Array
+    offset: jax.Array
 
     def __init__(self) -> None:
         key = jax.random.key(0)
         self.stages = tuple(tuple(eqx.nn.Linear(a, b, key=key) for a, b in pairwise(w))
                             for w in WIDTHS)
         self.scale = jnp.ones(())
+        self.offset = jnp.zeros(())
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for stage in self.stages:
             for layer in stage:
                 x = layer(x)
-        return x * self.scale
+        return x * self.scale + self.offset
 
 
 class LinenNested(nn.Module):
     def setup(self) -> None:
         self.stages = [[nn.Dense(b) for b in w[1:]] for w in WIDTHS]
         self.scale = self.param("scale", nn.initializers.ones, ())
+        self.offset = self.param("offset", nn.initializers.zeros, ())
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for stage in self.stages:
             for layer in stage:
                 x = layer(x)
-        return x * self.scale
+        return x * self.scale + self.offset
 
 
 class NNXNested(nnx.Module):
@@ -59,12 +63,13 @@ class NNXNested(nnx.Module):
         self.stages = nnx.List([nnx.List([nnx.Linear(a, b, rngs=rngs)
                                           for a, b in pairwise(w)]) for w in WIDTHS])
         self.scale = nnx.Param(jnp.ones(()))
+        self.offset = nnx.Param(jnp.zeros(()))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for stage in self.stages:
             for layer in stage:
                 x = layer(x)
-        return x * self.scale
+        return x * self.scale + self.offset
 
 
 def _nested(impl: str) -> tuple[object, dict]:
@@ -100,6 +105,7 @@ def test_the_nested_toy_keys_are_pytorchs():
                 torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in pairwise(w))
                 for w in WIDTHS)
             self.scale = torch.nn.Parameter(torch.ones(()))
+            self.offset = torch.nn.Parameter(torch.zeros(()))
 
     assert list(TorchNested().state_dict()) == TORCH_KEYS
     assert list(canonical.read(TorchNested(), "torch")) == TORCH_KEYS
