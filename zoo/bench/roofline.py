@@ -23,6 +23,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from zoo.bench.spec import SubjectConfig
 from zoo.configs import Config
 from zoo.layers.conv_transpose import output_shape
 from zoo.layers.conv_transpose_spec import conv_transposes_of
@@ -96,7 +97,8 @@ def convt_roofline(batch: int, in_channels: int, out_channels: int,
     return Roofline(flops, float(elems * itemsize))
 
 
-def model_roofline(config: Any, batch: int, dtype: str, mode: str) -> Roofline | None:
+def model_roofline(config: SubjectConfig, batch: int, dtype: str, mode: str
+                   ) -> Roofline | None:
     """The roofline of a model made of conv-transposes (a `ConvTSpec`, a decoder): the sum over
     its `conv_transposes()` (`conv_transposes_of`), every layer but the first also computing its
     input gradient in training. None for models with other layers."""

@@ -18,8 +18,8 @@ from zoo.bench.fairness import check_fairness
 from zoo.bench.peaks import device_peak
 from zoo.bench.records import record_base
 from zoo.bench.roofline import model_roofline
-from zoo.bench.spec import bench_spec
-from zoo.bench.subjects import Subject, build_config, build_models, make_task
+from zoo.bench.spec import SubjectConfig, bench_spec
+from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 from zoo.bench.timing import (
     CompileInfo,
     Samples,
@@ -81,8 +81,9 @@ class BenchConfig:
         return asdict(self)
 
 
-def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig, config: Any,
-                task: Any) -> dict[str, tuple[float | None, float | None, str]]:
+def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig,
+                config: SubjectConfig, task: Task
+                ) -> dict[str, tuple[float | None, float | None, str]]:
     """FLOPs and bytes per mode from a JAX implementation's compiled fast path, for PyTorch
     rows; with no JAX implementation in the run, an Equinox twin is compiled (not timed)."""
     twin: dict[str, tuple[float | None, float | None, str]] = {}
@@ -171,7 +172,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     return res
 
 
-def auto_picks(config: Any, batch: int) -> list[str] | None:
+def auto_picks(config: SubjectConfig, batch: int) -> list[str] | None:
     """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer
     (None for a model without any)."""
     specs = conv_transposes_of(config)
@@ -206,7 +207,7 @@ def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
                 r["ratio_to_roofline"] = med / roof
 
 
-def _flops_floors(config: Any, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
+def _flops_floors(config: SubjectConfig, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
                   ) -> dict[str, float]:
     """Per mode, the useful FLOPs every compiled count must reach: the roofline's, else the
     matrix products the subject declares (`BenchSpec.useful_flops`)."""

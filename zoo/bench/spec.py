@@ -22,6 +22,24 @@ import zoo
 from zoo.configs import Overrides
 
 PresetFields = dict[str, Any]  # zoo.bench.presets.Preset fields but `arch`
+NativeModels = dict[str, Any]  # impl -> the library's native model (zoo.create's return)
+
+
+class SubjectConfig(Protocol):
+    """What the benchmark reads of a subject's config: a zoo `Config`, or a bench-only one."""
+
+    arch: str
+    LOSS: str  # "cross_entropy" or "mse" (zoo.training.LOSSES)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def output_shape(self) -> tuple[int, ...]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 UsefulFlops = Callable[[Any, int, str], float | None]  # (config, batch, mode) -> FLOPs
 
 
@@ -51,12 +69,12 @@ class Subjects(Protocol):
     """How the benchmark builds a subject's config and its models (one per implementation,
     all holding the same weights)."""
 
-    def config(self, arch: str, overrides: Overrides, method: str) -> Any:
+    def config(self, arch: str, overrides: Overrides, method: str) -> SubjectConfig:
         """The config of `arch` with `overrides` and the conv-transpose `method`."""
         ...
 
-    def models(self, config: Any, impls: tuple[str, ...], seed: int,
-               dtype: str) -> dict[str, Any]:
+    def models(self, config: SubjectConfig, impls: tuple[str, ...], seed: int,
+               dtype: str) -> NativeModels:
         """impl -> native model, from one canonical state drawn from `seed`."""
         ...
 
@@ -73,7 +91,7 @@ class ZooSubjects:
         return zoo.make_config(arch, **overrides)
 
     def models(self, config: zoo.Config, impls: tuple[str, ...], seed: int,
-               dtype: str) -> dict[str, Any]:
+               dtype: str) -> NativeModels:
         state = zoo.canonical_init(config, seed, dtype)
         return {impl: canonical.write(zoo.skeleton(config, impl, dtype), state, impl,
                                       **zoo.walk_facts(config, impl)) for impl in impls}
@@ -97,7 +115,7 @@ class BenchSpec:
     matrix: tuple[MatrixRun, ...] = ()
     subjects: Subjects = field(default_factory=ZooSubjects)
 
-    def flops_floor(self, config: Any, batch: int, mode: str) -> float | None:
+    def flops_floor(self, config: SubjectConfig, batch: int, mode: str) -> float | None:
         """`useful_flops` at `batch` and `mode`, None when the subject declares none."""
         return self.useful_flops(config, batch, mode) if self.useful_flops else None
 

@@ -19,7 +19,7 @@ import optax
 import zoo
 from canonical.torch_arrays import numpy_to_torch
 from zoo import fast
-from zoo.bench.spec import bench_spec
+from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
 from zoo.configs import Overrides
 from zoo.training import LOSSES, targets
 
@@ -62,7 +62,7 @@ class Task:
 JAX_LOSSES = LOSSES
 
 
-def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
+def make_task(config: SubjectConfig, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
     """Random normal inputs (seed `seed`), the architecture's targets (seed `seed + 1`)."""
     x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape), jnp.float32)
     target = targets(config, batch, jax.random.key(seed + 1), dtype)
@@ -70,14 +70,14 @@ def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) ->
     return Task(*jax.block_until_ready((x.astype(dtype), target)), loss=config.LOSS, key=key)
 
 
-def build_config(arch: str, overrides: Overrides, method: str) -> Any:
+def build_config(arch: str, overrides: Overrides, method: str) -> SubjectConfig:
     """The config of subject `arch` with `overrides` and the conv-transpose `method` (for a zoo
     architecture: `zoo.make_config`, a `conv_method` field getting `method`)."""
     return bench_spec(arch).subjects.config(arch, overrides, method)
 
 
-def build_models(config: Any, impls: tuple[str, ...], seed: int = 0,
-                 dtype: str = "float32") -> dict[str, Any]:
+def build_models(config: SubjectConfig, impls: tuple[str, ...], seed: int = 0,
+                 dtype: str = "float32") -> NativeModels:
     """One native model per implementation, all holding the same canonical weights.
 
     For zoo architectures this is `zoo.create(config, impl, seed=seed, dtype=dtype)`, i.e.
