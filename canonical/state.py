@@ -12,7 +12,7 @@ import numpy as np
 from canonical.errors import ConversionError
 from canonical.kinds import KINDS, Layer
 from canonical.paths import join
-from canonical.walkers import WALKERS, Walker, with_flatten
+from canonical.walkers import PARAMETER, WALKERS, Walker, with_flatten
 
 
 def walker(impl: str) -> Walker:
@@ -21,16 +21,36 @@ def walker(impl: str) -> Walker:
     return WALKERS[impl]
 
 
+def torch_order(found: list[Layer]) -> list[Layer]:
+    """`found` (in definition order) in the order of PyTorch's `state_dict`: at every level of
+    the names, a module's own bare parameters first, then its submodules, each in the order
+    they first appear."""
+    first: dict[tuple[str, ...], int] = {}
+    for layer in found:
+        parts = tuple(layer.name.split("."))
+        for i in range(1, len(parts) + 1):
+            first.setdefault(parts[:i], len(first))
+
+    def position(layer: Layer) -> tuple[tuple[bool, int], ...]:
+        parts = tuple(layer.name.split("."))
+        own = layer.kind == PARAMETER
+        return tuple((not (own and i == len(parts)), first[parts[:i]])
+                     for i in range(1, len(parts) + 1))
+
+    return sorted(found, key=position)
+
+
 def layers(model: Any, impl: str, *, example: Any = None,
            flatten_shape: tuple[int, ...] | None = None) -> list[Layer]:
-    """Every layer of a native model, each array accounted for (or a ConversionError).
+    """Every layer of a native model, each array accounted for (or a ConversionError), in the
+    order of PyTorch's `state_dict` (`torch_order`).
 
     `example`: an abstract input in the model's layout (needed to trace Linen modules);
     `flatten_shape`: the (C, *spatial) map the model flattens into its first linear layer of
     that many inputs, if any.
     """
     w = walker(impl)
-    found = w.layers(model, example=example)
+    found = torch_order(w.layers(model, example=example))
     if flatten_shape is None:
         return found
     return with_flatten(found, w.read(model, found), flatten_shape)
@@ -51,11 +71,18 @@ def read(model: Any, impl: str, **facts: Any) -> dict[str, Any]:
 
 
 def spec(skeleton: Any, impl: str, **facts: Any) -> dict[str, jax.ShapeDtypeStruct]:
-    """Canonical keys with shapes and dtypes of a skeleton (floats as held, counters int64)."""
-    found = walker(impl).abstract(skeleton, lambda m: read(m, impl, **facts))
-    return {k: v if jnp.issubdtype(v.dtype, jnp.floating) else jax.ShapeDtypeStruct(v.shape,
-                                                                                    np.int64)
-            for k, v in found.items()}
+    """Canonical keys with shapes and dtypes of a skeleton (floats as held, counters int64), in
+    `read`'s order (the abstract evaluation returns its dict sorted)."""
+    order: list[str] = []
+
+    def keys_and_arrays(model: Any) -> dict[str, Any]:
+        state = read(model, impl, **facts)
+        order[:] = state
+        return state
+
+    found = walker(impl).abstract(skeleton, keys_and_arrays)
+    return {k: found[k] if jnp.issubdtype(found[k].dtype, jnp.floating) else
+            jax.ShapeDtypeStruct(found[k].shape, np.int64) for k in order}
 
 
 def split_by_layer(state: Mapping[str, Any], found: list[Layer]) -> dict[str, dict[str, Any]]:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -275,7 +274,28 @@ class EqxWalker(Walker):
 
 
 # --------------------------------------------------------------------------- Flax Linen
-_LIST_ITEM = re.compile(r"(.+)_(\d+)")
+def _list_item_name(owner: Any, part: str) -> str:
+    """Linen names the items of a list attribute `blocks_0` (of a nested list `stages_0_1`):
+    `blocks.0` (`stages.0.1`) as in the other libraries, when `owner` has such a list."""
+    pieces = part.split("_")
+    for i in range(len(pieces) - 1, 0, -1):
+        if not pieces[i].isdigit():
+            break
+        attr = "_".join(pieces[:i])
+        if owner is not None and isinstance(getattr(owner, attr, None), list | tuple):
+            return ".".join((attr, *pieces[i:]))
+    return part
+
+
+def _leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
+                ) -> Iterator[tuple[str, ...]]:
+    """The key paths of nested mappings' leaves in insertion order (creation order for Linen
+    variables; `jax.tree_util` sorts the keys)."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from _leaf_paths(value, (*prefix, key))
+        else:
+            yield (*prefix, key)
 
 
 def _accepts_train(module: nn.Module) -> bool:
@@ -286,8 +306,9 @@ class LinenWalker(Walker):
     """Linen: `(module, variables)`; parameters in `params`, statistics in `batch_stats`.
 
     Linen builds its layers lazily, so the walk traces one call on `example` (an abstract
-    input in the module's layout) and records every module called. Linen names the items of a
-    list attribute `blocks_0`; they are named `blocks.0` as in the other libraries.
+    input in the module's layout) and records every module called, in call order. Linen names
+    the items of a list attribute `blocks_0`; they are named `blocks.0` as in the other
+    libraries (`stages.0.1` for nested lists).
     """
 
     impl = "linen"
@@ -307,11 +328,7 @@ class LinenWalker(Walker):
             path = tuple(m.path)
             if path not in found:
                 parent = found.get(path[:-1], ("", None))
-                part = path[-1] if path else ""
-                match = _LIST_ITEM.fullmatch(part)
-                if match and parent[1] is not None and isinstance(
-                        getattr(parent[1], match[1], None), list | tuple):
-                    part = f"{match[1]}.{match[2]}"
+                part = _list_item_name(parent[1], path[-1]) if path else ""
                 found[path] = (join(parent[0], part), m)
             return next_fun(*args, **kwargs)
 
@@ -326,8 +343,7 @@ class LinenWalker(Walker):
         out = self._kind_layers((path, name, m) for path, (name, m) in found.items())
         claimed = [layer.path for layer in out]
         problems = []
-        for keypath, _ in jax.tree_util.tree_flatten_with_path(dict(variables))[0]:
-            collection, *rest = (key_name(k) for k in keypath)
+        for collection, *rest in _leaf_paths(variables):
             path = tuple(rest)
             if collection in ("params", self.STATS) and _under(path[:-1], claimed):
                 continue
@@ -380,22 +396,37 @@ def _value(variable: nnx.Variable) -> Any:
     return variable.get_value() if hasattr(variable, "get_value") else variable.value
 
 
+def _definition_position(model: Any, path: tuple) -> tuple[int, ...]:
+    """Where `path` was defined: per part, the item's index or the attribute's rank in the order
+    its owner first set its attributes. NNX sorts attributes by name (`iter_modules`, and `vars`
+    after a split and merge); the first-set order survives in each object's `_pytree__nodes`."""
+    out, obj = [], model
+    for part in path:
+        if isinstance(part, int):
+            out.append(part)
+        else:
+            names = list(getattr(obj, "_pytree__nodes", None) or vars(obj))
+            out.append(names.index(part) if part in names else len(names))
+        obj = get(obj, [part])
+    return tuple(out)
+
+
 class NNXWalker(Walker):
     """NNX: the module itself; `nnx.Param` and `nnx.BatchStat` variables are its arrays."""
 
     impl = "nnx"
     family = "flax"
-    ordered = False  # the module paths are sorted by name
     ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
         modules = dict(nnx.iter_modules(model))
-        order = lambda item: tuple((isinstance(p, str), p) for p in item[0])  # parents first
+        order = lambda item: _definition_position(model, item[0])  # parents first
         out = self._kind_layers((path, ".".join(map(str, path)), m)
                                 for path, m in sorted(modules.items(), key=order))
         claimed = [layer.path for layer in out]
         problems = []
-        for path, _ in nnx.to_flat_state(nnx.state(model, self.ARRAYS)):
+        for path, _ in sorted(nnx.to_flat_state(nnx.state(model, self.ARRAYS)),
+                              key=lambda item: _definition_position(model, item[0])):
             if _under(path[:-1], claimed):
                 continue
             owner = modules.get(path[:-1])

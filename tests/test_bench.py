@@ -12,13 +12,14 @@ import pytest
 
 import zoo
 from zoo.bench import cli, fairness
+from zoo.bench.archs.convt import LinenConvT
 from zoo.bench.fairness import FairnessError, check_fairness
-from zoo.bench.layers import LinenConvT
 from zoo.bench.options import resolve_calls
-from zoo.bench.presets import ARCHS, LAYER_ARCH, PRESETS, PresetError, find_preset
+from zoo.bench.presets import ARCHS, PRESETS, PresetError, find_preset
 from zoo.bench.records import record_name
 from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 
+LAYER_ARCH = "convt"  # the bench-only subject: one 3-D conv-transpose layer
 HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_models())
 IMPLS = (*zoo.JAX_IMPLS, "torch") if HAVE_TORCH else zoo.JAX_IMPLS
 
@@ -282,20 +283,35 @@ def test_presets():
 
 
 def test_declared_presets_build_and_reach_the_gpu_matrix():
-    """Realistic presets come from the configs' `BENCH` (no architecture is named here); each
-    builds a valid config and runs in the full matrix."""
+    """Presets and matrix runs come from the subjects' `BenchSpec`s (no subject is named in
+    zoo.bench); each preset builds a valid config, each realistic size runs in the full
+    matrix only, and every declared run names a preset of its subject."""
     from zoo.bench.matrix import plan
     from zoo.bench.presets import declared_presets
+    from zoo.bench.spec import bench_archs, bench_spec
 
-    declared = declared_presets()
-    assert {p.arch for p in declared} >= {a for a in zoo.ARCHS
-                                         if zoo.architecture(a).config.BENCH}
-    commands = [e.command for e in plan(quick=False, repeat=20) if e.group == "presets"]
-    for p in declared:
+    assert set(bench_archs()) == set(zoo.ARCHS) | {LAYER_ARCH}
+    for p in declared_presets():
         assert find_preset(p.name, p.arch) == p
         build_config(p.arch, p.config, "auto")
-        assert any(f"{p.arch} --preset {p.name} " in c for c in commands)
+    full = [e.command for e in plan(quick=False, repeat=20)]
+    quick = [e.command for e in plan(quick=True, repeat=2)]
+    runs = [(a, r) for a in bench_archs() for r in bench_spec(a).matrix]
+    assert {a for a, r in runs if r.realistic} >= {"resnet", "unet3d", "vit"}
+    for arch, run in runs:
+        find_preset(run.preset, arch)
+        assert any(c.startswith(f"python -m zoo.bench {arch} --preset {run.preset} ")
+                   for c in full)
+        assert run.realistic != any(c.startswith(f"python -m zoo.bench {arch} --preset tiny "
+                                                 f"{' '.join(run.args)}") for c in quick)
     assert not [e for e in plan(quick=True, repeat=2) if e.group == "presets"]
+
+
+def test_a_bench_only_subject_declares_its_tiny_preset():
+    from zoo.bench.spec import BenchSpec, register
+
+    with pytest.raises(ValueError, match="'layer' is no zoo architecture: declare its 'tiny'"):
+        register(BenchSpec("layer", presets=({"name": "big", "batch": 1},)))
 
 
 def test_method_reaches_models():

@@ -18,6 +18,8 @@ import scipy.special
 import converters
 import zoo
 from canonical import ConversionError
+from zoo.bench.presets import find_preset
+from zoo.bench.spec import bench_spec
 from zoo.models.vit.config import ViTConfig
 
 FIXTURE = Path(__file__).parent / "fixtures" / "timm_vit_tiny_patch16_224.json"
@@ -31,7 +33,7 @@ def test_vit_tiny_has_timms_names_and_shapes(impl):
     shapes, in every library (a timm state_dict converts with no mapping)."""
     if impl == "torch":
         pytest.importorskip("torch")
-    assert next(p for p in ViTConfig.BENCH if p["name"] == "vit-tiny")["config"] == {}
+    assert find_preset("vit-tiny", "vit").config == {}
     spec = converters.canonical_spec(ViTConfig(), impl=impl)
     assert {k: list(v.shape) for k, v in spec.items()} == TIMM_TINY
     assert sum(math.prod(s) for s in TIMM_TINY.values()) == 5_717_416
@@ -99,7 +101,8 @@ def test_another_sequence_length_is_refused():
         api = zoo.interface(impl)
         static, params, state = api.split(zoo.create(cfg, impl))
         x = zoo.example_input(zoo.tiny_config("vit", image_size=(12, 12)), batch=2)
-        with pytest.raises(ValueError, match=r"image_size is \(8, 8\)"):
+        with pytest.raises(ValueError, match=r"vit expects \(3, 8, 8\) per sample, "
+                                             r"got \(3, 12, 12\)"):
             api.apply(static, params, state, api.to_native(x))
     other = zoo.canonical_init(zoo.tiny_config("vit", image_size=(12, 12)))
     with pytest.raises(ConversionError, match=r"'pos_embed': expected shape \(1, 5, 8\), "
@@ -148,6 +151,7 @@ def test_timm_state_dict_reproduces_timm_outputs(name):
 
 def test_useful_flops_of_vit_tiny_are_timms():
     """timm lists vit_tiny_patch16_224 at 1.26 GMACs per image: the benchmark's FLOP floor."""
-    flops = ViTConfig().useful_flops(1, "forward")
+    useful_flops = bench_spec("vit").flops_floor
+    flops = useful_flops(ViTConfig(), 1, "forward")
     assert flops == pytest.approx(2 * 1.26e9, rel=0.01)
-    assert ViTConfig().useful_flops(2, "train") < 3 * ViTConfig().useful_flops(2, "forward")
+    assert useful_flops(ViTConfig(), 2, "train") < 3 * useful_flops(ViTConfig(), 2, "forward")

@@ -31,7 +31,6 @@ class ToyConfig(Config):
 
     arch: ClassVar[str] = "toy"
     TINY: ClassVar[dict[str, Any]] = {"in_features": 6, "width": 5}
-    DEFAULT_BATCH: ClassVar[int] = 16
     LOSS: ClassVar[str] = "mse"
     in_features: int = 8
     width: int = 8
@@ -58,6 +57,7 @@ class EqxToy(eqx.Module):
         self.config = config
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, batched=False)
         return jax.nn.gelu(self.norm(self.proj(x)), approximate=False) + self.offset
 
 
@@ -67,6 +67,7 @@ class LinenToy(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         width, dt = self.config.width, jnp.dtype(self.param_dtype)
         x = nn.Dense(width, param_dtype=dt, name="proj")(x)
         x = nn.LayerNorm(EPS, use_fast_variance=False, param_dtype=dt, name="norm")(x)
@@ -84,6 +85,7 @@ class NNXToy(nnx.Module):
         self.offset = nnx.Param(jnp.zeros(config.width, dt))
 
     def __call__(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         return nnx.gelu(self.norm(self.proj(x)), approximate=False) + self.offset[None]
 
 
@@ -100,6 +102,7 @@ if importlib.util.find_spec("torch") is not None:
             self.offset = torch.nn.Parameter(torch.zeros(config.width))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.config.check_input(x.shape)
             return torch.nn.functional.gelu(self.norm(self.proj(x))) + self.offset
 
     classes["torch"] = TorchToy

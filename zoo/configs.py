@@ -3,8 +3,9 @@
 A config describes an architecture in library-neutral terms (PyTorch semantics, channels-first
 shapes). Every implementation of an architecture is built from the same config. Each
 architecture's config lives in its own folder (`zoo/models/<arch>/config.py`) and declares what
-tools need to know about it: input and output shapes, the task's loss, a tiny config for tests,
-a default benchmark batch, and structural facts the converters rely on (`flatten_shape`).
+tools need to know about it: input and output shapes, the task's loss, a tiny config for tests
+and structural facts the converters rely on (`flatten_shape`). What the benchmark needs lives
+beside it, in the folder's `bench.py` (`zoo.bench.spec.BenchSpec`).
 """
 
 from __future__ import annotations
@@ -12,16 +13,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
-from zoo.layers.conv_transpose import output_shape, torch_padding
-
 Loss = Literal["cross_entropy", "mse"]
+Overrides = dict[str, Any]  # config field name -> value
 
 
 class ConfigError(ValueError):
     """A configuration value or JSON document is invalid."""
+
+
+def check_keys(cls: type[Config], keys: Iterable[str]) -> None:
+    """Refuse keys that are not fields of `cls`, listing the valid ones (API and CLI alike)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ConfigError(f"unknown {cls.arch} config keys {unknown}; valid keys: {sorted(known)}")
 
 
 @dataclass(frozen=True)
@@ -29,22 +38,20 @@ class Config:
     """Base class: validation and JSON round trips shared by every architecture config."""
 
     arch: ClassVar[str]
-    TINY: ClassVar[dict[str, Any]] = {}  # overrides giving a small config (tests, CI presets)
-    DEFAULT_BATCH: ClassVar[int] = 8  # the benchmark's batch when none is given
+    TINY: ClassVar[Overrides] = {}  # overrides giving a small config (tests, CI presets)
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
-    VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {}  # named TINY overrides tests also run
-    NAMED: ClassVar[dict[str, dict[str, Any]]] = {}  # named configs ("resnet50"): overrides
-    # Benchmark presets the architecture declares (zoo.bench.presets.Preset fields but `arch`):
-    # {"name", "batch", "config" (overrides), optional "dtype", "modes", "doc"}.
-    BENCH: ClassVar[tuple[dict[str, Any], ...]] = ()
+    VARIANTS: ClassVar[dict[str, Overrides]] = {}  # named TINY overrides tests also run
+    NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
+
+    def __new__(cls, *args: Any, **fields: Any) -> Self:
+        check_keys(cls, fields)  # before the dataclass __init__'s bare TypeError
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, list):  # JSON gives lists; configs hold tuples so they hash.
-                value = tuple(value)
-                object.__setattr__(self, field.name, value)
+            value = tuples(getattr(self, field.name))  # JSON gives lists; configs hold tuples
+            object.__setattr__(self, field.name, value)
             if not _matches(value, hints[field.name]):
                 shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
                 raise ConfigError(f"{type(self).__name__}.{field.name}: expected "
@@ -72,16 +79,23 @@ class Config:
         that many inputs (Flax flattens channels-last: the converters permute that layer)."""
         return None
 
-    def useful_flops(self, batch: int, mode: str) -> float | None:
-        """FLOPs of the model's matrix products at `batch` ("forward" or a "train" step), a
-        floor every library's compiled count must reach (the benchmark's FLOP check then
-        accepts differences above it as XLA's accounting); None when not declared."""
-        return None
-
-    def conv_transposes(self) -> list[ConvTransposeSpec]:
-        """The model's conv-transpose layers with their input sizes, in order (the benchmark's
-        method choice and roofline read them)."""
-        return []
+    def check_input(self, shape: Sequence[int], *, channels_last: bool = False,
+                    batched: bool = True) -> None:
+        """Raise ConfigError unless `shape` (a model's input, in its library's layout) holds
+        samples of `input_shape`. Shapes are static, so a model calls this at trace time."""
+        shape = tuple(int(d) for d in shape)
+        want = self.input_shape
+        if channels_last and len(want) > 1:
+            want = (*want[1:], want[0])
+        if len(shape) != len(want) + batched:
+            layout = ("N", *want) if batched else want
+            raise ConfigError(f"{self.arch} expects {'batched' if batched else 'per-sample'} "
+                              f"inputs shaped ({', '.join(map(str, layout))}), got {shape}")
+        sample = shape[1:] if batched else shape
+        if sample != want:
+            if channels_last and len(sample) > 1:
+                sample = (sample[-1], *sample[:-1])
+            raise ConfigError(f"{self.arch} expects {self.input_shape} per sample, got {sample}")
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:
@@ -108,13 +122,14 @@ class Config:
         arch = data.pop("arch", cls.arch)
         if arch != cls.arch:
             raise ConfigError(f"config is for architecture {arch!r}, expected {cls.arch!r}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown {cls.arch} config keys {unknown}; valid keys: {sorted(known)}"
-            )
         return cls(**data)
+
+
+def tuples(value: Any) -> Any:
+    """`value` with every list, at any depth, made a tuple (JSON gives lists; configs hash)."""
+    if isinstance(value, list | tuple):
+        return tuple(tuples(v) for v in value)
+    return value
 
 
 def _matches(value: Any, hint: Any) -> bool:
@@ -150,39 +165,6 @@ def _describe(hint: Any) -> str:
 def positive(name: str, values: tuple[int, ...]) -> None:
     if any(not isinstance(v, int) or v < 1 for v in values):
         raise ConfigError(f"{name} must be positive integers, found {values}")
-
-
-@dataclass(frozen=True)
-class ConvTransposeSpec:
-    """One conv-transpose layer: channels, PyTorch hyper-parameters (one int for every spatial
-    dim) and the spatial size of its input."""
-
-    in_channels: int
-    out_channels: int
-    kernel_size: int
-    stride: int
-    padding: int
-    output_padding: int
-    dilation: int
-    input_size: tuple[int, ...]
-    name: str = ""
-
-    @property
-    def per_dim(self) -> tuple[tuple[int, ...], ...]:
-        """(kernel_size, stride, padding, output_padding, dilation), each one entry per dim."""
-        n = len(self.input_size)
-        return tuple((v,) * n for v in (self.kernel_size, self.stride, self.padding,
-                                         self.output_padding, self.dilation))
-
-    @property
-    def output_size(self) -> tuple[int, ...]:
-        """PyTorch's (i - 1)s - 2p + d(k - 1) + op + 1 per dim (ValueError if < 1)."""
-        return output_shape(self.input_size, *self.per_dim)
-
-    @property
-    def flax_padding(self) -> tuple[tuple[int, int], ...]:
-        """The explicit (low, high) padding pairs of the Flax layer."""
-        return torch_padding(*self.per_dim)
 
 
 CONFIGS: dict[str, type[Config]] = {}  # filled by zoo.registry.register

@@ -60,6 +60,7 @@ def _read_safetensors(path: Path, det: Detection, given: Config | None,
     meta = det.meta or {}
     state, opt = _split_opt(arrays, meta.get("optimizer"))
     config = _resolve_config(path, det.meta, given, list(state))
+    state = _ordered_state(state, config)  # safetensors stores its keys sorted by name
     return Checkpoint(config, state, opt, meta.get("step"))
 
 
@@ -157,9 +158,10 @@ def _key_order(config: Config) -> dict[str, int]:
     return {k: i for i, k in enumerate(canonical_spec(config))}
 
 
-def _ordered_state(ck: Checkpoint) -> dict[str, np.ndarray]:
-    order = _key_order(ck.config)
-    return {k: ck.state[k] for k in sorted(ck.state, key=lambda k: order.get(k, 1 << 30))}
+def _ordered_state(state: dict[str, Any], config: Config) -> dict[str, Any]:
+    """`state` in the canonical order (PyTorch's state_dict order), unknown keys last."""
+    order = _key_order(config)
+    return {k: state[k] for k in sorted(state, key=lambda k: order.get(k, 1 << 30))}
 
 
 def _safetensors_metadata(ck: Checkpoint, fmt: str, dtype: np.dtype) -> dict[str, str]:
@@ -177,7 +179,7 @@ def _write_safetensors(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, t
                        dst: Path) -> None:
     from safetensors.numpy import save_file
 
-    arrays = dict(_ordered_state(ck))
+    arrays = dict(_ordered_state(ck.state, ck.config))
     if ck.optimizer is not None:
         arrays.update({OPT_PREFIX + k: v for k, v in ck.optimizer.arrays.items()})
     arrays = {k: np.asarray(v, order="C") for k, v in arrays.items()}  # keeps 0-d
@@ -192,5 +194,6 @@ def _write_torch(ck: Checkpoint, fmt: str, dtype: np.dtype, native: Any, tmp: Pa
     from collections import OrderedDict
 
     torch = _import_torch()
-    state = OrderedDict((k, numpy_to_torch(v)) for k, v in _ordered_state(ck).items())
+    state = OrderedDict((k, numpy_to_torch(v))
+                        for k, v in _ordered_state(ck.state, ck.config).items())
     torch.save(state, tmp)

@@ -116,8 +116,8 @@ def flatten_tree(tree: Any) -> dict[str, Any]:
 
 def from_model(model: Any, impl: str, *, example: Any = None) -> list[SourceLayer]:
     """The layers of a live native model found by the walkers (any model of supported layers,
-    not only the zoo's), in the walker's order: definition order (Equinox, PyTorch), call order
-    (Linen), by name (NNX)."""
+    not only the zoo's), in the walker's order: definition order (Equinox, NNX, PyTorch), call
+    order (Linen)."""
     w = canonical.state.walker(impl)
     found = w.layers(model, example=example)
     native = w.read(model, found)

@@ -4,14 +4,14 @@ Every entry is a `python -m zoo.bench ...` command line (printed, and stored in 
 in this process one after the other, each record written to `DIR/<device>/`; render them with
 `python -m zoo.bench report --results DIR`. The matrix:
 
-- the published conv-transpose shapes with every method, every library, PyTorch eager and
-  `torch.compile`: `convt-256` forward, `convt-wgrad` (bfloat16 weight gradient);
-- the Decoder3D training step with every method;
+- the runs the subjects declare (`BenchSpec.matrix`, every library, PyTorch eager and
+  `torch.compile`): the published conv-transpose shapes (`convt-256` forward with every
+  method, `convt-wgrad`: bfloat16 weight gradient), the Decoder3D training step;
 - the dispatch suite;
 - every architecture in the registry (`zoo.ARCHS`) x every implementation and call style
   (`torch.compile` included) x forward and train x float32 and bfloat16;
-- the realistic presets the architectures declare (their config's `BENCH`, e.g. ResNet-18 at
-  224x224, the 3-D U-Net at 128^3): every implementation, default call style, forward and train.
+- the realistic sizes the subjects declare (`MatrixRun.sizes`, e.g. ResNet-18 at 224x224, the
+  3-D U-Net at 128^3): every implementation, default call style, forward and train.
 
 The full matrix is sized for one GPU call under 10 minutes: few timed steps (GPU steps take
 milliseconds; compilation dominates) and a time budget (`--budget-min`): an entry whose
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
-from zoo.bench.presets import LAYER_ARCH, declared_presets
+from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 
 # Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
 # host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
@@ -80,17 +80,17 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     methods = ("--method", "lhs_dilation") if quick else ("--method", "all")
     impls = ("--impl", "eqx,torch" if zoo.list_models("torch") else "eqx") if quick else (
         "--impl", "all")
-    entries = [
-        Entry("convt", (LAYER_ARCH, *preset("convt-256"), "--mode", "forward", "--method", "all",
-                        *impls, *compile_, *timing)),
-        Entry("convt", (LAYER_ARCH, *preset("convt-wgrad"), "--mode", "train", "--dtype",
-                        "bfloat16", *methods, *impls, *compile_, *timing)),
-        Entry("decoder", ("decoder3d", *preset("decoder3d-train"), "--mode", "train", *methods,
-                          *impls, *compile_, *timing)),
-        Entry("dispatch", ("dispatch", "--impl", "all", "--no-progress",
-                           *(("--workload", "identity", "--rounds", "2", "--budget", "0.001")
-                             if quick else ("--rounds", "50")))),
-    ]
+    runs = [(arch, run) for arch in bench_archs() for run in bench_spec(arch).matrix
+            if not (quick and run.realistic)]
+
+    def declared(arch: str, run: MatrixRun) -> Entry:
+        return Entry(run.group, (arch, *preset(run.preset), *run.args,
+                                 *(methods if run.methods else ()), *impls, *compile_, *timing))
+
+    entries = [declared(arch, run) for arch, run in runs if not run.realistic]
+    entries.append(Entry("dispatch", ("dispatch", "--impl", "all", "--no-progress",
+                                      *(("--workload", "identity", "--rounds", "2", "--budget",
+                                         "0.001") if quick else ("--rounds", "50")))))
     size = ("--preset", "tiny") if quick else ()
     calls = ("--call", "default") if quick else ("--call", "all")
     for dtype in ("float32", "bfloat16"):
@@ -99,10 +99,7 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
             entries.append(Entry("models", (arch, *size, *mode, "--dtype", dtype, *impls,
                                             *calls, *(methods if quick else ()), *compile_,
                                             *timing)))
-    if not quick:  # realistic sizes: the GPU's job
-        entries += [Entry("presets", (p.arch, "--preset", p.name, "--mode", "both", *impls,
-                                      "--call", "default", *compile_, *timing))
-                    for p in declared_presets()]
+    entries += [declared(arch, run) for arch, run in runs if run.realistic]
     return entries
 
 
@@ -151,7 +148,8 @@ def matrix_main(argv: list[str]) -> int:
                    help="skip entries that would end after this many minutes (default 9; "
                         "none with --quick)")
     p.add_argument("--only", default=None,
-                   help="comma list of groups: convt, decoder, dispatch, models, presets")
+                   help="comma list of groups: dispatch, models and those the subjects declare "
+                        "(convt, decoder, presets)")
     args = p.parse_args(argv)
     allocator = configure_allocator(torch_in_process=True)
     console = make_console()

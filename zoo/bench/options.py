@@ -10,7 +10,7 @@ from typing import Any
 
 import zoo
 from zoo import precision as policy
-from zoo.bench.presets import ARCHS, DEFAULT_BATCH, LAYER_ARCH, PresetError, find_preset
+from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
@@ -92,7 +92,7 @@ def bench_parser() -> argparse.ArgumentParser:
         "Equinox, Flax Linen, Flax NNX and PyTorch (same weights, checked before timing).",
         epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("arch", nargs="?", choices=ARCHS,
-                   help=f"architecture ({LAYER_ARCH!r} = one 3-D conv-transpose layer); "
+                   help="architecture or bench-only subject (python -m zoo.bench presets); "
                         "may be omitted when --preset names a unique shape")
     p.add_argument("--impl", default="all", help="all or a comma list of eqx,linen,nnx,torch")
     p.add_argument("--mode", choices=("forward", "train", "both"), default=None,
@@ -106,7 +106,7 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="JSON",
                    help='config overrides, e.g. \'{"hidden": [1024, 1024]}\'')
     p.add_argument("--method", default="auto",
-                   help=f"conv-transpose formulation (Decoder3D conv_method, convt layers): "
+                   help=f"conv-transpose formulation (of the subjects that have conv-transposes): "
                         f"{', '.join((*METHODS, 'auto'))}, a comma list, or all (every method "
                         "side by side in one run, with a x lhs_dilation column)")
     p.add_argument("--precision", choices=policy.PRECISIONS, default="default",

@@ -15,9 +15,9 @@ import re
 import sys
 from typing import Any
 
-import zoo
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
 from zoo.bench.records import host_load, is_loaded, record_name
+from zoo.bench.spec import bench_archs
 from zoo.bench.tables import (
     call_label,
     dispatch_index,
@@ -261,7 +261,7 @@ def _is_sweep(record: dict[str, Any]) -> bool:
 
 def _model_order(pr: tuple[str, dict[str, Any]]) -> tuple[Any, ...]:
     arch = pr[1]["config"]["arch"]
-    archs = list(zoo.ARCHS)
+    archs = list(bench_archs())  # the registry's order, then the bench-only subjects
     return (_is_sweep(pr[1]), archs.index(arch) if arch in archs else len(archs), arch,
             subject(pr[1]))
 

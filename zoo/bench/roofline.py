@@ -23,8 +23,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from zoo.bench.spec import SubjectConfig
 from zoo.configs import Config
 from zoo.layers.conv_transpose import output_shape
+from zoo.layers.conv_transpose_spec import conv_transposes_of
 from zoo.registry import schema
 
 
@@ -95,11 +97,12 @@ def convt_roofline(batch: int, in_channels: int, out_channels: int,
     return Roofline(flops, float(elems * itemsize))
 
 
-def model_roofline(config: Any, batch: int, dtype: str, mode: str) -> Roofline | None:
+def model_roofline(config: SubjectConfig, batch: int, dtype: str, mode: str
+                   ) -> Roofline | None:
     """The roofline of a model made of conv-transposes (a `ConvTSpec`, a decoder): the sum over
-    its `conv_transposes()`, every layer but the first also computing its input gradient in
-    training. None for models with other layers."""
-    specs = config.conv_transposes()
+    its `conv_transposes()` (`conv_transposes_of`), every layer but the first also computing its
+    input gradient in training. None for models with other layers."""
+    specs = conv_transposes_of(config)
     if not specs or (isinstance(config, Config) and any(
             layer.kind != "conv_transpose" for layer in schema(config)[0])):
         return None

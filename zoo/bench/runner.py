@@ -18,7 +18,8 @@ from zoo.bench.fairness import check_fairness
 from zoo.bench.peaks import device_peak
 from zoo.bench.records import record_base
 from zoo.bench.roofline import model_roofline
-from zoo.bench.subjects import Subject, build_config, build_models, make_task
+from zoo.bench.spec import SubjectConfig, bench_spec
+from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 from zoo.bench.timing import (
     CompileInfo,
     Samples,
@@ -29,6 +30,7 @@ from zoo.bench.timing import (
     summarize,
 )
 from zoo.layers.conv_transpose import CHOICES, choose_method
+from zoo.layers.conv_transpose_spec import conv_transposes_of
 from zoo.libraries import JAX_IMPLS, library
 
 ALL_METHODS: tuple[str, ...] = CHOICES
@@ -80,8 +82,9 @@ class BenchConfig:
         return asdict(self)
 
 
-def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig, config: Any,
-                task: Any) -> dict[str, tuple[float | None, float | None, str]]:
+def _twin_flops(subjects: dict[str, Subject], order: list[str], cfg: BenchConfig,
+                config: SubjectConfig, task: Task
+                ) -> dict[str, tuple[float | None, float | None, str]]:
     """FLOPs and bytes per mode from a JAX implementation's compiled fast path, for PyTorch
     rows; with no JAX implementation in the run, an Equinox twin is compiled (not timed)."""
     twin: dict[str, tuple[float | None, float | None, str]] = {}
@@ -171,10 +174,10 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     return res
 
 
-def auto_picks(config: Any, batch: int) -> list[str] | None:
+def auto_picks(config: SubjectConfig, batch: int) -> list[str] | None:
     """What `method="auto"` resolves to on this backend: one entry per conv-transpose layer
     (None for a model without any)."""
-    specs = config.conv_transposes()
+    specs = conv_transposes_of(config)
     if not specs:
         return None
     return [choose_method((batch, sp.in_channels, *sp.input_size),
@@ -206,14 +209,14 @@ def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
                 r["ratio_to_roofline"] = med / roof
 
 
-def _flops_floors(config: Any, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
+def _flops_floors(config: SubjectConfig, cfg: BenchConfig, rooflines: dict[str, dict[str, Any]]
                   ) -> dict[str, float]:
     """Per mode, the useful FLOPs every compiled count must reach: the roofline's, else the
-    matrix products the architecture declares (`Config.useful_flops`)."""
+    matrix products the subject declares (`BenchSpec.useful_flops`)."""
     floors = {m: r["flops"] for m, r in rooflines.items()}
-    declared = getattr(config, "useful_flops", lambda batch, mode: None)
+    spec = bench_spec(cfg.arch)
     for mode in cfg.modes:
-        useful = declared(cfg.batch, mode)
+        useful = spec.flops_floor(config, cfg.batch, mode)
         if mode not in floors and useful:
             floors[mode] = useful
     return floors

@@ -8,7 +8,6 @@ layout.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import canonical
 import zoo
 from canonical.torch_arrays import numpy_to_torch
 from zoo import fast
-from zoo.bench import layers
-from zoo.bench.presets import LAYER_ARCH
+from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
+from zoo.configs import Overrides
 from zoo.libraries import library
 from zoo.training import LOSSES, targets
 
@@ -65,7 +63,7 @@ class Task:
 JAX_LOSSES = LOSSES
 
 
-def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
+def make_task(config: SubjectConfig, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
     """Random normal inputs (seed `seed`), the architecture's targets (seed `seed + 1`)."""
     x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape), jnp.float32)
     target = targets(config, batch, jax.random.key(seed + 1), dtype)
@@ -73,31 +71,21 @@ def make_task(config: Any, batch: int, dtype: str = "float32", seed: int = 0) ->
     return Task(*jax.block_until_ready((x.astype(dtype), target)), loss=config.LOSS, key=key)
 
 
-def build_config(arch: str, overrides: dict[str, Any], method: str) -> Any:
-    """A zoo config (one with a `conv_method` field gets `method`) or a `ConvTSpec` for
-    "convt"."""
-    overrides = dict(overrides)
-    if arch == LAYER_ARCH:
-        return layers.ConvTSpec(**{"method": method, **overrides})
-    if "conv_method" in {f.name for f in dataclasses.fields(zoo.architecture(arch).config)}:
-        overrides.setdefault("conv_method", method)
-    return zoo.make_config(arch, **overrides)
+def build_config(arch: str, overrides: Overrides, method: str) -> SubjectConfig:
+    """The config of subject `arch` with `overrides` and the conv-transpose `method` (for a zoo
+    architecture: `zoo.make_config`, a `conv_method` field getting `method`)."""
+    return bench_spec(arch).subjects.config(arch, overrides, method)
 
 
-def build_models(config: Any, impls: tuple[str, ...], seed: int = 0,
-                 dtype: str = "float32") -> dict[str, Any]:
+def build_models(config: SubjectConfig, impls: tuple[str, ...], seed: int = 0,
+                 dtype: str = "float32") -> NativeModels:
     """One native model per implementation, all holding the same canonical weights.
 
     For zoo architectures this is `zoo.create(config, impl, seed=seed, dtype=dtype)`, i.e.
     `from_canonical(canonical_init(config, seed, dtype), config, impl)`, with the canonical
     state drawn once and shared instead of once per library.
     """
-    if isinstance(config, layers.ConvTSpec):
-        state = layers.canonical_state(config, seed, dtype)
-        return {impl: layers.build(config, impl, state) for impl in impls}
-    state = zoo.canonical_init(config, seed, dtype)
-    return {impl: canonical.write(zoo.skeleton(config, impl, dtype), state, impl,
-                                  **zoo.walk_facts(config, impl)) for impl in impls}
+    return bench_spec(config.arch).subjects.models(config, impls, seed, dtype)
 
 
 @dataclass(eq=False)

@@ -18,7 +18,6 @@ class CNNConfig(Config):
                                       "hidden": 16, "num_classes": 5}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {  # also a depth other than the default
         "nobn-deep": {"batch_norm": False, "features": (4, 6, 5)}}
-    DEFAULT_BATCH: ClassVar[int] = 64
     LOSS: ClassVar[str] = "cross_entropy"
     in_channels: int = 1
     input_size: tuple[int, int] = (28, 28)

@@ -42,6 +42,7 @@ class CNN(eqx.Module):
     def __call__(
         self, x: Array, state: eqx.nn.State, *, key: PRNGKeyArray | None = None
     ) -> tuple[Array, eqx.nn.State]:
+        self.config.check_input(x.shape, batched=False)
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.bns:

@@ -25,6 +25,7 @@ class CNN(nn.Module):
         self.fc2 = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.bns:

@@ -28,6 +28,7 @@ class CNN(nnx.Module):
         self.fc2 = nnx.Linear(config.hidden, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.bns:

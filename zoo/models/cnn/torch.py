@@ -27,6 +27,7 @@ class CNN(nn.Module):
         self.fc2 = nn.Linear(config.hidden, config.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         for i, conv in enumerate(self.convs):
             x = conv(x)
             if self.bns:

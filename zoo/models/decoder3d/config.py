@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zoo.configs import Config, ConfigError, ConvTransposeSpec, positive
+from zoo.configs import Config, ConfigError, positive
 from zoo.layers.conv_transpose import CHOICES
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,6 @@ class Decoder3DConfig(Config):
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"odd": dict(
         kernel_size=(3, 5, 3, 1), stride=(2, 3, 1, 1), padding=(1, 2, 2, 0),
         output_padding=(1, 2, 0, 0), dilation=(1, 2, 2, 1), conv_method="pad")}
-    DEFAULT_BATCH: ClassVar[int] = 2
     LOSS: ClassVar[str] = "mse"
     latent_channels: int = 32
     latent_size: tuple[int, int, int] = (8, 8, 8)

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.eqx import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.decoder3d.config import Decoder3DConfig
@@ -34,6 +34,7 @@ class Decoder3D(eqx.Module):
         self.config = config
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        self.config.check_input(x.shape, batched=False)
         for up in self.ups:
             x = jax.nn.relu(up(x))
         return self.head(x)

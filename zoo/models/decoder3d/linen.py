@@ -5,7 +5,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.linen import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.decoder3d.config import Decoder3DConfig
@@ -28,6 +28,7 @@ class Decoder3D(nn.Module):
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """`train` is accepted for a uniform signature: the decoder has no train-only layers."""
+        self.config.check_input(x.shape, channels_last=True)
         for up in self.ups:
             x = nn.relu(up(x))
         return self.head(x)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.decoder3d.config import Decoder3DConfig
@@ -20,11 +20,13 @@ def _layer(spec: ConvTransposeSpec, method: str, dtype, rngs: nnx.Rngs) -> ConvT
 class Decoder3D(nnx.Module):
     def __init__(self, config: Decoder3DConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         self.config = config
-        *ups, self.head = (_layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
-                           for spec in config.conv_transposes())
-        self.ups = nnx.List(ups)
+        *ups, head = (_layer(spec, config.conv_method, dtype_of(param_dtype), rngs)
+                      for spec in config.conv_transposes())
+        self.ups = nnx.List(ups)  # stages first, as PyTorch's state_dict lists them
+        self.head = head
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         for up in self.ups:
             x = nnx.relu(up(x))
         return self.head(x)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.models.decoder3d.config import Decoder3DConfig
 
 
@@ -21,10 +21,12 @@ class Decoder3D(nn.Module):
     def __init__(self, config: Decoder3DConfig) -> None:
         super().__init__()
         self.config = config
-        *ups, self.head = (_layer(s) for s in config.conv_transposes())
-        self.ups = nn.ModuleList(ups)
+        *ups, head = (_layer(s) for s in config.conv_transposes())
+        self.ups = nn.ModuleList(ups)  # stages first: the state_dict lists ups.i, then head
+        self.head = head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         for up in self.ups:
             x = F.relu(up(x))
         return self.head(x)

@@ -20,7 +20,6 @@ class MLPConfig(Config):
     TINY: ClassVar[dict[str, Any]] = {"in_features": 12, "hidden": (16, 8), "out_features": 5}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {  # also a depth other than the default
         "gelu-deep": {"activation": "gelu", "hidden": (8, 7, 6)}}
-    DEFAULT_BATCH: ClassVar[int] = 128
     LOSS: ClassVar[str] = "cross_entropy"
     in_features: int = 784
     hidden: tuple[int, ...] = (512, 512)

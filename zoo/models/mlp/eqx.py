@@ -24,6 +24,7 @@ class MLP(eqx.Module):
         self.config = config
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        self.config.check_input(x.shape, batched=False)
         act = activation(self.config.activation)
         for layer in self.layers[:-1]:
             x = act(layer(x))

@@ -19,6 +19,7 @@ class MLP(nn.Module):
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """`train` is accepted for a uniform signature: the MLP has no train-only layers."""
+        self.config.check_input(x.shape, channels_last=True)
         act = activation(self.config.activation)
         for layer in self.layers[:-1]:
             x = act(layer(x))

@@ -19,6 +19,7 @@ class MLP(nnx.Module):
                                 for i, o in pairwise(w)])
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         act = activation(self.config.activation)
         for layer in self.layers[:-1]:
             x = act(layer(x))

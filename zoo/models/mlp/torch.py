@@ -19,6 +19,7 @@ class MLP(nn.Module):
         self.act = nn.ReLU() if config.activation == "relu" else nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         for layer in self.layers[:-1]:
             x = self.act(layer(x))
         return self.layers[-1](x)

@@ -47,18 +47,6 @@ class ResNetConfig(Config):
         "resnet20-cifar": {"stem": "cifar", "layers": (3, 3, 3), "widths": (16, 32, 64),
                            "stem_width": 16, "input_size": (32, 32), "num_classes": 10},
     }
-    BENCH: ClassVar[tuple[dict[str, Any], ...]] = (
-        {"name": "resnet18-224", "batch": 64, "config": {},
-         "doc": "ResNet-18, ImageNet 224x224, batch 64"},
-        {"name": "resnet18-224-b256", "batch": 256, "config": {},
-         "doc": "ResNet-18, ImageNet 224x224, batch 256"},
-        {"name": "resnet18-cifar", "batch": 512,
-         "config": {"stem": "cifar", "input_size": (32, 32), "num_classes": 10},
-         "doc": "ResNet-18 with the CIFAR stem, 32x32, batch 512"},
-        {"name": "resnet50-224", "batch": 64, "config": NAMED["resnet50"],
-         "doc": "ResNet-50, ImageNet 224x224, batch 64"},
-    )
-    DEFAULT_BATCH: ClassVar[int] = 64
     LOSS: ClassVar[str] = "cross_entropy"
     block: Literal["basic", "bottleneck"] = "basic"
     layers: tuple[int, ...] = (2, 2, 2, 2)

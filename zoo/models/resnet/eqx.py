@@ -139,6 +139,7 @@ class ResNet(eqx.Module):
 
     def __call__(self, x: Array, state: State, *,
                  key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        self.config.check_input(x.shape, batched=False)
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
         if self.maxpool is not None:

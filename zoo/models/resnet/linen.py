@@ -53,9 +53,9 @@ class BasicBlock(nn.Module):
         self.downsample = _shortcut(cfg, spec, dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        ura = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=ura))
-        y = self.bn2(self.conv2(y), use_running_average=ura)
+        use_running_average = not train
+        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
+        y = self.bn2(self.conv2(y), use_running_average=use_running_average)
         return nn.relu(y + _residual(self.downsample, x, train))
 
 
@@ -77,10 +77,10 @@ class Bottleneck(nn.Module):
         self.downsample = _shortcut(cfg, spec, dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        ura = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=ura))
-        y = nn.relu(self.bn2(self.conv2(y), use_running_average=ura))
-        y = self.bn3(self.conv3(y), use_running_average=ura)
+        use_running_average = not train
+        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
+        y = nn.relu(self.bn2(self.conv2(y), use_running_average=use_running_average))
+        y = self.bn3(self.conv3(y), use_running_average=use_running_average)
         return nn.relu(y + _residual(self.downsample, x, train))
 
 
@@ -101,6 +101,7 @@ class ResNet(nn.Module):
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
         if self.config.stem_pool:
             k, s, p = POOL

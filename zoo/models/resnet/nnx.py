@@ -91,6 +91,7 @@ class ResNet(nnx.Module):
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         x = nnx.relu(self.bn1(self.conv1(x)))
         if self.config.stem_pool:
             k, s, p = POOL

@@ -78,6 +78,7 @@ class ResNet(nn.Module):
         self.fc = nn.Linear(config.features, config.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
         for i in range(len(self.config.layers)):
             x = getattr(self, f"layer{i + 1}")(x)

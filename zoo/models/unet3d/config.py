@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from zoo.configs import Config, ConfigError, ConvTransposeSpec, positive
+from zoo.configs import Config, ConfigError, positive
 from zoo.layers.conv_transpose import CHOICES
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 
 # The conversion contract of the decoder: `cat([skip, up])` on the channel axis, so the first
 # input channels of `decoders.i.conv1.weight` read the encoder's skip connection.
@@ -32,13 +33,6 @@ class UNet3DConfig(Config):
                                       "input_size": (4, 6, 2)}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"gn": {"norm": "group", "groups": 2,
                                                             "down": "conv"}}
-    BENCH: ClassVar[tuple[dict[str, Any], ...]] = (
-        {"name": "unet3d-64", "batch": 2, "config": {"input_size": (64, 64, 64)},
-         "doc": "3-D U-Net, widths 16-32-64-128, 1x64^3 -> 2x64^3, batch 2"},
-        {"name": "unet3d-128", "batch": 1, "config": {"input_size": (128, 128, 128)},
-         "doc": "3-D U-Net, widths 16-32-64-128, 1x128^3 -> 2x128^3, batch 1"},
-    )
-    DEFAULT_BATCH: ClassVar[int] = 2
     LOSS: ClassVar[str] = "mse"
     in_channels: int = 1
     out_channels: int = 2

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.eqx import BatchNorm, ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
@@ -87,6 +87,7 @@ class UNet3D(eqx.Module):
 
     def __call__(self, x: Array, state: State, *,
                  key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        self.config.check_input(x.shape, batched=False)
         skips = []
         for i, encoder in enumerate(self.encoders):
             x, state = encoder(x, state)

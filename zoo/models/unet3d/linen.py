@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.linen import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
@@ -69,6 +69,7 @@ class UNet3D(nn.Module):
         self.head = nn.Conv(cfg.out_channels, (1, 1, 1), param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         skips = []
         for i, encoder in enumerate(self.encoders):
             x = encoder(x, train=train)

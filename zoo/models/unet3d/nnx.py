@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
@@ -60,6 +60,7 @@ class UNet3D(nnx.Module):
         self.head = nnx.Conv(w[0], config.out_channels, (1, 1, 1), param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        self.config.check_input(x.shape, channels_last=True)
         skips = []
         for i, encoder in enumerate(self.encoders):
             x = encoder(x)

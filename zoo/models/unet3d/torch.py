@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.configs import ConvTransposeSpec
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.models.unet3d.config import UNet3DConfig
 
 
@@ -53,6 +53,7 @@ class UNet3D(nn.Module):
         self.head = nn.Conv3d(w[0], config.out_channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.config.check_input(x.shape)
         skips = []
         for i, encoder in enumerate(self.encoders):
             x = encoder(x)

@@ -20,17 +20,6 @@ class ViTConfig(Config):
     TINY: ClassVar[dict[str, Any]] = {"image_size": (8, 8), "patch_size": 4, "in_channels": 3,
                                       "width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
                                       "num_classes": 5}
-    BENCH: ClassVar[tuple[dict[str, Any], ...]] = (
-        {"name": "vit-tiny", "batch": 64, "config": {},
-         "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, 3 heads"},
-        {"name": "vit-tiny-b256", "batch": 256, "config": {},
-         "doc": "timm vit_tiny_patch16_224 at batch 256"},
-        {"name": "vit-cifar", "batch": 32,
-         "config": {"image_size": (32, 32), "patch_size": 4, "width": 96, "depth": 4,
-                    "num_heads": 3, "num_classes": 10},
-         "doc": "CIFAR-sized (CPU): 32x32, patch 4 (64 patches), width 96, depth 4, 3 heads"},
-    )
-    DEFAULT_BATCH: ClassVar[int] = 64
     LOSS: ClassVar[str] = "cross_entropy"
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 16
@@ -81,20 +70,3 @@ class ViTConfig(Config):
     @property
     def output_shape(self) -> tuple[int, ...]:
         return (self.num_classes,)
-
-    def useful_flops(self, batch: int, mode: str) -> float | None:
-        """Multiply-adds x 2 of the patch convolution, the projections, the attention products
-        and the head; a training step adds twice that but the image's gradient."""
-        e, m, t = self.width, self.mlp_hidden, self.seq_len
-        patches = self.grid[0] * self.grid[1]
-        conv = 2 * patches * self.in_channels * self.patch_size**2 * e
-        block = 2 * t * e * (3 * e + e + 2 * m) + 2 * 2 * t * t * e
-        forward = batch * (conv + self.depth * block + 2 * e * self.num_classes)
-        return float(forward if mode == "forward" else 3 * forward - batch * conv)
-
-    def check_image(self, spatial: tuple[int, ...]) -> None:
-        """Refuse images of another size: the position embedding is not resized."""
-        if tuple(spatial) != self.image_size:
-            raise ValueError(f"vit: input images are {tuple(spatial)}, the config's image_size "
-                             f"is {self.image_size} (position-embedding resizing is not "
-                             "supported)")

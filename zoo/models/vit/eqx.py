@@ -74,7 +74,7 @@ class ViT(eqx.Module):
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """Logits of one image `x` of shape `(C, H, W)`."""
-        self.config.check_image(x.shape[1:])
+        self.config.check_input(x.shape, batched=False)
         tokens = jnp.concatenate([self.cls_token[0], self.patch_embed(x)]) + self.pos_embed[0]
         for block in self.blocks:
             tokens = block(tokens)

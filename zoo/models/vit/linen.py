@@ -74,7 +74,7 @@ class ViT(nn.Module):
         self.head = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        self.config.check_image(x.shape[1:3])
+        self.config.check_input(x.shape, channels_last=True)
         tokens = self.patch_embed(x)
         cls = jnp.broadcast_to(self.cls_token, (x.shape[0], 1, self.config.width))
         tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1) + self.pos_embed

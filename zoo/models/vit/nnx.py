@@ -66,7 +66,7 @@ class ViT(nnx.Module):
         self.head = nnx.Linear(config.width, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
-        self.config.check_image(x.shape[1:3])
+        self.config.check_input(x.shape, channels_last=True)
         tokens = self.patch_embed(x)
         cls = jnp.broadcast_to(self.cls_token[...], (x.shape[0], 1, self.config.width))
         tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1)

@@ -70,7 +70,7 @@ class ViT(nn.Module):
         self.head = nn.Linear(e, config.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.config.check_image(tuple(x.shape[2:]))
+        self.config.check_input(x.shape)
         tokens = self.patch_embed(x)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
         tokens = torch.cat([cls, tokens], dim=1) + self.pos_embed

@@ -4,7 +4,8 @@ The published conv-transpose reports time a single layer, which no zoo architect
 has four), so the `convt` presets build this layer instead: `zoo.layers.eqx.ConvTranspose`,
 `zoo.layers.linen.ConvTranspose`, `zoo.layers.nnx.ConvTranspose` (all with a `method` switch) and
 `torch.nn.ConvTranspose3d`, with weights converted from one canonical (PyTorch-layout) state by
-`canonical.KINDS["conv_transpose"]`.
+`canonical.KINDS["conv_transpose"]`. It is a benchmark subject like the zoo's architectures:
+`python -m zoo.bench convt --preset convt-256-cpu` (its presets are registered at the end).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import numpy as np
 
 from canonical import KINDS, Layer
 from canonical.torch_arrays import numpy_to_torch
-from zoo.configs import ConvTransposeSpec
+from zoo.bench.spec import BenchSpec, MatrixRun, register
+from zoo.configs import Overrides
 from zoo.layers.conv_transpose import output_shape, torch_padding
+from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.libraries import library
 
 LAYER = Layer("convt", "conv_transpose")
@@ -157,3 +160,51 @@ def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
                 var.value = native[name]
         return layer
     raise ValueError(f"unknown implementation {impl!r}")
+
+
+class ConvTSubjects:
+    """The layer as a benchmark subject (`zoo.bench.spec.Subjects`)."""
+
+    def config(self, arch: str, overrides: Overrides, method: str) -> ConvTSpec:
+        return ConvTSpec(**{"method": method, **overrides})
+
+    def models(self, config: ConvTSpec, impls: tuple[str, ...], seed: int,
+               dtype: str) -> dict[str, Any]:
+        state = canonical_state(config, seed, dtype)
+        return {impl: build(config, impl, state) for impl in impls}
+
+
+def _shape(in_channels: int, out_channels: int, spatial: tuple[int, int, int], kernel_size: int,
+           stride: int, padding: int, output_padding: int) -> dict[str, Any]:
+    return dict(in_channels=in_channels, out_channels=out_channels, spatial=spatial,
+                kernel_size=kernel_size, stride=stride, padding=padding,
+                output_padding=output_padding)
+
+
+register(BenchSpec(
+    "convt", default_batch=1, subjects=ConvTSubjects(),
+    presets=(
+        {"name": "tiny", "batch": 2, "config": _shape(4, 4, (4, 4, 4), 3, 2, 1, 1),
+         "doc": "CI: one 4->4 conv-transpose, k3 s2 p1 op1, on 4^3, batch 2"},
+        {"name": "cpu", "batch": 1, "config": _shape(16, 1, (16, 16, 16), 3, 2, 1, 1),
+         "doc": "a CPU-sized convt-wgrad: 16->1, k3 s2 p1 op1 on 16^3, batch 1"},
+        {"name": "convt-256", "batch": 4, "config": _shape(4, 4, (256, 256, 256), 3, 1, 1, 0),
+         "doc": "published: input (4, 4, 256, 256, 256) NCDHW, 4->4, k3 s1 p1 (1 GiB f32 "
+                "tensor)"},
+        {"name": "convt-256-cpu", "batch": 1, "config": _shape(4, 4, (64, 64, 64), 3, 1, 1, 0),
+         "doc": "CPU-sized convt-256: input (1, 4, 64, 64, 64), 4->4, k3 s1 p1"},
+        {"name": "convt-wgrad-cpu", "batch": 1,
+         "config": _shape(64, 1, (32, 32, 16), 3, 2, 1, 1),
+         "doc": "CPU-sized convt-wgrad: 64->1, k3 s2 p1 op1 on 32x32x16, float32 (bfloat16 "
+                "convs on XLA CPU: 5.8 s per training step, too slow to record)"},
+        {"name": "convt-wgrad", "batch": 1, "config": _shape(64, 1, (64, 64, 32), 3, 2, 1, 1),
+         "dtype": "bfloat16", "modes": ("train",),
+         "doc": "published: bf16 weight gradient, 64->1, k3 s2 p1 op1, per-sample input "
+                "64x64x64x32 read as (C=64, D=64, H=64, W=32)"},
+    ),
+    matrix=(
+        MatrixRun("convt", "convt-256", ("--mode", "forward", "--method", "all")),
+        MatrixRun("convt", "convt-wgrad", ("--mode", "train", "--dtype", "bfloat16"),
+                  methods=True),
+    ),
+))

@@ -1,0 +1,147 @@
+"""Configs as users meet them: unknown keys, wrong input shapes, nested values through JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zoo
+from zoo.configs import Config, ConfigError, config_from_dict, tuples
+
+_PAIRS = zoo.list_models()
+
+
+def test_an_unknown_key_gives_the_clis_error_in_python():
+    """`zoo.create` and `make_config` refuse a misspelt key as the CLI's JSON path does: the
+    same ConfigError, the same text, listing the valid keys."""
+    with pytest.raises(ConfigError) as from_json:
+        config_from_dict({"arch": "cnn", "featurs": [8]})
+    for call in (lambda: zoo.create("cnn", "nnx", featurs=(8,)),
+                 lambda: zoo.make_config("cnn", featurs=(8,)),
+                 lambda: zoo.tiny_config("cnn", featurs=(8,))):
+        with pytest.raises(ConfigError) as from_python:
+            call()
+        assert str(from_python.value) == str(from_json.value)
+    assert "unknown cnn config keys ['featurs']; valid keys: [" in str(from_json.value)
+    assert "'features'" in str(from_json.value)
+
+
+def _wrong_sample(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` with its last axis one longer (channels-first)."""
+    return (*shape[:-1], shape[-1] + 1)
+
+
+@pytest.mark.parametrize(("arch", "impl"), _PAIRS, ids=[f"{a}-{i}" for a, i in _PAIRS])
+def test_a_wrong_input_size_names_the_expected_shape(arch: str, impl: str):
+    """Every model checks its input against its config when traced and names both shapes,
+    channels-first in every library."""
+    cfg = zoo.tiny_config(arch)
+    wrong = _wrong_sample(cfg.input_shape)
+    message = rf"^{arch} expects {_escaped(cfg.input_shape)} per sample, got {_escaped(wrong)}"
+    x = np.zeros((2, *wrong), np.float32)
+    model = zoo.create(cfg, impl)
+    if impl == "torch":
+        import torch
+
+        with pytest.raises(ConfigError, match=message):
+            model.eval()(torch.from_numpy(x))
+        return
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    with pytest.raises(ConfigError, match=message):
+        jax.eval_shape(lambda p, s, v: api.apply(static, p, s, v), params, state,
+                       api.to_native(x))
+
+
+def _escaped(shape: tuple[int, ...]) -> str:
+    return str(shape).replace("(", r"\(").replace(")", r"\)")
+
+
+def test_check_input_layouts():
+    """Channels-last shapes are reported channels-first; a wrong rank shows the layout."""
+    cfg = zoo.make_config("cnn")
+    cfg.check_input((4, 1, 28, 28))
+    cfg.check_input((28, 28, 1), channels_last=True, batched=False)
+    with pytest.raises(ConfigError, match=r"^cnn expects \(1, 28, 28\) per sample, "
+                                          r"got \(1, 32, 32\)$"):
+        cfg.check_input((4, 32, 32, 1), channels_last=True)
+    with pytest.raises(ConfigError, match=r"^cnn expects batched inputs shaped "
+                                          r"\(N, 28, 28, 1\), got \(28, 28, 1\)$"):
+        cfg.check_input((28, 28, 1), channels_last=True)
+    with pytest.raises(ConfigError, match=r"per-sample inputs shaped \(1, 28, 28\)"):
+        cfg.check_input((4, 1, 28, 28), batched=False)
+
+
+# --------------------------------------------------------------------------- nested values
+@dataclass(frozen=True)
+class StagesConfig(Config):
+    """A config with a nested tuple field (not registered)."""
+
+    arch: ClassVar[str] = "stages"
+    stages: tuple[tuple[int, ...], ...] = ((64,), (128, 128))
+    pairs: tuple[tuple[int, int], ...] = ((1, 2),)
+    mode: Literal["a", "b"] = "a"
+
+
+def test_a_nested_tuple_config_round_trips_through_json():
+    cfg = StagesConfig(stages=((4,), (8, 8), ()), pairs=((3, 4), (5, 6)))
+    back = StagesConfig.from_dict(json.loads(cfg.to_json()))
+    assert back == cfg and hash(back) == hash(cfg)
+    assert isinstance(back.stages[1], tuple)
+    with pytest.raises(ConfigError, match=r"StagesConfig.stages: expected a list, each item a "
+                                          r"list, each item an integer, found \(\(1, 'x'\),\)"):
+        StagesConfig.from_dict({"stages": [[1, "x"]]})
+    with pytest.raises(ConfigError, match=r"StagesConfig.pairs"):
+        StagesConfig.from_dict({"pairs": [[1, 2, 3]]})
+
+
+def _strategy(hint: Any) -> st.SearchStrategy:
+    """Values of a config field's type (any depth of tuples)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return st.lists(_strategy(args[0]), max_size=4).map(tuple)
+        return st.tuples(*map(_strategy, args))
+    return {int: st.integers(-2**31, 2**31), bool: st.booleans(), str: st.text(max_size=8),
+            float: st.floats(allow_nan=False, allow_infinity=False)}[hint]
+
+
+_FIELDS = [(cls, f.name, typing.get_type_hints(cls)[f.name])
+           for cls in (*(zoo.architecture(a).config for a in zoo.ARCHS), StagesConfig)
+           for f in dataclasses.fields(cls)]
+
+
+@pytest.mark.parametrize(("cls", "name", "hint"), _FIELDS,
+                         ids=[f"{c.arch}.{n}" for c, n, _ in _FIELDS])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_every_config_field_survives_json(cls: type[Config], name: str, hint: Any, data: Any):
+    """Any value of any registered config field's type comes back from JSON equal, with the
+    field's type (lists become tuples at every depth)."""
+    value = data.draw(_strategy(hint))
+    back = tuples(json.loads(json.dumps(value)))
+    assert back == value
+    assert type(back) is type(value)
+    assert zoo.configs._matches(back, hint)
+
+
+@pytest.mark.parametrize("arch", list(zoo.ARCHS))
+def test_every_declared_config_round_trips(arch: str):
+    """Defaults, TINY, variants and named configs of every architecture survive JSON."""
+    cls = zoo.architecture(arch).config
+    configs = [cls(), cls.tiny(), *(cls.tiny(**v) for v in cls.VARIANTS.values()),
+               *(cls.named(n) for n in cls.NAMED)]
+    for cfg in configs:
+        assert config_from_dict(json.loads(cfg.to_json())) == cfg
+
