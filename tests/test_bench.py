@@ -19,7 +19,7 @@ from zoo.bench.presets import ARCHS, LAYER_ARCH, PRESETS, PresetError, find_pres
 from zoo.bench.records import record_name
 from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 
-HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_models())
+HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_implementations())
 IMPLS = (*zoo.JAX_IMPLS, "torch") if HAVE_TORCH else zoo.JAX_IMPLS
 
 

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
+from zoo.names import named_config
 
 IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
 JAX_IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx")
@@ -112,7 +113,7 @@ def model_class(arch: str, impl: str) -> type:
     return architecture(arch).model_class(impl)
 
 
-def list_models(impl: str | None = None) -> list[tuple[str, str]]:
+def list_implementations(impl: str | None = None) -> list[tuple[str, str]]:
     """Every available (arch, impl) pair; torch pairs only when PyTorch is installed."""
     have_torch = importlib.util.find_spec("torch") is not None
     impls = IMPLS if impl is None else (impl,)
@@ -121,12 +122,13 @@ def list_models(impl: str | None = None) -> list[tuple[str, str]]:
 
 
 def make_config(arch: str | Config, **overrides: Any) -> Config:
-    """A config from an architecture name (plus overrides) or an existing config."""
+    """A config from an architecture or model name ("resnet50", `zoo.names`) plus overrides,
+    or an existing config."""
     if isinstance(arch, Config):
         if overrides:
             raise ConfigError("pass overrides with an architecture name, not with a config")
         return arch
-    return architecture(arch).config(**overrides)
+    return named_config(arch, **overrides)
 
 
 def tiny_config(arch: str, **overrides: Any) -> Config:
