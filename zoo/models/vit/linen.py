@@ -59,7 +59,7 @@ class LayerScale(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         gamma = self.param("gamma", nn.initializers.constant(self.init_values), (x.shape[-1],),
                            dtype_of(self.param_dtype))
-        return x * gamma
+        return x * gamma.reshape((1,) * (x.ndim - 1) + gamma.shape)  # explicit rank
 
 
 class Block(nn.Module):

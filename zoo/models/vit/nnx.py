@@ -51,7 +51,8 @@ class LayerScale(nnx.Module):
         self.gamma = nnx.Param(jnp.full((width,), init_values, dtype))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return x * self.gamma[...]
+        gamma = self.gamma[...]
+        return x * gamma.reshape((1,) * (x.ndim - 1) + gamma.shape)  # explicit rank
 
 
 class Block(nnx.Module):
