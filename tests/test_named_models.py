@@ -131,7 +131,7 @@ def test_an_unknown_name_is_refused_in_one_line_with_close_matches(bad):
         with pytest.raises(zoo.ConfigError, match=rf"unknown model '{bad}': did you mean") as e:
             make(bad)
         assert "\n" not in str(e.value)
-    with pytest.raises(zoo.ConfigError, match="zoo.list_models"):
+    with pytest.raises(zoo.ConfigError, match=r"zoo\.list_models"):
         zoo.make_config("xyzzy")
 
 
