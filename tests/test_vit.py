@@ -20,8 +20,8 @@ import zoo
 from canonical import ConversionError
 from zoo.models.vit.config import ViTConfig
 
-FIXTURE = Path(__file__).parent / "fixtures" / "timm_vit_tiny_patch16_224.json"
-TIMM_TINY = json.loads(FIXTURE.read_text())["state_dict"]
+FIXTURE = Path(__file__).parent / "fixtures" / "named_timm_vit.json"
+TIMM_TINY = json.loads(FIXTURE.read_text())["models"]["vit_tiny_patch16_224"]["state_dict"]
 TOL = {"rtol": 1e-4, "atol": 1e-5}  # 12 float32 blocks, timm (PyTorch) against each library
 
 
