@@ -12,7 +12,9 @@ vit_tiny_patch16_224) are forward-equal to them in every library.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import math
 import re
@@ -133,6 +135,27 @@ def test_an_unknown_name_is_refused_in_one_line_with_close_matches(bad):
         assert "\n" not in str(e.value)
     with pytest.raises(zoo.ConfigError, match=r"zoo\.list_models"):
         zoo.make_config("xyzzy")
+
+
+def test_converters_cli_takes_a_name_for_arch(tmp_path):
+    """`--arch resnet18` converts a torchvision-layout file; a misspelt name is a one-line
+    usage error with the closest names."""
+    torch = pytest.importorskip("torch")
+    from converters.__main__ import main
+
+    config = zoo.make_config("resnet18", input_size=(32, 32), num_classes=10)
+    src = tmp_path / "resnet18.pt"
+    torch.save(zoo.create(config, "torch").state_dict(), src)
+    small = '{"input_size": [32, 32], "num_classes": 10}'
+    assert main(["convert", str(src), str(tmp_path / "nnx"), "--to", "nnx", "--arch",
+                 "resnet18", "--config", small]) == 0
+    assert main(["inspect", str(tmp_path / "nnx")]) == 0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["convert", str(src), str(tmp_path / "bad"), "--to", "nnx", "--arch",
+                     "resnet5O"])
+    assert code == 2 and err.getvalue().strip().splitlines() == [
+        "error: unknown model 'resnet5O': did you mean 'resnet50' or 'resnet' or 'resnet152'?"]
 
 
 def test_a_name_is_a_config_and_overrides_apply_on_top():
