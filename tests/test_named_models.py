@@ -26,6 +26,7 @@ import pytest
 import converters
 import zoo
 from canonical import KINDS
+from converters.checkpoints.api import as_checkpoint
 from converters.checkpoints.base import parse_config
 from zoo.registry import schema
 
@@ -121,6 +122,8 @@ def test_names_resolve_in_python_and_on_the_command_line():
         "resnet", 32, 4, 10)
     assert parse_config("resnext50_32x4d", '{"num_classes": 10}') == config
     assert parse_config("vit", None) == zoo.make_config("vit")  # an architecture still works
+    assert as_checkpoint({}, config="resnext50_32x4d").config == zoo.make_config(
+        "resnext50_32x4d")
     assert zoo.make_config("vit_small_patch16_224").width == 384
     assert zoo.list_models("vit_tiny_*") == ["vit_tiny_patch16_224", "vit_tiny_patch16_384"]
     assert "cnn" in zoo.list_models() and zoo.list_models("nothing*") == []
