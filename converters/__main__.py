@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--arch", help="architecture, when the source does not carry one")
+        sp.add_argument("--arch", help="architecture or model name (resnet50), when the source "
+                        "does not carry one")
         sp.add_argument("--config", help="config as a JSON object or a JSON file, when the "
                         "source does not carry one")
         sp.add_argument("--map", action="append", default=[], metavar="SRC=DST",

@@ -20,7 +20,7 @@ from zoo.bench.records import record_name
 from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
 
 LAYER_ARCH = "convt"  # the bench-only subject: one 3-D conv-transpose layer
-HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_models())
+HAVE_TORCH = any(impl == "torch" for _, impl in zoo.list_implementations())
 IMPLS = (*zoo.JAX_IMPLS, "torch") if HAVE_TORCH else zoo.JAX_IMPLS
 
 

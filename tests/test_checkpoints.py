@@ -30,7 +30,7 @@ SMALL = {
     "cnn": dict(features=(4, 8), hidden=16, input_size=(8, 8)),
     "decoder3d": dict(latent_channels=8, channels=(4, 4, 4), latent_size=(2, 2, 2)),
 }
-ARCHS = sorted({arch for arch, _ in zoo.list_models()})
+ARCHS = sorted({arch for arch, _ in zoo.list_implementations()})
 # source name -> (format, file name): torch comes as .pt and as .safetensors
 SOURCES = {
     "eqx": ("eqx", "m.eqx"), "linen": ("linen", "m_linen"), "nnx": ("nnx", "m_nnx"),

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import zoo
 from zoo.configs import Config, ConfigError, config_from_dict, tuples
 
-_PAIRS = zoo.list_models()
+_PAIRS = zoo.list_implementations()
 
 
 def test_an_unknown_key_gives_the_clis_error_in_python():

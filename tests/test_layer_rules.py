@@ -58,16 +58,17 @@ def conv_cases(draw, transpose: bool):
     else:  # i + 2p - d(k-1) >= 1
         low = [max(1, di * (ki - 1) + 1 - 2 * pi) for ki, di, pi in zip(k, d, p, strict=True)]
     size = tuple(draw(st.integers(lo, lo + 4)) for lo in low)
-    channels = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    groups = 1 if transpose else draw(st.integers(1, 3))  # grouped weights: (O, I / groups, *k)
+    channels = (groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3)))
     return dict(n=n, k=k, s=s, d=d, p=p, op=op, size=size, cin=channels[0], cout=channels[1],
-                bias=draw(st.booleans()))
+                bias=draw(st.booleans()), groups=groups)
 
 
 def _torch_layer(c, transpose):
     cls = {(1, False): torch.nn.Conv1d, (2, False): torch.nn.Conv2d, (3, False): torch.nn.Conv3d,
            (1, True): torch.nn.ConvTranspose1d, (2, True): torch.nn.ConvTranspose2d,
            (3, True): torch.nn.ConvTranspose3d}[c["n"], transpose]
-    extra = {"output_padding": c["op"]} if transpose else {}
+    extra = {"output_padding": c["op"]} if transpose else {"groups": c["groups"]}
     torch.manual_seed(0)
     return cls(c["cin"], c["cout"], c["k"], stride=c["s"], padding=c["p"], dilation=c["d"],
                bias=c["bias"], **extra)
@@ -107,11 +108,23 @@ def _linen_apply(module, native, x):
 @settings(SETTINGS, max_examples=12)
 @given(conv_cases(transpose=False))
 def test_conv_rule_matches_torch(c):
+    _check_conv_rule(c)
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_grouped_conv_rule_matches_torch(groups):
+    """ResNeXt's grouped 3x3 (weights (O, I / groups, k, k)) in every library, a fixed case."""
+    _check_conv_rule(dict(n=2, k=(3, 3), s=(2, 1), d=(1, 1), p=(1, 1), op=(0, 0), size=(7, 6),
+                          cin=2 * groups, cout=3 * groups, bias=False, groups=groups))
+
+
+def _check_conv_rule(c):
     x, y, canon, spec = _reference(c, transpose=False)
     key, n, pairs = jax.random.key(0), c["n"], [(p, p) for p in c["p"]]
     eqx_layer = eqx.nn.Conv(n, c["cin"], c["cout"], c["k"], c["s"], c["p"], c["d"],
-                            use_bias=c["bias"], key=key)
-    flax_args = dict(strides=c["s"], padding=pairs, kernel_dilation=c["d"], use_bias=c["bias"])
+                            groups=c["groups"], use_bias=c["bias"], key=key)
+    flax_args = dict(strides=c["s"], padding=pairs, kernel_dilation=c["d"], use_bias=c["bias"],
+                     feature_group_count=c["groups"])
     outputs = {
         "eqx": _eqx_apply(eqx_layer, to_native("eqx", canon, spec), x),
         "linen": _linen_apply(nn.Conv(c["cout"], c["k"], **flax_args),

@@ -191,5 +191,5 @@ def test_the_contract_refuses_state_without_has_state():
 
 
 def test_every_registered_class_meets_its_contract():
-    for arch, impl in zoo.list_models():
+    for arch, impl in zoo.list_implementations():
         library(impl).check_class(zoo.model_class(arch, impl), zoo.tiny_config(arch))

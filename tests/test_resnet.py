@@ -1,7 +1,7 @@
 """ResNet: torchvision's parameter names and shapes, and torchvision / timm models converted.
 
 The key list of torchvision's ResNet-18 and ResNet-50 is pinned in a fixture written from
-torchvision's architecture (`tests/fixtures/torchvision_resnet.json`), so CPU CI checks the names
+torchvision's models (`tests/fixtures/named_torchvision_resnet.json`), so CI checks the names
 without torchvision. Where torchvision or timm can be imported (the GPU image), their randomly
 initialised ResNet-18 is converted into every JAX library and compared in eval and train mode.
 """
@@ -20,7 +20,9 @@ import zoo
 from zoo.models.resnet.config import ResNetConfig
 from zoo.registry import schema
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "torchvision_resnet.json").read_text())
+FIXTURE = {name: entry["state_dict"] for name, entry in json.loads(
+    (Path(__file__).parent / "fixtures" / "named_torchvision_resnet.json").read_text())[
+    "models"].items()}
 PARAMETERS = {"resnet18": 11_689_512, "resnet50": 25_557_032}  # torchvision's published counts
 
 
@@ -58,6 +60,9 @@ def test_torch_module_order_is_torchvision_state_dict_order():
     ({"stem": "tiny"}, "ResNetConfig.stem"),
     ({"layers": (0, 1), "widths": (4, 8)}, "positive"),
     ({"bn_momentum": 1.0}, "bn_momentum"),
+    ({"groups": 2}, "a basic block has groups=1"),
+    ({"block": "bottleneck", "width_per_group": 4}, "leaves no channel per group"),
+    ({"block": "bottleneck", "groups": 0}, "positive"),
 ])
 def test_bad_configs_are_refused_in_one_line(overrides, match):
     with pytest.raises(zoo.ConfigError, match=match) as info:

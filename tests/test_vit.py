@@ -22,8 +22,8 @@ from zoo.bench.presets import find_preset
 from zoo.bench.spec import bench_spec
 from zoo.models.vit.config import ViTConfig
 
-FIXTURE = Path(__file__).parent / "fixtures" / "timm_vit_tiny_patch16_224.json"
-TIMM_TINY = json.loads(FIXTURE.read_text())["state_dict"]
+FIXTURE = Path(__file__).parent / "fixtures" / "named_timm_vit.json"
+TIMM_TINY = json.loads(FIXTURE.read_text())["models"]["vit_tiny_patch16_224"]["state_dict"]
 TOL = {"rtol": 1e-4, "atol": 1e-5}  # 12 float32 blocks, timm (PyTorch) against each library
 
 
@@ -111,42 +111,61 @@ def test_another_sequence_length_is_refused():
 
 
 # --------------------------------------------------------------------------- timm itself
-def _timm_models():
-    timm = pytest.importorskip("timm", reason="timm is not installed (the GPU image has it)")
+SMALL = dict(patch_size=8, depth=2, num_heads=3, mlp_ratio=2.0, num_classes=7)
+# timm's VisionTransformer options, one at a time and all together (timm's keyword names);
+# vit_tiny_patch16_224 itself is checked in tests/test_named_models.py.
+OPTIONS = {
+    "default": {},
+    "avg_pool_fc_norm": {"global_pool": "avg"},
+    "avg_pool_norm": {"global_pool": "avg", "fc_norm": False},
+    "no_class_token": {"class_token": False, "global_pool": "avg"},
+    "no_qkv_bias": {"qkv_bias": False},
+    "layer_scale": {"init_values": 0.1},
+    "reg_tokens": {"reg_tokens": 2},
+    "no_embed_class": {"no_embed_class": True, "reg_tokens": 1},
+    "pre_norm": {"pre_norm": True},
+    "all": {"global_pool": "avg", "class_token": False, "qkv_bias": False, "init_values": 0.1,
+            "reg_tokens": 2, "no_embed_class": True, "pre_norm": True},
+}
+
+
+@functools.cache
+def _timm_forward(option: str):
+    """(state_dict, config, input, eval logits) of a small randomised timm VisionTransformer."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm", reason="timm is not installed")
     from timm.models.vision_transformer import VisionTransformer
 
-    small = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
-                 num_classes=7)
-    return {
-        "vit_tiny_patch16_224": (timm.create_model("vit_tiny_patch16_224", pretrained=False,
-                                                   num_classes=10),
-                                 ViTConfig(num_classes=10)),
-        "small": (VisionTransformer(**small),
-                  ViTConfig(image_size=(32, 32), patch_size=8, width=48, depth=2, num_heads=3,
-                            mlp_ratio=2.0, num_classes=7)),
-    }
-
-
-@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "small"])
-def test_timm_state_dict_reproduces_timm_outputs(name):
-    """A timm VisionTransformer's state_dict converts, with no mapping, into every JAX library
-    and reproduces timm's outputs."""
-    torch = pytest.importorskip("torch")
-    model, cfg = _timm_models()[name]
     torch.manual_seed(0)
-    with torch.no_grad():  # timm starts biases and the class token near zero: perturb all
+    model = VisionTransformer(img_size=32, embed_dim=48, **SMALL, **OPTIONS[option])
+    with torch.no_grad():  # timm starts biases, tokens and LayerScale at constants: perturb all
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    model.eval()
+    cfg = ViTConfig(image_size=(32, 32), width=48, **SMALL, **OPTIONS[option])
     x = np.asarray(zoo.example_input(cfg, batch=2, seed=1))
     with torch.no_grad():
-        y = model(torch.from_numpy(x)).numpy()
-    state = model.state_dict()
-    for impl in zoo.JAX_IMPLS:
+        y = model.eval()(torch.from_numpy(x.copy())).numpy()
+    return model.state_dict(), cfg, x, y
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_timm_options_reproduce_timm_outputs(option, impl):
+    """A timm VisionTransformer's state_dict, built with each option, converts with no mapping
+    into every library (timm's parameter names: fc_norm, reg_token, norm_pre, ls1/ls2.gamma)
+    and reproduces timm's outputs."""
+    state, cfg, x, y = _timm_forward(option)
+    model = converters.from_canonical(state, cfg, impl)
+    if impl == "torch":
+        import torch
+
+        with torch.no_grad():
+            out = model.eval()(torch.from_numpy(x.copy())).numpy()
+    else:
         api = zoo.interface(impl)
-        static, params, st = api.split(converters.from_canonical(state, cfg, impl))
+        static, params, st = api.split(model)
         out, _ = jax.jit(functools.partial(api.apply, static))(params, st, api.to_native(x))
-        np.testing.assert_allclose(np.asarray(out), y, **TOL, err_msg=f"{name} {impl}")
+    np.testing.assert_allclose(np.asarray(out), y, **TOL, err_msg=f"{option} {impl}")
 
 
 def test_useful_flops_of_vit_tiny_are_timms():

@@ -17,13 +17,14 @@ from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
 from zoo.interface import Interface, interface, native_interface
 from zoo.libraries import library
+from zoo.names import list_models
 from zoo.registry import (
     ARCHS,
     IMPLS,
     JAX_IMPLS,
     architecture,
     example_input,
-    list_models,
+    list_implementations,
     make_config,
     model_class,
     native_init,
@@ -35,8 +36,8 @@ from zoo.registry import (
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
-    "canonical_init", "create", "example_input", "interface", "library", "list_models",
-    "make_config", "model_class", "native_interface", "register", "tiny_config",
+    "canonical_init", "create", "example_input", "interface", "library", "list_implementations",
+    "list_models", "make_config", "model_class", "native_interface", "register", "tiny_config",
 ]
 
 

@@ -23,6 +23,7 @@ import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
 from zoo.libraries import IMPLS, jax_libraries, library
 from zoo.libraries import JAX_IMPLS as JAX_IMPLS  # re-exported: live views of the libraries
+from zoo.names import named_config
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def model_class(arch: str, impl: str) -> type:
     return architecture(arch).model_class(impl)
 
 
-def list_models(impl: str | None = None) -> list[tuple[str, str]]:
+def list_implementations(impl: str | None = None) -> list[tuple[str, str]]:
     """Every available (arch, impl) pair; a library's pairs only when it is installed."""
     impls = IMPLS if impl is None else (impl,)
     return [(a, i) for a in ARCHS for i in impls
@@ -139,12 +140,13 @@ def list_models(impl: str | None = None) -> list[tuple[str, str]]:
 
 
 def make_config(arch: str | Config, **overrides: Any) -> Config:
-    """A config from an architecture name (plus overrides) or an existing config."""
+    """A config from an architecture or model name ("resnet50", `zoo.names`) plus overrides,
+    or an existing config."""
     if isinstance(arch, Config):
         if overrides:
             raise ConfigError("pass overrides with an architecture name, not with a config")
         return arch
-    return architecture(arch).config(**overrides)
+    return named_config(arch, **overrides)
 
 
 def tiny_config(arch: str, **overrides: Any) -> Config:

@@ -25,7 +25,8 @@ from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
 from zoo.libraries import owner
-from zoo.registry import ARCHS, make_config
+from zoo.names import list_models
+from zoo.registry import make_config
 
 
 def detect_impl(obj: Any) -> str:
@@ -49,7 +50,7 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
                 obj.optimizer = opt_state
         return obj
     if isinstance(obj, Mapping):
-        cfg = (make_config(config) if isinstance(config, str) and config in ARCHS
+        cfg = (make_config(config) if isinstance(config, str) and config in list_models()
                else parse_config(None, config))
         if cfg is None:
             raise CheckpointError("saving a canonical state needs its config")

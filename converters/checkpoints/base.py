@@ -33,6 +33,7 @@ from converters.core import (
 from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, validate_opt
 from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict
 from zoo.interface import interface
+from zoo.names import resolve
 from zoo.registry import ARCHS
 
 FORMATS: tuple[str, ...] = ("eqx", "linen", "nnx", "canonical", "torch")
@@ -187,9 +188,10 @@ def parse_config(arch: str | None = None, config: Any = None) -> Config | None:
         if not isinstance(data, dict):
             raise ConfigError(f"{where} must be a JSON object, found {type(data).__name__}")
     if arch is not None:
+        arch, named = resolve(arch)  # a model name ("resnet50"): its architecture and overrides
         if data.get("arch", arch) != arch:
             raise ConfigError(f"--arch {arch!r} contradicts the config's arch {data['arch']!r}")
-        data["arch"] = arch
+        data = {**named, **data, "arch": arch}
     if "arch" not in data:
         raise ConfigError(f"the config names no architecture: pass --arch (one of {list(ARCHS)})")
     return config_from_dict(data)

@@ -78,7 +78,7 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     preset = (lambda name: ("--preset", "tiny")) if quick else (lambda name: ("--preset", name))
     # Quick: the formulation XLA:CPU compiles fastest (CI time).
     methods = ("--method", "lhs_dilation") if quick else ("--method", "all")
-    impls = ("--impl", "eqx,torch" if zoo.list_models("torch") else "eqx") if quick else (
+    impls = ("--impl", "eqx,torch" if zoo.list_implementations("torch") else "eqx") if quick else (
         "--impl", "all")
     runs = [(arch, run) for arch in bench_archs() for run in bench_spec(arch).matrix
             if not (quick and run.realistic)]

@@ -33,7 +33,7 @@ exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
 
 def parse_impls(value: str) -> tuple[str, ...]:
     """`all` (PyTorch only if installed) or a comma list of implementations."""
-    available = tuple(i for i in zoo.IMPLS if i in {i for _, i in zoo.list_models()})
+    available = tuple(i for i in zoo.IMPLS if i in {i for _, i in zoo.list_implementations()})
     if value == "all":
         return available
     impls = tuple(v.strip() for v in value.split(",") if v.strip())

@@ -1,6 +1,9 @@
-"""Flax Linen conv-transpose with a method switch (same parameters as `nn.ConvTranspose`)."""
+"""Flax Linen layers: conv-transpose with a method switch (same parameters as
+`nn.ConvTranspose`); self-attention whose q/k/v projections may go without a bias."""
 
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 from jax import Array
@@ -29,3 +32,31 @@ class ConvTranspose(nn.ConvTranspose):
                 if self.use_bias else None)
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         return flax_conv_transpose(self, inputs, kernel, bias)
+
+
+class SelfAttention(nn.MultiHeadDotProductAttention):
+    """`flax.linen.MultiHeadDotProductAttention`'s parameters (`query`/`key`/`value` kernels
+    `(E, heads, D)`, `out` `(heads, D, E)`) with `qkv_bias=False` dropping the query, key and
+    value biases while `out` keeps its own (timm's `qkv_bias`; Flax's `use_bias` drops both).
+    Self-attention only: no mask, dropout, cache or query-key normalisation."""
+
+    qkv_bias: bool = True
+
+    @nn.compact
+    def __call__(self, inputs_q: Array, *args: object, **kwargs: object) -> Array:
+        if args or kwargs or self.normalize_qk or self.decode or self.dropout_rate:
+            raise ValueError("SelfAttention: masks, a second input, dropout, a cache and "
+                             "normalize_qk are not supported")
+        features = self.qkv_features or inputs_q.shape[-1]
+        dense = functools.partial(
+            nn.DenseGeneral, features=(self.num_heads, features // self.num_heads),
+            use_bias=self.use_bias and self.qkv_bias, kernel_init=self.kernel_init,
+            bias_init=self.bias_init, dtype=self.dtype, param_dtype=self.param_dtype,
+            precision=self.precision)
+        q, k, v = (dense(name=name)(inputs_q) for name in ("query", "key", "value"))
+        y = self.attention_fn(q, k, v, dtype=self.dtype, precision=self.precision)
+        return nn.DenseGeneral(
+            self.out_features or inputs_q.shape[-1], axis=(-2, -1), use_bias=self.use_bias,
+            kernel_init=self.out_kernel_init or self.kernel_init,
+            bias_init=self.out_bias_init or self.bias_init, dtype=self.dtype,
+            param_dtype=self.param_dtype, precision=self.precision, name="out")(y)

@@ -1,4 +1,5 @@
-"""Flax NNX conv-transpose with a method switch (same parameters as `nnx.ConvTranspose`)."""
+"""Flax NNX layers: conv-transpose with a method switch (same parameters as
+`nnx.ConvTranspose`); multi-head attention whose q/k/v projections may go without a bias."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ class ConvTranspose(nnx.ConvTranspose):
             (inputs, self.kernel[...], bias), dtype=self.dtype
         )
         return flax_conv_transpose(self, inputs, kernel, bias)
+
+
+class MultiHeadAttention(nnx.MultiHeadAttention):
+    """`flax.nnx.MultiHeadAttention` with `qkv_bias=False` dropping the query, key and value
+    biases while `out` keeps its own (timm's `qkv_bias`; Flax's `use_bias` drops both)."""
+
+    def __init__(self, *args, qkv_bias: bool = True, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not qkv_bias:
+            for proj in (self.query, self.key, self.value):
+                proj.use_bias, proj.bias = False, nnx.data(None)

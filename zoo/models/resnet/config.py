@@ -16,12 +16,15 @@ POOL: tuple[int, int, int] = (3, 2, 1)  # the ImageNet stem's max-pool: kernel, 
 @dataclass(frozen=True)
 class BlockSpec:
     """One residual block: input channels, planes (output = planes x expansion), stride of its
-    strided conv, and whether its shortcut is a 1x1 conv + BN projection (`downsample`)."""
+    strided conv, whether its shortcut is a 1x1 conv + BN projection (`downsample`), and the
+    channels of its inner convs (`width`: the Bottleneck's grouped 3x3; `planes` in a
+    BasicBlock)."""
 
     in_channels: int
     planes: int
     stride: int
     downsample: bool
+    width: int
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,10 @@ class ResNetConfig(Config):
     """torchvision's ResNet: stem, stages `layer1..layerN` of `layers[i]` blocks of width
     `widths[i]` (the first block of every stage but the first strides by 2), average pool, fc.
 
-    Defaults are ResNet-18; `ResNetConfig.named("resnet50")` is ResNet-50. BatchNorm momentum
-    in the Flax convention (`bn_momentum` = 1 - PyTorch's 0.1).
+    Defaults are ResNet-18; `ResNetConfig.named("resnet50")` is ResNet-50. ResNeXt and wide
+    ResNets are Bottleneck ResNets whose 3x3 conv has `groups` groups of `width_per_group`
+    channels at 64 planes (torchvision's `int(planes * width_per_group / 64) * groups`).
+    BatchNorm momentum in the Flax convention (`bn_momentum` = 1 - PyTorch's 0.1).
     """
 
     arch: ClassVar[str] = "resnet"
@@ -39,11 +44,20 @@ class ResNetConfig(Config):
     # One stage of one Bottleneck behind the ImageNet stem (max-pool; a stride-1 projection).
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {"bottleneck": {
         "block": "bottleneck", "stem": "imagenet", "layers": (1,), "widths": (2,),
-        "input_size": (15, 13)}}
+        "input_size": (15, 13)},
+        # A ResNeXt stage: two blocks whose 3x3 conv has 2 groups of 4 channels.
+        "grouped": {"block": "bottleneck", "layers": (2,), "widths": (8,), "groups": 2,
+                    "width_per_group": 32}}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = {
         "resnet18": {},
         "resnet34": {"layers": (3, 4, 6, 3)},
         "resnet50": {"block": "bottleneck", "layers": (3, 4, 6, 3)},
+        "resnet101": {"block": "bottleneck", "layers": (3, 4, 23, 3)},
+        "resnet152": {"block": "bottleneck", "layers": (3, 8, 36, 3)},
+        "resnext50_32x4d": {"block": "bottleneck", "layers": (3, 4, 6, 3), "groups": 32,
+                            "width_per_group": 4},
+        "wide_resnet50_2": {"block": "bottleneck", "layers": (3, 4, 6, 3),
+                            "width_per_group": 128},
         "resnet20-cifar": {"stem": "cifar", "layers": (3, 3, 3), "widths": (16, 32, 64),
                            "stem_width": 16, "input_size": (32, 32), "num_classes": 10},
     }
@@ -53,6 +67,8 @@ class ResNetConfig(Config):
     widths: tuple[int, ...] = (64, 128, 256, 512)
     stem: Literal["imagenet", "cifar"] = "imagenet"
     stem_width: int = 64
+    groups: int = 1  # of the Bottleneck's 3x3 conv
+    width_per_group: int = 64
     in_channels: int = 3
     input_size: tuple[int, int] = (224, 224)
     num_classes: int = 1000
@@ -64,7 +80,15 @@ class ResNetConfig(Config):
             raise ConfigError(f"resnet.layers and resnet.widths need 1 to 4 entries each (one "
                               f"per stage), found {self.layers} and {self.widths}")
         positive("resnet sizes", (*self.layers, *self.widths, self.stem_width, self.in_channels,
-                                  *self.input_size, self.num_classes))
+                                  *self.input_size, self.num_classes, self.groups,
+                                  self.width_per_group))
+        if self.block == "basic" and (self.groups, self.width_per_group) != (1, 64):
+            raise ConfigError(f"resnet: a basic block has groups=1 and width_per_group=64 (as "
+                              f"torchvision's), found {self.groups} and {self.width_per_group}")
+        if any(self.inner_width(p) < 1 for p in self.widths):
+            raise ConfigError(f"resnet: width_per_group {self.width_per_group} leaves no channel "
+                              f"per group at widths {self.widths} (int(w * {self.width_per_group}"
+                              f" / 64) must be >= 1)")
         if not 0.0 <= self.bn_momentum < 1.0:
             raise ConfigError(f"resnet.bn_momentum must be in [0, 1), found {self.bn_momentum}")
         if self.bn_eps <= 0:
@@ -93,6 +117,13 @@ class ResNetConfig(Config):
         """Whether the stem ends with the max-pool `POOL`."""
         return STEM[self.stem][3]
 
+    def inner_width(self, planes: int) -> int:
+        """Channels of a block's inner convs (torchvision: `int(planes * base_width / 64) *
+        groups` in a Bottleneck)."""
+        if self.block == "basic":
+            return planes
+        return int(planes * (self.width_per_group / 64.0)) * self.groups
+
     @property
     def features(self) -> int:
         """Channels entering `fc`."""
@@ -107,7 +138,8 @@ class ResNetConfig(Config):
             for j in range(n):
                 s = stride if j == 0 else 1
                 blocks.append(BlockSpec(channels, planes, s,
-                                        s != 1 or channels != planes * self.expansion))
+                                        s != 1 or channels != planes * self.expansion,
+                                        self.inner_width(planes)))
                 channels = planes * self.expansion
             out.append(tuple(blocks))
         return tuple(out)

@@ -21,9 +21,9 @@ State = eqx.nn.State
 
 
 def _conv(cin: int, cout: int, k: int, stride: int, padding: int, key: PRNGKeyArray,
-          dtype) -> eqx.nn.Conv2d:
+          dtype, groups: int = 1) -> eqx.nn.Conv2d:
     return eqx.nn.Conv2d(cin, cout, (k, k), stride=stride, padding=padding, use_bias=False,
-                         key=key, dtype=dtype)
+                         groups=groups, key=key, dtype=dtype)
 
 
 def _bn(config: ResNetConfig, channels: int, dtype) -> BatchNorm:
@@ -72,7 +72,8 @@ class BasicBlock(eqx.Module):
 
 
 class Bottleneck(eqx.Module):
-    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
+    relu."""
 
     conv1: eqx.nn.Conv2d
     bn1: BatchNorm
@@ -85,12 +86,12 @@ class Bottleneck(eqx.Module):
     def __init__(self, config: ResNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
                  dtype) -> None:
         k1, k2, k3, k4 = jax.random.split(key, 4)
-        p, out = spec.planes, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, p, 1, 1, 0, k1, dtype)
-        self.bn1 = _bn(config, p, dtype)
-        self.conv2 = _conv(p, p, 3, spec.stride, 1, k2, dtype)
-        self.bn2 = _bn(config, p, dtype)
-        self.conv3 = _conv(p, out, 1, 1, 0, k3, dtype)
+        w, out = spec.width, spec.planes * config.expansion
+        self.conv1 = _conv(spec.in_channels, w, 1, 1, 0, k1, dtype)
+        self.bn1 = _bn(config, w, dtype)
+        self.conv2 = _conv(w, w, 3, spec.stride, 1, k2, dtype, config.groups)
+        self.bn2 = _bn(config, w, dtype)
+        self.conv3 = _conv(w, out, 1, 1, 0, k3, dtype)
         self.bn3 = _bn(config, out, dtype)
         self.downsample = _shortcut(config, spec, k4, dtype)
 

@@ -14,10 +14,10 @@ from zoo.models.common import dtype_of
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
-def _conv(features: int, k: int, stride: int, padding: int, dtype) -> nn.Conv:
+def _conv(features: int, k: int, stride: int, padding: int, dtype, groups: int = 1) -> nn.Conv:
     return nn.Conv(features, (k, k), strides=(stride, stride),
                    padding=((padding, padding), (padding, padding)), use_bias=False,
-                   param_dtype=dtype)
+                   feature_group_count=groups, param_dtype=dtype)
 
 
 def _bn(config: ResNetConfig, dtype) -> nn.BatchNorm:
@@ -60,7 +60,8 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
+    relu."""
 
     config: ResNetConfig
     spec: BlockSpec
@@ -68,9 +69,9 @@ class Bottleneck(nn.Module):
 
     def setup(self) -> None:
         cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.planes, 1, 1, 0, dt)
+        self.conv1 = _conv(spec.width, 1, 1, 0, dt)
         self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.planes, 3, spec.stride, 1, dt)
+        self.conv2 = _conv(spec.width, 3, spec.stride, 1, dt, cfg.groups)
         self.bn2 = _bn(cfg, dt)
         self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, 0, dt)
         self.bn3 = _bn(cfg, dt)

@@ -15,10 +15,10 @@ from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
 def _conv(cin: int, cout: int, k: int, stride: int, padding: int, dtype,
-          rngs: nnx.Rngs) -> nnx.Conv:
+          rngs: nnx.Rngs, groups: int = 1) -> nnx.Conv:
     return nnx.Conv(cin, cout, (k, k), strides=(stride, stride),
                     padding=((padding, padding), (padding, padding)), use_bias=False,
-                    param_dtype=dtype, rngs=rngs)
+                    feature_group_count=groups, param_dtype=dtype, rngs=rngs)
 
 
 def _bn(config: ResNetConfig, channels: int, dtype, rngs: nnx.Rngs) -> nnx.BatchNorm:
@@ -57,15 +57,16 @@ class BasicBlock(nnx.Module):
 
 
 class Bottleneck(nnx.Module):
-    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
+    relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
-        p, out = spec.planes, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, p, 1, 1, 0, dtype, rngs)
-        self.bn1 = _bn(config, p, dtype, rngs)
-        self.conv2 = _conv(p, p, 3, spec.stride, 1, dtype, rngs)
-        self.bn2 = _bn(config, p, dtype, rngs)
-        self.conv3 = _conv(p, out, 1, 1, 0, dtype, rngs)
+        w, out = spec.width, spec.planes * config.expansion
+        self.conv1 = _conv(spec.in_channels, w, 1, 1, 0, dtype, rngs)
+        self.bn1 = _bn(config, w, dtype, rngs)
+        self.conv2 = _conv(w, w, 3, spec.stride, 1, dtype, rngs, config.groups)
+        self.bn2 = _bn(config, w, dtype, rngs)
+        self.conv3 = _conv(w, out, 1, 1, 0, dtype, rngs)
         self.bn3 = _bn(config, out, dtype, rngs)
         self.downsample = _shortcut(config, spec, dtype, rngs)
 

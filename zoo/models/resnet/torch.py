@@ -9,8 +9,8 @@ from torch import nn
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
-def _conv(cin: int, cout: int, k: int, stride: int, padding: int) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, k, stride=stride, padding=padding, bias=False)
+def _conv(cin: int, cout: int, k: int, stride: int, padding: int, groups: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=padding, groups=groups, bias=False)
 
 
 def _bn(config: ResNetConfig, channels: int) -> nn.BatchNorm2d:
@@ -42,16 +42,17 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided) bn relu, conv1x1 (x4) bn, + shortcut, relu."""
+    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
+    relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
         super().__init__()
-        p, out = spec.planes, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, p, 1, 1, 0)
-        self.bn1 = _bn(config, p)
-        self.conv2 = _conv(p, p, 3, spec.stride, 1)
-        self.bn2 = _bn(config, p)
-        self.conv3 = _conv(p, out, 1, 1, 0)
+        w, out = spec.width, spec.planes * config.expansion
+        self.conv1 = _conv(spec.in_channels, w, 1, 1, 0)
+        self.bn1 = _bn(config, w)
+        self.conv2 = _conv(w, w, 3, spec.stride, 1, config.groups)
+        self.bn2 = _bn(config, w)
+        self.conv3 = _conv(w, out, 1, 1, 0)
         self.bn3 = _bn(config, out)
         self.downsample = _shortcut(config, spec)
 

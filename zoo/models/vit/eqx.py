@@ -11,6 +11,15 @@ from zoo.models.common import dtype_of
 from zoo.models.vit.config import ViTConfig
 
 
+def _layer_norm(config: ViTConfig, dtype) -> eqx.nn.LayerNorm:
+    return eqx.nn.LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
+
+
+def _tokenwise(layer: eqx.Module | None, tokens: Array) -> Array:
+    """`layer` applied to every token of `(seq, width)` (None: the identity)."""
+    return tokens if layer is None else jax.vmap(layer)(tokens)
+
+
 class PatchEmbed(eqx.Module):
     proj: eqx.nn.Conv2d  # kernel = stride = patch size
 
@@ -27,55 +36,89 @@ class Mlp(eqx.Module):
         return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
 
 
+class LayerScale(eqx.Module):
+    """timm's LayerScale: a learned per-channel scale `gamma` (starts at `init_values`)."""
+
+    gamma: Array
+
+    def __call__(self, x: Array) -> Array:
+        return x * self.gamma
+
+
 class Block(eqx.Module):
     norm1: eqx.nn.LayerNorm
     attn: eqx.nn.MultiheadAttention
+    ls1: LayerScale | None
     norm2: eqx.nn.LayerNorm
     mlp: Mlp
+    ls2: LayerScale | None
 
     def __init__(self, config: ViTConfig, *, key: PRNGKeyArray, dtype=None) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
-        e = config.width
-        self.norm1 = eqx.nn.LayerNorm(e, eps=config.norm_eps, dtype=dtype)
+        e, qkv_bias = config.width, config.qkv_bias
+        self.norm1 = _layer_norm(config, dtype)
         self.attn = eqx.nn.MultiheadAttention(
-            config.num_heads, e, use_query_bias=True, use_key_bias=True, use_value_bias=True,
-            use_output_bias=True, dtype=dtype, key=k1)
-        self.norm2 = eqx.nn.LayerNorm(e, eps=config.norm_eps, dtype=dtype)
+            config.num_heads, e, use_query_bias=qkv_bias, use_key_bias=qkv_bias,
+            use_value_bias=qkv_bias, use_output_bias=True, dtype=dtype, key=k1)
+        self.norm2 = _layer_norm(config, dtype)
         self.mlp = Mlp(eqx.nn.Linear(e, config.mlp_hidden, key=k2, dtype=dtype),
                        eqx.nn.Linear(config.mlp_hidden, e, key=k3, dtype=dtype))
+        self.ls1, self.ls2 = (
+            [LayerScale(jnp.full((e,), config.init_values, dtype)) for _ in range(2)]
+            if config.init_values is not None else (None, None))
 
     def __call__(self, x: Array) -> Array:  # (seq, width)
-        y = jax.vmap(self.norm1)(x)
-        x = x + self.attn(y, y, y)
-        return x + jax.vmap(lambda t: self.mlp(self.norm2(t)))(x)
+        y = _tokenwise(self.norm1, x)
+        x = x + _tokenwise(self.ls1, self.attn(y, y, y))
+        return x + _tokenwise(self.ls2, jax.vmap(lambda t: self.mlp(self.norm2(t)))(x))
 
 
 class ViT(eqx.Module):
     patch_embed: PatchEmbed
-    cls_token: Array  # (1, 1, width), as timm
-    pos_embed: Array  # (1, seq, width)
+    cls_token: Array | None  # (1, 1, width), as timm
+    reg_token: Array | None  # (1, reg_tokens, width)
+    pos_embed: Array  # (1, embed_len, width)
+    norm_pre: eqx.nn.LayerNorm | None
     blocks: tuple[Block, ...]
-    norm: eqx.nn.LayerNorm
+    norm: eqx.nn.LayerNorm | None
+    fc_norm: eqx.nn.LayerNorm | None
     head: eqx.nn.Linear
     config: ViTConfig = eqx.field(static=True)
 
     def __init__(self, config: ViTConfig, *, key: PRNGKeyArray, dtype=None) -> None:
         dt = dtype_of(dtype)
-        kp, kc, kpos, kh, *kb = jax.random.split(key, 4 + config.depth)
+        kp, kc, kr, kpos, kh, *kb = jax.random.split(key, 5 + config.depth)
         p, e = config.patch_size, config.width
         self.patch_embed = PatchEmbed(eqx.nn.Conv2d(config.in_channels, e, (p, p), (p, p),
-                                                    key=kp, dtype=dt))
-        self.cls_token = 0.02 * jax.random.normal(kc, (1, 1, e), dt)
-        self.pos_embed = 0.02 * jax.random.normal(kpos, (1, config.seq_len, e), dt)
+                                                    use_bias=not config.pre_norm, key=kp,
+                                                    dtype=dt))
+        self.cls_token = (0.02 * jax.random.normal(kc, (1, 1, e), dt)
+                          if config.class_token else None)
+        self.reg_token = (0.02 * jax.random.normal(kr, (1, config.reg_tokens, e), dt)
+                          if config.reg_tokens else None)
+        self.pos_embed = 0.02 * jax.random.normal(kpos, (1, config.embed_len, e), dt)
+        self.norm_pre = _layer_norm(config, dt) if config.pre_norm else None
         self.blocks = tuple(Block(config, key=k, dtype=dt) for k in kb)
-        self.norm = eqx.nn.LayerNorm(e, eps=config.norm_eps, dtype=dt)
+        self.norm = None if config.use_fc_norm else _layer_norm(config, dt)
+        self.fc_norm = _layer_norm(config, dt) if config.use_fc_norm else None
         self.head = eqx.nn.Linear(e, config.num_classes, key=kh, dtype=dt)
         self.config = config
+
+    def _embed(self, x: Array) -> Array:
+        """Prefix tokens and patch tokens, position embedding added (timm's `_pos_embed`)."""
+        patches = self.patch_embed(x)
+        prefix = [t[0] for t in (self.cls_token, self.reg_token) if t is not None]
+        if self.config.no_embed_class:
+            return jnp.concatenate([*prefix, patches + self.pos_embed[0]])
+        return jnp.concatenate([*prefix, patches]) + self.pos_embed[0]
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """Logits of one image `x` of shape `(C, H, W)`."""
         self.config.check_input(x.shape, batched=False)
-        tokens = jnp.concatenate([self.cls_token[0], self.patch_embed(x)]) + self.pos_embed[0]
+        tokens = _tokenwise(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        return self.head(self.norm(tokens[0]))  # the class token
+        tokens = _tokenwise(self.norm, tokens)
+        pooled = (tokens[0] if self.config.global_pool == "token"
+                  else tokens[self.config.num_prefix_tokens:].mean(axis=0))
+        return self.head(pooled if self.fc_norm is None else self.fc_norm(pooled))

@@ -7,12 +7,18 @@ import jax
 import jax.numpy as jnp
 
 from zoo.layers.attention import dot_product_attention
+from zoo.layers.linen import SelfAttention
 from zoo.models.common import dtype_of
 from zoo.models.vit.config import ViTConfig
 
 
 def _layer_norm(config: ViTConfig, dtype: jnp.dtype) -> nn.LayerNorm:
     return nn.LayerNorm(epsilon=config.norm_eps, use_fast_variance=False, param_dtype=dtype)
+
+
+def _apply(layer: nn.Module | None, x: jax.Array) -> jax.Array:
+    """`layer(x)` (None: the identity)."""
+    return x if layer is None else layer(x)
 
 
 class PatchEmbed(nn.Module):
@@ -22,6 +28,7 @@ class PatchEmbed(nn.Module):
     def setup(self) -> None:
         p = self.config.patch_size
         self.proj = nn.Conv(self.config.width, (p, p), strides=(p, p), padding="VALID",
+                            use_bias=not self.config.pre_norm,
                             param_dtype=dtype_of(self.param_dtype))
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -42,6 +49,19 @@ class Mlp(nn.Module):
         return self.fc2(nn.gelu(self.fc1(x), approximate=False))
 
 
+class LayerScale(nn.Module):
+    """timm's LayerScale: a learned per-channel scale `gamma` (starts at `init_values`)."""
+
+    init_values: float
+    param_dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gamma = self.param("gamma", nn.initializers.constant(self.init_values), (x.shape[-1],),
+                           dtype_of(self.param_dtype))
+        return x * gamma.reshape((1,) * (x.ndim - 1) + gamma.shape)  # explicit rank
+
+
 class Block(nn.Module):
     config: ViTConfig
     param_dtype: str = "float32"
@@ -49,14 +69,17 @@ class Block(nn.Module):
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
         self.norm1 = _layer_norm(cfg, dt)
-        self.attn = nn.MultiHeadDotProductAttention(
-            cfg.num_heads, param_dtype=dt, attention_fn=dot_product_attention)
+        self.attn = SelfAttention(cfg.num_heads, param_dtype=dt, qkv_bias=cfg.qkv_bias,
+                                  attention_fn=dot_product_attention)
         self.norm2 = _layer_norm(cfg, dt)
         self.mlp = Mlp(cfg, self.param_dtype)
+        scale = cfg.init_values is not None
+        self.ls1 = LayerScale(cfg.init_values, self.param_dtype) if scale else None
+        self.ls2 = LayerScale(cfg.init_values, self.param_dtype) if scale else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + _apply(self.ls1, self.attn(self.norm1(x)))
+        return x + _apply(self.ls2, self.mlp(self.norm2(x)))
 
 
 class ViT(nn.Module):
@@ -66,18 +89,34 @@ class ViT(nn.Module):
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
         init = nn.initializers.normal(0.02)
+        e = cfg.width
         self.patch_embed = PatchEmbed(cfg, self.param_dtype)
-        self.cls_token = self.param("cls_token", init, (1, 1, cfg.width), dt)
-        self.pos_embed = self.param("pos_embed", init, (1, cfg.seq_len, cfg.width), dt)
+        self.cls_token = self.param("cls_token", init, (1, 1, e), dt) if cfg.class_token else None
+        self.reg_token = (self.param("reg_token", init, (1, cfg.reg_tokens, e), dt)
+                          if cfg.reg_tokens else None)
+        self.pos_embed = self.param("pos_embed", init, (1, cfg.embed_len, e), dt)
+        self.norm_pre = _layer_norm(cfg, dt) if cfg.pre_norm else None
         self.blocks = [Block(cfg, self.param_dtype) for _ in range(cfg.depth)]
-        self.norm = _layer_norm(cfg, dt)
+        self.norm = None if cfg.use_fc_norm else _layer_norm(cfg, dt)
+        self.fc_norm = _layer_norm(cfg, dt) if cfg.use_fc_norm else None
         self.head = nn.Dense(cfg.num_classes, param_dtype=dt)
+
+    def _embed(self, x: jax.Array) -> jax.Array:
+        """Prefix tokens and patch tokens, position embedding added (timm's `_pos_embed`)."""
+        patches = self.patch_embed(x)
+        n, e = x.shape[0], self.config.width
+        prefix = [jnp.broadcast_to(t, (n, t.shape[1], e)).astype(patches.dtype)
+                  for t in (self.cls_token, self.reg_token) if t is not None]
+        if self.config.no_embed_class:
+            return jnp.concatenate([*prefix, patches + self.pos_embed], axis=1)
+        return jnp.concatenate([*prefix, patches], axis=1) + self.pos_embed
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         self.config.check_input(x.shape, channels_last=True)
-        tokens = self.patch_embed(x)
-        cls = jnp.broadcast_to(self.cls_token, (x.shape[0], 1, self.config.width))
-        tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1) + self.pos_embed
+        tokens = _apply(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        return self.head(self.norm(tokens[:, 0]))
+        tokens = _apply(self.norm, tokens)
+        pooled = (tokens[:, 0] if self.config.global_pool == "token"
+                  else tokens[:, self.config.num_prefix_tokens:].mean(axis=1))
+        return self.head(_apply(self.fc_norm, pooled))

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.attention import dot_product_attention
+from zoo.layers.nnx import MultiHeadAttention
 from zoo.models.common import dtype_of
 from zoo.models.vit.config import ViTConfig
 
@@ -16,11 +17,17 @@ def _layer_norm(config: ViTConfig, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Laye
                          param_dtype=dtype, rngs=rngs)
 
 
+def _apply(layer: nnx.Module | None, x: jax.Array) -> jax.Array:
+    """`layer(x)` (None: the identity)."""
+    return x if layer is None else layer(x)
+
+
 class PatchEmbed(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         p = config.patch_size
         self.proj = nnx.Conv(config.in_channels, config.width, (p, p), strides=(p, p),
-                             padding="VALID", param_dtype=dtype_of(param_dtype), rngs=rngs)
+                             padding="VALID", use_bias=not config.pre_norm,
+                             param_dtype=dtype_of(param_dtype), rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         y = self.proj(x)  # (N, rows, cols, width)
@@ -37,40 +44,71 @@ class Mlp(nnx.Module):
         return self.fc2(nnx.gelu(self.fc1(x), approximate=False))
 
 
+class LayerScale(nnx.Module):
+    """timm's LayerScale: a learned per-channel scale `gamma` (starts at `init_values`)."""
+
+    def __init__(self, width: int, init_values: float, dtype) -> None:
+        self.gamma = nnx.Param(jnp.full((width,), init_values, dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gamma = self.gamma[...]
+        return x * gamma.reshape((1,) * (x.ndim - 1) + gamma.shape)  # explicit rank
+
+
 class Block(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt = dtype_of(param_dtype)
         self.norm1 = _layer_norm(config, dt, rngs)
-        self.attn = nnx.MultiHeadAttention(
+        self.attn = MultiHeadAttention(
             config.num_heads, config.width, decode=False, param_dtype=dt,
-            attention_fn=dot_product_attention, keep_rngs=False, rngs=rngs)
+            qkv_bias=config.qkv_bias, attention_fn=dot_product_attention, keep_rngs=False,
+            rngs=rngs)
         self.norm2 = _layer_norm(config, dt, rngs)
         self.mlp = Mlp(config, rngs=rngs, param_dtype=dt)
+        scale = config.init_values is not None
+        self.ls1 = LayerScale(config.width, config.init_values, dt) if scale else None
+        self.ls2 = LayerScale(config.width, config.init_values, dt) if scale else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + _apply(self.ls1, self.attn(self.norm1(x)))
+        return x + _apply(self.ls2, self.mlp(self.norm2(x)))
 
 
 class ViT(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt = dtype_of(param_dtype)
         init = nnx.initializers.normal(0.02)
+        e = config.width
         self.config = config
         self.patch_embed = PatchEmbed(config, rngs=rngs, param_dtype=dt)
-        self.cls_token = nnx.Param(init(rngs.params(), (1, 1, config.width), dt))
-        self.pos_embed = nnx.Param(init(rngs.params(), (1, config.seq_len, config.width), dt))
+        self.cls_token = (nnx.Param(init(rngs.params(), (1, 1, e), dt))
+                          if config.class_token else None)
+        self.reg_token = (nnx.Param(init(rngs.params(), (1, config.reg_tokens, e), dt))
+                          if config.reg_tokens else None)
+        self.pos_embed = nnx.Param(init(rngs.params(), (1, config.embed_len, e), dt))
+        self.norm_pre = _layer_norm(config, dt, rngs) if config.pre_norm else None
         self.blocks = nnx.List([Block(config, rngs=rngs, param_dtype=dt)
                                 for _ in range(config.depth)])
-        self.norm = _layer_norm(config, dt, rngs)
-        self.head = nnx.Linear(config.width, config.num_classes, param_dtype=dt, rngs=rngs)
+        self.norm = None if config.use_fc_norm else _layer_norm(config, dt, rngs)
+        self.fc_norm = _layer_norm(config, dt, rngs) if config.use_fc_norm else None
+        self.head = nnx.Linear(e, config.num_classes, param_dtype=dt, rngs=rngs)
+
+    def _embed(self, x: jax.Array) -> jax.Array:
+        """Prefix tokens and patch tokens, position embedding added (timm's `_pos_embed`)."""
+        patches = self.patch_embed(x)
+        n, e = x.shape[0], self.config.width
+        prefix = [jnp.broadcast_to(t[...], (n, t.shape[1], e)).astype(patches.dtype)
+                  for t in (self.cls_token, self.reg_token) if t is not None]
+        if self.config.no_embed_class:
+            return jnp.concatenate([*prefix, patches + self.pos_embed[...]], axis=1)
+        return jnp.concatenate([*prefix, patches], axis=1) + self.pos_embed[...]
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         self.config.check_input(x.shape, channels_last=True)
-        tokens = self.patch_embed(x)
-        cls = jnp.broadcast_to(self.cls_token[...], (x.shape[0], 1, self.config.width))
-        tokens = jnp.concatenate([cls.astype(tokens.dtype), tokens], axis=1)
-        tokens = tokens + self.pos_embed[...]
+        tokens = _apply(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        return self.head(self.norm(tokens[:, 0]))
+        tokens = _apply(self.norm, tokens)
+        pooled = (tokens[:, 0] if self.config.global_pool == "token"
+                  else tokens[:, self.config.num_prefix_tokens:].mean(axis=1))
+        return self.head(_apply(self.fc_norm, pooled))

@@ -10,11 +10,16 @@ from torch import nn
 from zoo.models.vit.config import ViTConfig
 
 
+def _layer_norm(config: ViTConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(config.width, eps=config.norm_eps)
+
+
 class PatchEmbed(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         p = config.patch_size
-        self.proj = nn.Conv2d(config.in_channels, config.width, p, stride=p)
+        self.proj = nn.Conv2d(config.in_channels, config.width, p, stride=p,
+                              bias=not config.pre_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x).flatten(2).transpose(1, 2)  # (N, patches, width)
@@ -24,7 +29,7 @@ class Attention(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.num_heads = config.num_heads
-        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.qkv = nn.Linear(config.width, 3 * config.width, bias=config.qkv_bias)
         self.proj = nn.Linear(config.width, config.width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -44,17 +49,35 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))  # exact (erf) GELU
 
 
+class LayerScale(nn.Module):
+    """timm's LayerScale: a learned per-channel scale `gamma` (starts at `init_values`)."""
+
+    def __init__(self, width: int, init_values: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((width,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+def _layer_scale(config: ViTConfig) -> nn.Module:
+    return (nn.Identity() if config.init_values is None
+            else LayerScale(config.width, config.init_values))
+
+
 class Block(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)
+        self.norm1 = _layer_norm(config)
         self.attn = Attention(config)
-        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)
+        self.ls1 = _layer_scale(config)
+        self.norm2 = _layer_norm(config)
         self.mlp = Mlp(config)
+        self.ls2 = _layer_scale(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.ls1(self.attn(self.norm1(x)))
+        return x + self.ls2(self.mlp(self.norm2(x)))
 
 
 class ViT(nn.Module):
@@ -62,18 +85,33 @@ class ViT(nn.Module):
         super().__init__()
         self.config = config
         e = config.width
+        self.cls_token = (nn.Parameter(0.02 * torch.randn(1, 1, e)) if config.class_token
+                          else None)
+        self.reg_token = (nn.Parameter(0.02 * torch.randn(1, config.reg_tokens, e))
+                          if config.reg_tokens else None)
+        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, config.embed_len, e))
         self.patch_embed = PatchEmbed(config)
-        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, e))
-        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, config.seq_len, e))
+        self.norm_pre = _layer_norm(config) if config.pre_norm else nn.Identity()
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.depth)])
-        self.norm = nn.LayerNorm(e, eps=config.norm_eps)
+        self.norm = nn.Identity() if config.use_fc_norm else _layer_norm(config)
+        self.fc_norm = _layer_norm(config) if config.use_fc_norm else nn.Identity()
         self.head = nn.Linear(e, config.num_classes)
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Prefix tokens and patch tokens, position embedding added (timm's `_pos_embed`)."""
+        patches = self.patch_embed(x)
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.reg_token)
+                  if t is not None]
+        if self.config.no_embed_class:
+            return torch.cat([*prefix, patches + self.pos_embed], dim=1)
+        return torch.cat([*prefix, patches], dim=1) + self.pos_embed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.config.check_input(x.shape)
-        tokens = self.patch_embed(x)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
-        tokens = torch.cat([cls, tokens], dim=1) + self.pos_embed
+        tokens = self.norm_pre(self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        return self.head(self.norm(tokens[:, 0]))
+        tokens = self.norm(tokens)
+        pooled = (tokens[:, 0] if self.config.global_pool == "token"
+                  else tokens[:, self.config.num_prefix_tokens:].mean(dim=1))
+        return self.head(self.fc_norm(pooled))

@@ -1,0 +1,51 @@
+"""Named models: torchvision / timm names ("resnet50", "vit_small_patch16_224") for configs.
+
+Each architecture's config class declares its names in `NAMED` (name -> config overrides); an
+architecture's own name ("resnet") stands for its default config. Every place that asks for a
+config by name (`zoo.make_config`, `zoo.create`, the converters' `--arch`) resolves it here; an
+unknown name is refused in one line that suggests the closest known ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Any
+
+from zoo.configs import CONFIGS, Config, ConfigError
+
+
+def named_models() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every named model: name -> (architecture, config overrides)."""
+    table: dict[str, tuple[str, dict[str, Any]]] = {}
+    for arch, cls in CONFIGS.items():
+        for name, overrides in cls.NAMED.items():
+            if name in table or name in CONFIGS:
+                raise ConfigError(f"model name {name!r} of {arch} is already taken")
+            table[name] = (arch, overrides)
+    return table
+
+
+def resolve(name: str) -> tuple[str, dict[str, Any]]:
+    """(architecture, config overrides) of an architecture name or a named model."""
+    if name in CONFIGS:
+        return name, {}
+    table = named_models()
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(str(name), [*CONFIGS, *table], n=3)
+    hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+            else "zoo.list_models() lists the known names")
+    raise ConfigError(f"unknown model {name!r}: {hint}")
+
+
+def named_config(name: str, **overrides: Any) -> Config:
+    """The config of an architecture or named model, with `overrides` applied on top."""
+    arch, named = resolve(name)
+    return CONFIGS[arch](**{**named, **overrides})
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """The names `zoo.create` accepts (architectures and named models) matching the shell-style
+    `pattern` (`fnmatch`, as timm's `list_models`), sorted."""
+    return sorted(n for n in {*CONFIGS, *named_models()} if fnmatch.fnmatchcase(n, pattern))
