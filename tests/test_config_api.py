@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -107,6 +108,10 @@ def test_a_nested_tuple_config_round_trips_through_json():
 def _strategy(hint: Any) -> st.SearchStrategy:
     """Values of a config field's type (any depth of tuples)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return st.none()
+    if origin in (typing.Union, types.UnionType):  # `bool | None`: any of the members
+        return st.one_of(*map(_strategy, args))
     if origin is Literal:
         return st.sampled_from(args)
     if origin is tuple:
