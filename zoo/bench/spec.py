@@ -40,7 +40,7 @@ class SubjectConfig(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-UsefulFlops = Callable[[Any, int, str], float | None]  # (config, batch, mode) -> FLOPs
+UsefulFlops = Callable[[SubjectConfig, int, str], float | None]  # (config, batch, mode) -> FLOPs
 
 
 @dataclass(frozen=True)
