@@ -13,7 +13,8 @@ random input before anything is written (unless --no-verify).
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
 message names each offending key), 2 on a usage error (bad arguments, --config, DST that is the
-source). Every failure is one ``error: ...`` line; tracebacks only with --debug.
+source). Every failure is one ``error: ...`` line (the usage only with --help); tracebacks only
+with --debug.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
 from converters.matching.match import MatchError
+from zoo.cli import ArgumentParser
 from zoo.configs import ConfigError
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m converters",
         description="Convert and inspect checkpoints between Equinox, Flax Linen, Flax NNX, "
                     "PyTorch and the canonical safetensors layout.")
