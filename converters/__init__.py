@@ -34,6 +34,7 @@ from converters.checkpoints import (
     FORMATS,
     Checkpoint,
     CheckpointError,
+    DestinationWarning,
     convert_file,
     detect,
     inspect_checkpoint,
@@ -48,7 +49,8 @@ from converters.matching import MatchError, import_state, transfer
 from converters.optim import CanonicalOptState
 
 __all__ += [
-    "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "MatchError",
+    "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "DestinationWarning",
+    "MatchError",
     "convert_file", "detect", "import_state", "inspect_checkpoint", "load", "load_canonical",
     "matching", "read", "save", "save_canonical", "transfer", "write",
 ]

@@ -12,8 +12,10 @@ with --show-mapping, and the converted model is checked against the source's lib
 random input before anything is written (unless --no-verify).
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
-message names each offending key), 2 on a usage error (bad arguments, --config, DST that is the
-source). Every failure is one ``error: ...`` line; tracebacks only with --debug.
+message names each offending key; `inspect` when it reports that the checkpoint does not load),
+2 on a usage error (bad arguments, --config, DST that is the source or named for another
+format). Every failure is one ``error: ...`` line (the usage only with --help); tracebacks only
+with --debug. A DST with an extension unusual for its format gets one ``warning: ...`` line.
 """
 
 from __future__ import annotations
@@ -23,26 +25,35 @@ import contextlib
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from converters.checkpoints import FORMATS, Report, convert_file, detect, disk_size
+from converters.checkpoints import (
+    DestinationWarning,
+    Report,
+    convert_file,
+    detect,
+    disk_size,
+    format_names,
+)
 from converters.checkpoints import inspect_checkpoint as inspect_file
-from converters.checkpoints.base import parse_config
+from converters.checkpoints.configs import parse_config
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
 from converters.matching.match import MatchError
+from zoo.cli import ArgumentParser
 from zoo.configs import ConfigError
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="python -m converters",
         description="Convert and inspect checkpoints between Equinox, Flax Linen, Flax NNX, "
                     "PyTorch and the canonical safetensors layout.")
@@ -65,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
     c.add_argument("src", help="source checkpoint: a file or an orbax directory")
     c.add_argument("dst", help="destination (written atomically; refused if it exists)")
-    c.add_argument("--to", required=True, choices=FORMATS, help="target format")
+    c.add_argument("--to", required=True, choices=format_names(), help="target format")
     c.add_argument("--force", action="store_true", help="replace DST if it exists")
     c.add_argument("--cast", metavar="DTYPE", choices=("float32", "float16", "bfloat16",
                                                        "float64"),
@@ -181,11 +192,29 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     if r.loads is None:
         console.print(f"loads into the zoo: unknown: {r.problem}", highlight=False)
         return 0
-    console.print("loads into the zoo: [red]no[/red]" + (" (not by its key names)" if
-                  r.config is not None and detect(args.src).meta is None else ""))
-    if r.config is not None and detect(args.src).meta is None:
+    foreign = r.names_differ and detect(args.src).meta is None
+    console.print("loads into the zoo: [red]no[/red]" + (" (not by its key names)" if foreign
+                                                         else ""))
+    if foreign:  # a checkpoint written by other code: propose a mapping of its layers
         return propose(args, r, console)
     raise CheckpointError(r.problem or f"{r.path} does not load")
+
+
+@contextlib.contextmanager
+def warning_lines(errors: Console) -> Iterator[None]:
+    """Print each `DestinationWarning` as one ``warning: ...`` line on `errors`."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+        if issubclass(category, DestinationWarning):
+            errors.print(f"warning: {message}", markup=False)
+        else:
+            shown(message, category, *args, **kw)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DestinationWarning)
+        warnings.showwarning = show
+        yield
 
 
 def _silence() -> None:
@@ -213,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
-        with quiet:
+        with quiet, warning_lines(errors):
             return (_convert if args.command == "convert" else _inspect)(args, console)
     except (UsageError, ConfigError) as e:
         if args.debug:

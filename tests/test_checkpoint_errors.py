@@ -136,6 +136,7 @@ def test_inspect_fails_on_an_invalid_stored_config(files, tmp_path):
 
 # --------------------------------------------------------------------------- torch tensors
 @needs_torch
+@pytest.mark.filterwarnings("ignore:Validating sparse tensor invariants")  # the sparse case
 def test_torch_files_with_unsupported_tensors(tmp_path):
     import torch
 
@@ -201,6 +202,31 @@ def test_damaged_orbax_metadata_is_one_line(files, tmp_path):
     one_error(code, err, 1, "d_nnx")
     assert "Event loop is closed" not in err
 
+
+
+def test_a_damaged_orbax_checkpoint_leaves_nothing_behind(files, tmp_path, monkeypatch):
+    """Orbax abandons its reads in flight when one fails: their reports ("Event loop is
+    closed", errors of collected coroutines) must not surface later, in unrelated code."""
+    import gc
+    import shutil
+    import sys
+    import time
+
+    from converters import CheckpointError, read
+
+    reports: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reports.append(repr(u.exc_value)))
+    for i in range(3):
+        d = tmp_path / f"d{i}_nnx"
+        shutil.copytree(files["nnx"], d)
+        for p in d.rglob("*"):
+            if p.is_file() and p.name != "zoo.json" and "metadata" not in p.name.lower():
+                p.write_bytes(b"\x00garbage" * 3)
+        with pytest.raises(CheckpointError, match=f"d{i}_nnx"):
+            read(d)
+    time.sleep(0.3)
+    gc.collect()
+    assert reports == []
 
 def test_debug_shows_the_traceback(files, tmp_path):
     (tmp_path / "e.pt").write_bytes(b"")

@@ -133,9 +133,9 @@ def test_force_never_replaces_what_is_not_a_checkpoint(run_dir):
     (thesis / "thesis.txt").write_text("years of work")
     notes = run_ / "notes.eqx"
     notes.write_text("not a checkpoint")
-    for dst in (thesis, notes):
+    for dst, to in ((thesis, "nnx"), (notes, "eqx")):
         before = tree_digest(dst)
-        code, _, err = run(["convert", eqx_file, dst, "--to", "nnx", "--force"])
+        code, _, err = run(["convert", eqx_file, dst, "--to", to, "--force"])
         assert code == 1 and "refusing to replace" in err and str(dst) in err, err
         assert tree_digest(dst) == before
     # a checkpoint of a known format is replaced, with its sidecar
@@ -174,7 +174,7 @@ def test_float16_mlp_and_training_checkpoint_read_back(tmp_path):
     import converters
 
     for seed in range(6):  # header lengths vary with the values' digits: cover several
-        p = write(Checkpoint(MLP, state_of(MLP, "float16", seed)), tmp_path / f"{seed}.st",
+        p = write(Checkpoint(MLP, state_of(MLP, "float16", seed)), tmp_path / f"{seed}.safetensors",
                   "canonical")
         code, out, err = run(["inspect", p])
         assert code == 0 and "architecture: mlp" in out, (out, err)
@@ -210,9 +210,9 @@ def test_float64_is_refused_without_an_explicit_cast(tmp_path):
     np.testing.assert_array_equal(ck.state["layers.0.weight"],
                                   sd["layers.0.weight"].numpy().astype(np.float32))
     # a format that holds float64 keeps it, exactly
-    code, _, err = run(["convert", tmp_path / "f64.pt", tmp_path / "o.st", "--to", "canonical",
-                        "--config", MLP_JSON])
-    assert code == 0 and read(tmp_path / "o.st").dtype == np.float64, err
+    code, _, err = run(["convert", tmp_path / "f64.pt", tmp_path / "o.safetensors", "--to",
+                        "canonical", "--config", MLP_JSON])
+    assert code == 0 and read(tmp_path / "o.safetensors").dtype == np.float64, err
 
 
 @needs_torch
@@ -361,20 +361,21 @@ def test_orphan_sidecar_of_ours_never_blocks_a_write(tmp_path):
     p = write(ck, tmp_path / "m.eqx", "eqx")
     p.unlink()  # as a kill between removing data and sidecar once left it
     assert (tmp_path / "m.eqx.json").exists()
-    code, _, err = run(["convert", write(ck, tmp_path / "s.st", "canonical"), p, "--to", "eqx"])
+    src = write(ck, tmp_path / "s.safetensors", "canonical")
+    code, _, err = run(["convert", src, p, "--to", "eqx"])
     assert code == 0, err
     # a stale sidecar (describing other data) is ignored with a note, then replaced
     (tmp_path / "m.eqx.json").write_text((tmp_path / "m.eqx.json").read_text().replace(
         '"sha256": "', '"sha256": "0'))
     code, out, err = run(["inspect", p])
     assert "describes other data" in out, out
-    code, _, err = run(["convert", tmp_path / "s.st", p, "--to", "eqx", "--force"])
+    code, _, err = run(["convert", tmp_path / "s.safetensors", p, "--to", "eqx", "--force"])
     assert code == 0 and read(p).source.note == "", err
 
 
 def test_two_concurrent_writers_never_mix_their_outputs(tmp_path):
-    a = write(Checkpoint(MLP, state_of(MLP, seed=1)), tmp_path / "a.st", "canonical")
-    b = write(Checkpoint(MLP, state_of(MLP, seed=2)), tmp_path / "b.st", "canonical")
+    a = write(Checkpoint(MLP, state_of(MLP, seed=1)), tmp_path / "a.safetensors", "canonical")
+    b = write(Checkpoint(MLP, state_of(MLP, seed=2)), tmp_path / "b.safetensors", "canonical")
     dst = tmp_path / "out.eqx"
     procs = [_spawn(tmp_path, "slow", 5, "convert", s, dst, "--to", "eqx", "--force")
              for s in (a, b)]

@@ -52,3 +52,17 @@ def test_no_function_level_imports_between_packages():
               for name, line, top in imports(path)
               if not top and name.split(".")[0] != package]
     assert not hidden, "\n".join(hidden)
+
+
+def test_no_private_names_imported_across_modules():
+    """A `_name` is its module's own: what other modules need is public (or a method)."""
+    private = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (isinstance(node, ast.ImportFrom) and node.module and not node.level
+                        and node.module.split(".")[0] in PACKAGES):
+                    private += [f"{path.relative_to(ROOT)}:{node.lineno} imports {a.name} from "
+                                f"{node.module}" for a in node.names
+                                if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, "\n".join(private)

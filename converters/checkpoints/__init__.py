@@ -14,6 +14,10 @@ Formats (each the library's own way of saving):
 - ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
 - ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
 
+Each format is one class (`converters.checkpoints.format.CheckpointFormat`: detect, read,
+write, entries) registered in `converters.checkpoints.formats`; detection, `read`, `write`,
+`inspect_checkpoint` and the command line all consult that registry.
+
 Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
 records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
 destination under a temporary name and renamed at the end.
@@ -28,15 +32,20 @@ from converters.checkpoints.api import (
     save,
     save_canonical,
 )
-from converters.checkpoints.base import FORMAT_VERSION, FORMATS, Checkpoint, Detection, parse_config
+from converters.checkpoints.base import FORMAT_VERSION, Checkpoint, Detection
+from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detect
+from converters.checkpoints.format import CheckpointFormat, format_names, register, registered
 from converters.checkpoints.inspect import Report, disk_size, inspect_checkpoint
 from converters.checkpoints.io import CheckpointError, ProgressFn
-from converters.checkpoints.readwrite import read, write
+from converters.checkpoints.readwrite import DestinationWarning, read, write
+
+FORMATS: tuple[str, ...] = format_names()  # the built-in formats; `format_names()` is live
 
 __all__ = [
-    "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "Detection", "ProgressFn",
-    "Report", "as_checkpoint", "convert_file", "detect", "detect_impl", "disk_size",
-    "inspect_checkpoint", "load", "load_canonical", "parse_config", "read", "save",
+    "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "CheckpointFormat",
+    "DestinationWarning", "Detection", "ProgressFn", "Report", "as_checkpoint", "convert_file",
+    "detect", "detect_impl", "disk_size", "format_names", "inspect_checkpoint", "load",
+    "load_canonical", "parse_config", "read", "register", "registered", "save",
     "save_canonical", "write",
 ]

@@ -11,15 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from converters.checkpoints.base import (
-    FORMATS,
-    Checkpoint,
-    _np_state,
-    parse_config,
-)
+from converters.checkpoints.base import Checkpoint, numpy_state
+from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import check_pair
-from converters.checkpoints.inspect import disk_size as disk_size
-from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
+from converters.checkpoints.format import for_writing
+from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import read, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
@@ -56,10 +52,10 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
             raise CheckpointError("saving a canonical state needs its config")
         if opt_state is not None and not isinstance(opt_state, CanonicalOptState):
             raise CheckpointError("with a canonical state, pass opt_state as a CanonicalOptState")
-        return Checkpoint(cfg, _np_state(obj), opt_state, step)
+        return Checkpoint(cfg, numpy_state(obj), opt_state, step)
     impl = impl or detect_impl(obj)
     cfg = config_of(obj, impl)
-    state = _np_state(to_canonical(obj, impl))
+    state = numpy_state(to_canonical(obj, impl))
     opt = None
     if opt_state is not None:
         opt = (opt_state if isinstance(opt_state, CanonicalOptState)
@@ -108,9 +104,8 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
     converts every floating array to that dtype (e.g. float64 for a JAX format without x64).
     """
-    if to not in FORMATS:
-        raise UsageError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
     check_pair(src, dst)
+    for_writing(to, dst)  # an unknown format, a DST named for another: refused before reading
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
               cast=cast)
     write(ck, dst, to, force=force, progress=progress, source=src)
@@ -121,7 +116,7 @@ def save_canonical(path: str | os.PathLike, state: Mapping[str, Any], config: Co
                    force: bool = False) -> Path:
     """Write a canonical state as safetensors (PyTorch names and layouts, metadata with the
     architecture, config JSON and format version)."""
-    return write(Checkpoint(make_config(config), _np_state(state)), path, "canonical",
+    return write(Checkpoint(make_config(config), numpy_state(state)), path, "canonical",
                  force=force)
 
 

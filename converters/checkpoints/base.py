@@ -1,28 +1,21 @@
-"""Shared pieces of the checkpoint code: format names, `Detection`, `Checkpoint`, config
-resolution and metadata helpers. See `converters.checkpoints` for the public API.
+"""What every checkpoint format reads into and writes from: `Checkpoint` (the canonical
+layout) and `Detection` (what a path holds). See `converters.checkpoints` for the public API.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.checkpoints.io import (
-    SIDECAR_MARKER,
-    CheckpointError,
-    ProgressFn,
-    UsageError,
-    no_progress,
-)
+from converters.checkpoints.io import CheckpointError, UsageError
 from converters.core import (
     ConversionError,
     as_numpy_state,
@@ -31,12 +24,9 @@ from converters.core import (
     validate,
 )
 from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, validate_opt
-from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict
+from zoo.configs import Config
 from zoo.interface import interface
-from zoo.names import resolve
-from zoo.registry import ARCHS
 
-FORMATS: tuple[str, ...] = ("eqx", "linen", "nnx", "canonical", "torch")
 FORMAT_VERSION = 1
 OPT_PREFIX = "optimizer/"
 
@@ -48,7 +38,7 @@ class Detection:
     fmt: str
     reason: str
     meta: dict[str, Any] | None = None
-    variant: str = ""  # torch: "pt" or "safetensors"
+    variant: str = ""  # when several format classes share `fmt` (torch: "pt", "safetensors")
     note: str = ""  # e.g. a stale sidecar that was ignored
 
 
@@ -145,160 +135,17 @@ class Checkpoint:
         return opt_state_like(self.optimizer, self.state, self.config, impl, template)
 
 
-class _Task:
-    def __init__(self, progress: ProgressFn | None, description: str, total: int | None):
-        self.progress, self.description, self.total, self.done = (
-            progress or no_progress, description, total, 0)
-        self.progress(description, 0, total)
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        self.progress(self.description, self.done, self.total)
-
-
-def parse_config(arch: str | None = None, config: Any = None) -> Config | None:
-    """A config from `--arch` and/or `--config` (a Config, a dict, a JSON string or file)."""
-    if arch is None and config is None:
-        return None
-    if isinstance(config, Config):
-        if arch is not None and arch != config.arch:
-            raise ConfigError(f"--arch {arch!r} contradicts the config's arch {config.arch!r}")
-        return config
-    data: dict[str, Any] = {}
-    if isinstance(config, Mapping):
-        data = dict(config)
-    elif config is not None:
-        text, where = str(config), "--config"
-        if not text.lstrip().startswith("{"):
-            p = Path(text)
-            if not p.is_file():
-                raise ConfigError(f"--config {text!r}: neither a JSON object nor a file")
-            where = f"--config file {p}"
-            try:
-                text = p.read_bytes().decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ConfigError(f"{where} is not UTF-8 text (binary?)") from e
-            except OSError as e:
-                raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from e
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
-            raise ConfigError(f"{where} is not valid JSON: {why}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where} must be a JSON object, found {type(data).__name__}")
-    if arch is not None:
-        arch, named = resolve(arch)  # a model name ("resnet50"): its architecture and overrides
-        if data.get("arch", arch) != arch:
-            raise ConfigError(f"--arch {arch!r} contradicts the config's arch {data['arch']!r}")
-        data = {**named, **data, "arch": arch}
-    if "arch" not in data:
-        raise ConfigError(f"the config names no architecture: pass --arch (one of {list(ARCHS)})")
-    return config_from_dict(data)
-
-
-def _guess_arch(keys: list[str]) -> str:
-    """A hint naming the architectures whose canonical keys equal `keys`."""
-    hits = [a for a in ARCHS if set(canonical_spec(CONFIGS[a]())) == set(keys)]
-    return f" (its keys are those of {' or '.join(map(repr, hits))})" if hits else ""
-
-
-def _resolve_config(path: Path, meta: dict[str, Any] | None, given: Config | None,
-                    keys: list[str] | None = None) -> Config:
-    stored = None
-    if meta and meta.get("config") is not None:
-        try:
-            stored = config_from_dict(meta["config"])
-        except (ConfigError, TypeError) as e:
-            raise CheckpointError(f"{path}: the stored config is invalid: {e}") from e
-    if stored is not None and given is not None and stored != given:
-        raise CheckpointError(
-            f"{path} says it holds {stored.arch} {stored.to_json()}, but --arch/--config gave "
-            f"{given.arch} {given.to_json()}; drop --arch/--config to use the stored one")
-    config = stored or given
-    if config is None:
-        hint = _guess_arch(keys) if keys else ""
-        raise CheckpointError(
-            f"{path} carries no architecture or config{hint}: pass --arch (and --config if it "
-            "is not the default)")
-    return config
-
-
-def _np_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def numpy_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A canonical state of numpy arrays (from torch tensors, JAX arrays, numpy)."""
     return {k: np.asarray(v) for k, v in as_numpy_state(state).items()}
 
 
-def _nbt(state: Mapping[str, Any]) -> dict[str, int]:
-    return {k: int(np.asarray(v)) for k, v in state.items() if k.endswith("num_batches_tracked")}
+@functools.lru_cache(maxsize=64)
+def _key_order(config: Config) -> dict[str, int]:
+    return {k: i for i, k in enumerate(canonical_spec(config))}
 
 
-def _restore_nbt(state: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
-    for k, v in ((meta or {}).get("num_batches_tracked") or {}).items():
-        if k in state:
-            state[k] = np.asarray(int(v), np.int64)
-
-
-def _meta(ck: Checkpoint, fmt: str, dtype: np.dtype) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        SIDECAR_MARKER: FORMAT_VERSION, "format": fmt, "arch": ck.config.arch,
-        "config": ck.config.to_dict(), "dtype": np.dtype(dtype).name,
-        "kind": "training" if ck.training else "model", "step": ck.step,
-        "optimizer": ck.optimizer.layout if ck.optimizer is not None else None,
-    }
-    if fmt in ("eqx", "linen", "nnx"):  # these libraries keep no BatchNorm batch counter
-        meta["num_batches_tracked"] = _nbt(ck.state)
-    return meta
-
-
-def _check_version(path: Path, meta: dict[str, Any] | None) -> None:
-    if meta is None:
-        return
-    version = meta.get(SIDECAR_MARKER, meta.get("format_version"))
-    try:
-        newer = int(version) > FORMAT_VERSION
-    except (TypeError, ValueError):
-        newer = True
-    if newer:
-        raise CheckpointError(f"{path}: checkpoint format version {version!r} is not supported "
-                              f"(this version reads {FORMAT_VERSION})")
-
-
-def _dtype_of(meta: dict[str, Any] | None) -> np.dtype | None:
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
-
-    name = (meta or {}).get("dtype")
-    return None if name is None else np.dtype(jnp.dtype(name))
-
-
-def _most_common(dtypes: list[np.dtype]) -> np.dtype:
-    return Counter(dtypes).most_common(1)[0][0] if dtypes else np.dtype("float32")
-
-
-JAX_FORMATS = ("eqx", "linen", "nnx")
-
-
-def check_target_dtype(ck: Checkpoint, fmt: str, dtype: np.dtype) -> None:
-    """Refuse a dtype the JAX formats would silently change (float64 without jax x64)."""
-    if fmt in JAX_FORMATS and np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
-        raise CheckpointError(
-            f"the checkpoint holds float64 arrays, which {fmt} (JAX without jax_enable_x64) "
-            "would store as float32: pass --cast float32 (cast='float32') to convert them "
-            "explicitly, or enable x64")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _with_dtype(tree: Any, dtype: Any) -> Any:
-    """Every floating abstract leaf in `dtype`: the canonical layout holds one floating dtype
-    (Linen, for one, keeps float32 batch statistics next to bfloat16 parameters)."""
-    dtype = jnp.dtype(dtype)
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, dtype) if isinstance(x, jax.ShapeDtypeStruct)
-        and jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+def ordered_state(ck: Checkpoint) -> dict[str, np.ndarray]:
+    """`ck.state` in the architecture's canonical key order (unknown keys last)."""
+    order = _key_order(ck.config)
+    return {k: ck.state[k] for k in sorted(ck.state, key=lambda k: order.get(k, 1 << 30))}

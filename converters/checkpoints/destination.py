@@ -3,12 +3,14 @@
 - SRC and DST are resolved (symlinks, ``..``, relative or absolute) and must be neither the same
   path nor one inside the other, whatever ``force`` says.
 - An existing DST is replaced only with ``force`` and only when it is a checkpoint of a known
-  format; anything else is refused, naming what is there.
+  format or a dangling symbolic link (replaced itself, not followed); anything else is refused,
+  naming what is there.
 - A lock (``fcntl.flock`` on a hidden file beside DST) refuses a concurrent writer.
 - Everything is written into one hidden temporary directory beside DST (same filesystem) and
   published by renames: the data first (one atomic rename, or the old checkpoint moved aside into
   the temporary directory first), then the sidecar, which records the data's size and SHA-256 so
-  that a sidecar left describing other data is recognisably stale.
+  that a sidecar left describing other data is recognisably stale. A data file gets the mode
+  the umask gives (whatever mode its writer's library chose).
 - Temporaries are named ``.zoo-tmp-<hash of DST name>-<pid>`` (short whatever the DST name); a
   later run removes those of dead processes, putting back an old checkpoint a crash left there.
 """
@@ -18,19 +20,31 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from converters.checkpoints.io import CheckpointError, UsageError, read_json_meta, sidecar_path
-
-TMP_PREFIX = ".zoo-tmp-"
-LOCK_PREFIX = ".zoo-lock-"
-DATA, SIDECAR, OLD, TARGET = "data", "sidecar.json", "old", "target"
+from converters.checkpoints.detect import detect
+from converters.checkpoints.io import (
+    CheckpointError,
+    UsageError,
+    apply_umask,
+    read_json_meta,
+    sidecar_path,
+)
+from converters.checkpoints.staging import (
+    DATA,
+    LOCK_PREFIX,
+    OLD,
+    SIDECAR,
+    TARGET,
+    TMP_PREFIX,
+    digest,
+    pid_alive,
+    tag,
+)
 
 
 def resolve(path: str | os.PathLike) -> Path:
@@ -52,26 +66,24 @@ def check_pair(src: str | os.PathLike, dst: str | os.PathLike) -> None:
             raise UsageError(f"refusing to write {dst}: it is the source {src}")
 
 
-def tag(dst: Path) -> str:
-    """A short, filesystem-safe name for `dst` (temporary and lock names stay < 255 bytes)."""
-    return hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:16]
-
-
-def digest(path: Path) -> dict[str, Any]:
-    """Size and SHA-256 of a data file, as recorded in its sidecar."""
-    with open(path, "rb") as f:
-        sha = hashlib.file_digest(f, "sha256").hexdigest()
-    return {"size": path.stat().st_size, "sha256": sha}
+def resolve_destination(dst: str | os.PathLike) -> Path:
+    """`resolve(dst)`, except that a dangling symbolic link is itself the destination (it exists:
+    it is refused without ``force`` and replaced, not followed, with it)."""
+    path = Path(os.path.abspath(Path(dst).expanduser()))
+    if path.is_symlink() and not path.exists():
+        return resolve(path.parent) / path.name
+    return resolve(path)
 
 
 def describe_existing(dst: Path) -> str | None:
-    """The format of the checkpoint at `dst`, None if nothing is there; refuses anything else."""
-    if not (dst.exists() or dst.is_symlink()):
+    """What is at `dst` ("a nnx checkpoint", "a dangling symbolic link ..."), None if nothing;
+    refuses anything else."""
+    if dst.is_symlink() and not dst.exists():
+        return f"a dangling symbolic link to {os.readlink(dst)}"
+    if not dst.exists():
         return None
-    from converters.checkpoints.detect import detect
-
     try:
-        return detect(dst).fmt
+        return f"a {detect(dst).fmt} checkpoint"
     except CheckpointError as e:
         kind = "directory" if dst.is_dir() else "file"
         raise CheckpointError(f"refusing to replace {dst}: it is a {kind} that is not a "
@@ -94,24 +106,6 @@ class Staging:
     sidecar: Path
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-
-
 def clean_stale(parent: Path, own_tag: str) -> None:
     """Remove our temporaries left by dead processes in `parent`. For `own_tag` (whose lock we
     hold) an old checkpoint moved aside is put back when nothing replaced it, and a sidecar that
@@ -119,7 +113,7 @@ def clean_stale(parent: Path, own_tag: str) -> None:
     for tmp in parent.glob(TMP_PREFIX + "*"):
         name = tmp.name[len(TMP_PREFIX):]
         t, _, pid = name.rpartition("-")
-        if not pid.isdigit() or not tmp.is_dir() or _pid_alive(int(pid)):
+        if not pid.isdigit() or not tmp.is_dir() or pid_alive(int(pid)):
             continue
         if t == own_tag:
             _recover(parent, tmp)
@@ -143,22 +137,6 @@ def _recover(parent: Path, tmp: Path) -> None:
         meta = read_json_meta(side)
         if meta is not None and meta.get("data") == digest(target):
             os.replace(side, sidecar_path(target))
-
-
-def pending_sidecar(path: Path) -> dict[str, Any] | None:
-    """The sidecar an interrupted write of `path` left unpublished, if it describes exactly the
-    data now at `path` (the crash fell between publishing the data and its sidecar)."""
-    for side in path.parent.glob(f"{TMP_PREFIX}{tag(path)}-*/{SIDECAR}"):
-        pid = side.parent.name.rpartition("-")[2]
-        if not pid.isdigit() or _pid_alive(int(pid)) or (side.parent / DATA).exists():
-            continue
-        try:
-            meta = read_json_meta(side)
-        except CheckpointError:
-            continue
-        if meta is not None and meta.get("data") == digest(path):
-            return meta
-    return None
 
 
 @contextlib.contextmanager
@@ -201,8 +179,8 @@ def _check_parent(dst: Path) -> None:
 def _check_outputs(dst: Path, with_sidecar: bool, force: bool) -> None:
     there = describe_existing(dst)
     if there is not None and not force:
-        raise CheckpointError(f"{dst} already exists (a {there} checkpoint; pass --force / "
-                              "force=True to replace it)")
+        raise CheckpointError(f"{dst} already exists ({there}; pass --force / force=True to "
+                              "replace it)")
     side = sidecar_path(dst)
     if with_sidecar and (side.exists() or side.is_symlink()) and not _sidecar_ours(side):
         raise CheckpointError(f"refusing to replace {side}: it is not a sidecar written by this "
@@ -219,7 +197,7 @@ def publishing(dst: str | os.PathLike, *, with_sidecar: bool, force: bool = Fals
     """
     if source is not None:
         check_pair(source, dst)
-    dst = resolve(dst)
+    dst = resolve_destination(dst)
     _check_parent(dst)
     with lock(dst):
         clean_stale(dst.parent, tag(dst))
@@ -234,6 +212,8 @@ def publishing(dst: str | os.PathLike, *, with_sidecar: bool, force: bool = Fals
         try:
             staged = Staging(tmp, tmp / DATA, tmp / SIDECAR)
             yield staged
+            if staged.data.is_file():
+                apply_umask(staged.data)  # some writers (safetensors) create files 0600
             _check_outputs(dst, with_sidecar, force)  # nothing foreign appeared meanwhile
             _publish(dst, staged, with_sidecar)
         finally:

@@ -1,10 +1,11 @@
-"""Low-level file handling for checkpoints: errors, atomic output, sidecars, progress, npy scans.
+"""Low-level file handling for checkpoints: errors, sidecars, progress, file modes, npy scans.
 
 Nothing here knows about models: `converters.checkpoints` builds on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,16 +35,46 @@ def no_progress(description: str, completed: int, total: int | None) -> None:
     del description, completed, total
 
 
+class ProgressTask:
+    """One task of a `ProgressFn`: announced on creation, then advanced step by step."""
+
+    def __init__(self, progress: ProgressFn | None, description: str, total: int | None):
+        self.progress, self.description, self.total, self.done = (
+            progress or no_progress, description, total, 0)
+        self.progress(description, 0, total)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        self.progress(self.description, self.done, self.total)
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name if it has none)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux tells it."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: Path) -> None:
+    """Give a written file the mode a plain ``open(path, "w")`` gives (0644 under umask 022)."""
+    os.chmod(path, 0o666 & ~umask())
+
+
 # --------------------------------------------------------------------------- sidecars
 def sidecar_path(path: str | os.PathLike) -> Path:
     """The JSON sidecar of a single-file checkpoint: `<path>.json`."""
     path = Path(path)
     return path.with_name(path.name + SIDECAR_SUFFIX)
-
-
-def has_sidecar(path: Path, fmt: str) -> bool:
-    """Whether format `fmt` at `path` keeps its metadata in a sidecar (Equinox, `.pt`)."""
-    return fmt == "eqx" or (fmt == "torch" and path.suffix.lower() != ".safetensors")
 
 
 def read_json_meta(path: Path) -> dict[str, Any] | None:

@@ -1,15 +1,24 @@
-"""The schema of our checkpoint metadata (sidecars, ``zoo.json``, safetensors header): every
-field checked by type, with errors naming the field and the file."""
+"""Our checkpoint metadata (sidecars, ``zoo.json``, safetensors header): what is recorded, and
+its schema, every field checked by type with errors naming the field and the file."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
-from converters.checkpoints.io import CheckpointError
+from converters.checkpoints.base import FORMAT_VERSION, Checkpoint
+from converters.checkpoints.io import (
+    SIDECAR_MARKER,
+    CheckpointError,
+    read_json_meta,
+    sidecar_path,
+)
+from converters.checkpoints.staging import digest, pending_sidecar
 from converters.optim import EMPTY, LEAF
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -113,3 +122,79 @@ def loads_json(text: str | bytes, path: Path, what: str) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as e:
         why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
         raise CheckpointError(f"{path}: {what} is not valid JSON ({why})") from e
+
+
+# --------------------------------------------------------------------------- what is recorded
+def describe(ck: Checkpoint, fmt: str, *, with_batch_counts: bool) -> dict[str, Any]:
+    """The metadata of `ck` written as format `fmt`; `with_batch_counts` for a format whose
+    library keeps no BatchNorm batch counter (the counts are kept here instead)."""
+    meta: dict[str, Any] = {
+        SIDECAR_MARKER: FORMAT_VERSION, "format": fmt, "arch": ck.config.arch,
+        "config": ck.config.to_dict(), "dtype": np.dtype(ck.dtype).name,
+        "kind": "training" if ck.training else "model", "step": ck.step,
+        "optimizer": ck.optimizer.layout if ck.optimizer is not None else None,
+    }
+    if with_batch_counts:
+        meta["num_batches_tracked"] = num_batches_tracked(ck.state)
+    return meta
+
+
+def num_batches_tracked(state: Mapping[str, Any]) -> dict[str, int]:
+    """The BatchNorm batch counters of a canonical state, {key: count}."""
+    return {k: int(np.asarray(v)) for k, v in state.items() if k.endswith("num_batches_tracked")}
+
+
+def restore_num_batches_tracked(state: dict[str, np.ndarray],
+                                meta: dict[str, Any] | None) -> None:
+    """Put the counters recorded in `meta` back into `state` (the library read lost them)."""
+    for k, v in ((meta or {}).get("num_batches_tracked") or {}).items():
+        if k in state:
+            state[k] = np.asarray(int(v), np.int64)
+
+
+def stored_dtype(meta: dict[str, Any] | None) -> np.dtype | None:
+    """The floating dtype the metadata records, None without metadata."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+
+    name = (meta or {}).get("dtype")
+    return None if name is None else np.dtype(jnp.dtype(name))
+
+
+def check_version(path: Path, meta: dict[str, Any] | None) -> None:
+    """Refuse metadata of a newer format version than this code reads."""
+    if meta is None:
+        return
+    version = meta.get(SIDECAR_MARKER, meta.get("format_version"))
+    try:
+        newer = int(version) > FORMAT_VERSION
+    except (TypeError, ValueError):
+        newer = True
+    if newer:
+        raise CheckpointError(f"{path}: checkpoint format version {version!r} is not supported "
+                              f"(this version reads {FORMAT_VERSION})")
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+def read_sidecar(path: Path, size: int) -> tuple[dict[str, Any] | None, str]:
+    """The checked metadata of a single-file checkpoint's sidecar, or None with a note when the
+    sidecar describes other data (stale); an unpublished sidecar of an interrupted write counts
+    when it describes exactly this data."""
+    side = sidecar_path(path)
+    meta = read_json_meta(side)
+    if meta is not None:
+        check_meta(meta, side)
+        data = meta.get("data")
+        if data is None or (data.get("size") == size and data == digest(path)):
+            return meta, ""
+    pending = pending_sidecar(path)
+    if pending is not None:
+        check_meta(pending, side)
+        return pending, (f"metadata taken from an interrupted write of {path.name} (its sidecar "
+                         "was not published yet; the next write completes it)")
+    if meta is None:
+        return None, ""
+    return None, (f"ignored {side.name}: it describes other data (stale, left by an "
+                  "interrupted write)")

@@ -1,38 +1,25 @@
-"""`read` and `write`: dispatch on the format to the readers and writers of each family."""
+"""`read` and `write`: any registered format, through the canonical `Checkpoint`."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
-from converters.checkpoints.base import (
-    FORMATS,
-    Checkpoint,
-    _check_version,
-    _first_line,
-    _meta,
-    _Task,
-    _write_json,
-    check_target_dtype,
-    parse_config,
-)
-from converters.checkpoints.destination import digest, publishing
+from converters.checkpoints.base import Checkpoint
+from converters.checkpoints.configs import parse_config
+from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect
-from converters.checkpoints.eqx import _read_eqx, _write_eqx, save_eqx_tree
-from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError, has_sidecar
-from converters.checkpoints.orbax import _read_orbax, _write_orbax, save_orbax_tree
-from converters.checkpoints.torch import (
-    _read_safetensors,
-    _read_torch,
-    _write_safetensors,
-    _write_torch,
-)
-from converters.core import ConversionError, from_canonical
-from converters.optim import to_native_opt
+from converters.checkpoints.format import for_detection, for_writing, foreign_suffix
+from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
+from converters.checkpoints.metadata import check_version, write_json
+from converters.checkpoints.staging import digest
+from converters.core import ConversionError
 
-# How each JAX library stores a model's `zoo.interface(impl).checkpoint_tree` (no metadata).
-TREE_WRITERS = {"eqx": save_eqx_tree, "linen": save_orbax_tree, "nnx": save_orbax_tree}
+
+class DestinationWarning(UserWarning):
+    """A destination named unlike the files of its format (e.g. ``out.txt`` for torch)."""
 
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
@@ -46,11 +33,8 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     """
     path = Path(path)
     det = detect(path)
-    _check_version(path, det.meta)
-    given = parse_config(arch, config)
-    reader = {"eqx": _read_eqx, "linen": _read_orbax, "nnx": _read_orbax,
-              "canonical": _read_safetensors, "torch": _read_torch}[det.fmt]
-    ck = reader(path, det, given, progress)
+    check_version(path, det.meta)
+    ck = for_detection(det).read(path, det, parse_config(arch, config), progress)
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -66,46 +50,30 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
           progress: ProgressFn | None = None, source: str | os.PathLike | None = None) -> Path:
     """Write a canonical checkpoint in format `fmt`, validated first, atomically (see
-    `converters.checkpoints.destination` for the rules; `source` is refused as DST)."""
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}; formats: {list(FORMATS)}")
+    `converters.checkpoints.destination` for the rules; `source` is refused as DST).
+
+    A `path` whose extension names another format is refused; one with an extension unusual
+    for `fmt` gets a `DestinationWarning`.
+    """
     path = Path(path)
-    dtype = ck.validate()
-    if fmt == "torch" and ck.training:
-        raise CheckpointError(
-            "the torch format holds a model state_dict only, but this checkpoint has optimizer "
-            "state / a step: pass --model-only (model_only=True) to drop them, or use another "
-            "format")
-    check_target_dtype(ck, fmt, dtype)
-    writer = {"eqx": _write_eqx, "linen": _write_orbax, "nnx": _write_orbax,
-              "canonical": _write_safetensors, "torch": _write_torch}[fmt]
-    side = has_sidecar(path, fmt)
-    with publishing(path, with_sidecar=side, force=force, source=source) as staged:
-        task = _Task(progress, "writing", 2)
-        native = _native(ck, fmt)
-        task.advance()
+    target = for_writing(fmt, path)
+    ck.validate()
+    target.refuse(ck)
+    unusual = foreign_suffix(target, path)
+    if unusual is not None:
+        warnings.warn(unusual, DestinationWarning, stacklevel=2)
+    with publishing(path, with_sidecar=target.sidecar, force=force, source=source) as staged:
+        task = ProgressTask(progress, "writing", 1)
         try:
-            writer(ck, fmt, dtype, native, staged.data, path)
-            if side:
-                _write_json(staged.sidecar, {**_meta(ck, fmt, dtype),
-                                             "data": digest(staged.data)})
+            target.write(ck, staged.data)
+            if target.sidecar:
+                write_json(staged.sidecar, {**target.metadata(ck), "data": digest(staged.data)})
         except (CheckpointError, ConversionError):
             raise
         except OSError as e:
             raise CheckpointError(f"cannot write {path}: {e.strerror or e}") from e
         except Exception as e:  # orbax / tensorstore wrap I/O errors in their own types
             raise CheckpointError(f"cannot write {path}: {type(e).__name__}: "
-                                  f"{_first_line(e)}") from e
+                                  f"{first_line(e)}") from e
         task.advance()
     return path
-
-
-def _native(ck: Checkpoint, fmt: str) -> tuple[Any, Any]:
-    """(native model, native optimizer state or None) for the JAX formats."""
-    if fmt not in ("eqx", "linen", "nnx"):
-        return None, None
-    model = from_canonical(ck.state, ck.config, fmt)
-    opt = None
-    if ck.optimizer is not None:
-        opt = to_native_opt(ck.optimizer, ck.state, ck.config, fmt, ordered=fmt == "eqx")
-    return model, opt

@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from converters.checkpoints import Report
-from converters.checkpoints.base import parse_config
+from converters.checkpoints.configs import parse_config
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
 from converters.matching.match import MatchError, render

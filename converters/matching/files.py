@@ -17,9 +17,11 @@ from converters.checkpoints.api import detect_impl
 from converters.checkpoints.base import Checkpoint, Detection
 from converters.checkpoints.destination import check_pair, publishing
 from converters.checkpoints.detect import detect
+from converters.checkpoints.format import for_writing
+from converters.checkpoints.formats.orbax_io import restore
+from converters.checkpoints.formats.torch_pickle import load_state_dict
 from converters.checkpoints.io import CheckpointError, UsageError
-from converters.checkpoints.readwrite import TREE_WRITERS, write
-from converters.checkpoints.torch import _load_pt
+from converters.checkpoints.readwrite import write
 from converters.matching.transfer import Result, import_state, transfer
 from zoo.configs import Config
 from zoo.interface import native_interface
@@ -40,17 +42,9 @@ def read_tree(path: str | os.PathLike) -> tuple[Any, str, bool, Detection]:
                 return load_file(str(path)), "torch", False, det  # stored sorted by name
             except Exception as e:
                 raise CheckpointError(f"{path}: cannot read the safetensors file ({e})") from e
-        return _load_pt(path), "torch", True, det
+        return load_state_dict(path), "torch", True, det
     if det.fmt in ("linen", "nnx"):
-        import orbax.checkpoint as ocp
-
-        try:
-            with ocp.StandardCheckpointer() as ckptr:
-                tree = ckptr.restore(path.absolute())
-        except Exception as e:
-            raise CheckpointError(f"{path}: cannot restore the orbax checkpoint "
-                                  f"({type(e).__name__}): damaged?") from e
-        return tree, det.fmt, False, det
+        return restore(path), det.fmt, False, det
     raise CheckpointError(f"{path}: an Equinox leaf file stores no names, so its layers cannot be "
                           "matched: load it into its own model and use converters.transfer")
 
@@ -132,7 +126,7 @@ def _save_native(res: Result, to: str, impl: str, path: Path, dst: Path) -> None
 
         save_file({k: np.ascontiguousarray(v) for k, v in res.state.items()}, str(path))
         return
-    TREE_WRITERS[impl](native_interface(impl).checkpoint_tree(res.model), path)
+    for_writing(impl, dst).save_tree(native_interface(impl).checkpoint_tree(res.model), path)
 
 
 def _reference() -> str:

@@ -12,6 +12,7 @@ import zoo
 from zoo import precision as policy
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
+from zoo.cli import ArgumentParser
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
 
@@ -87,7 +88,7 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
 
 
 def bench_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m zoo.bench", description="Fair benchmarks of the zoo's models in "
         "Equinox, Flax Linen, Flax NNX and PyTorch (same weights, checked before timing).",
         epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,276 @@
+"""Orbax checkpoint directories of Flax Linen variables or NNX states (plus ``zoo.json``)."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from converters.checkpoints.base import Checkpoint, Detection, numpy_state
+from converters.checkpoints.configs import resolve_config
+from converters.checkpoints.format import Entry, Probe, registered
+from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
+from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, stored_tree
+from converters.checkpoints.io import (
+    DIR_METADATA,
+    ProgressFn,
+    ProgressTask,
+    read_json_meta,
+)
+from converters.checkpoints.metadata import (
+    check_meta,
+    restore_num_batches_tracked,
+    stored_dtype,
+    write_json,
+)
+from converters.core import ConversionError, KeyMismatchError, to_canonical
+from converters.optim import abstract_params, canonical_from_native
+from zoo.configs import Config
+from zoo.registry import skeleton
+
+MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")
+TRAINING_KEYS = ("opt_state", "step")
+
+
+def _dir_meta(path: Path) -> dict[str, Any] | None:
+    meta = read_json_meta(path / DIR_METADATA)
+    return None if meta is None else check_meta(meta, path / DIR_METADATA)
+
+
+def _flat_abstract(tree: Any) -> dict[str, Any]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    name = lambda p: ".".join(str(getattr(k, a)) for k in p for a in ("name", "key", "idx")
+                              if hasattr(k, a))
+    return {name(p): x for p, x in flat}
+
+
+def _problems(stored: dict[str, Any], target: dict[str, Any]) -> list[str]:
+    problems = [f"missing key {k!r} (expected shape {tuple(np.shape(v))})"
+                for k, v in target.items() if k not in stored]
+    problems += [f"unexpected key {k!r} (shape {tuple(getattr(v, 'shape', ()) or ())})"
+                 for k, v in stored.items() if k not in target]
+    for k in stored.keys() & target.keys():
+        got, want = stored[k], target[k]
+        if not isinstance(want, jax.ShapeDtypeStruct):
+            continue  # a Python scalar such as the step
+        gshape = tuple(getattr(got, "shape", ()) or ())
+        gdtype = getattr(got, "dtype", None)
+        if gshape != tuple(want.shape):
+            problems.append(f"{k!r}: expected shape {tuple(want.shape)}, found {gshape}")
+        elif gdtype is not None and np.dtype(gdtype) != np.dtype(want.dtype):
+            problems.append(f"{k!r}: expected dtype {np.dtype(want.dtype)}, found {gdtype}")
+    return sorted(problems)
+
+
+def _floating_dtypes(stored: dict[str, Any], target: dict[str, Any]) -> list[np.dtype]:
+    """The stored dtypes at the target's floating positions."""
+    return [np.dtype(stored[k].dtype) for k, v in target.items()
+            if k in stored and isinstance(v, jax.ShapeDtypeStruct)
+            and jnp.issubdtype(v.dtype, jnp.floating) and getattr(stored[k], "dtype", None)
+            is not None and jnp.issubdtype(np.dtype(stored[k].dtype), jnp.floating)]
+
+
+class Orbax(NativeFormat):
+    """An orbax ``StandardCheckpointer`` directory of a library's model tree; a training
+    checkpoint adds ``opt_state`` and ``step`` beside it."""
+
+    directory: ClassVar[bool] = True
+    label: ClassVar[str]  # the library as a reader calls it
+
+    @abstractmethod
+    def claims(self, names: list[str]) -> str | None:
+        """Why a directory without our metadata, storing `names`, is this library's (or None)."""
+
+    @abstractmethod
+    def model_target(self, skel: Any, pure: bool) -> Any:
+        """The abstract model tree the directory stores."""
+
+    @abstractmethod
+    def training_target(self, model_target: Any) -> dict[str, Any]:
+        """The training tree around `model_target` (``opt_state`` and ``step`` added later)."""
+
+    @abstractmethod
+    def model_from(self, skel: Any, restored: Any, training: bool, pure: bool) -> Any:
+        """The native model from the restored tree."""
+
+    @abstractmethod
+    def model_tree(self, model: Any, training: bool) -> Any:
+        """The tree that stores `model` (a dict when `training`: entries are added to it)."""
+
+    def pure(self, stored: dict[str, Any]) -> bool:
+        """Whether the tree was saved as plain dicts (`nnx.to_pure_dict`), not Variables."""
+        return False
+
+    def detect(self, probe: Probe) -> Detection | None:
+        path = probe.path
+        meta = probe.fact("zoo.json", _dir_meta)
+        if not any((path / m).exists() for m in MARKERS):
+            return None
+        said = (meta or {}).get("format")
+        if said == self.name:
+            return self.detection(f"orbax checkpoint directory with {DIR_METADATA} saying "
+                                  f"format {said!r}", meta)
+        if any(said == f.name for f in registered() if f.directory):
+            return None  # another directory format's
+        why = self.claims(list(probe.fact("orbax tree", stored_tree)))
+        return None if why is None else self.detection(why, meta)
+
+    def rejection(self, probe: Probe) -> str:
+        path = probe.path
+        if not path.is_dir():
+            return "not an orbax directory"
+        inner = sorted(str(p.parent.relative_to(path)) for m in MARKERS
+                       for p in path.glob(f"*/{m}"))
+        hint = (f"; it contains checkpoints, e.g. {path / inner[0]}: pass one of them"
+                if inner else "")
+        return (f"{path} is a directory but not an orbax checkpoint (none of "
+                f"{', '.join(MARKERS)} in it){hint}")
+
+    def target(self, config: Config, dtype: Any, meta: dict[str, Any] | None,
+               pure: bool = False) -> tuple[Any, Any]:
+        """(skeleton, abstract restore target) of a checkpoint we would write."""
+        skel = with_dtype(skeleton(config, self.impl, dtype), dtype)
+        model_target = self.model_target(skel, pure)
+        if not meta or meta.get("kind") != "training":
+            return skel, model_target
+        layout, step = meta.get("optimizer"), meta.get("step")
+        target = self.training_target(model_target)
+        if layout is not None:
+            target["opt_state"] = self.abstract_opt(layout, abstract_params(skel, self.impl))
+        if step is not None:
+            target["step"] = 0
+        return skel, target
+
+    def read(self, path: Path, det: Detection, given: Config | None,
+             progress: ProgressFn | None) -> Checkpoint:
+        meta = det.meta
+        config = resolve_config(path, meta, given)
+        stored = stored_tree(path)
+        pure = self.pure(stored)
+        dtype = stored_dtype(meta)
+        if dtype is None:
+            dtype = most_common(_floating_dtypes(
+                stored, _flat_abstract(self.target(config, "float32", meta, pure)[1])))
+        skel, target = self.target(config, dtype, meta, pure)
+        self._check(path, config, stored, _flat_abstract(target))
+        task = ProgressTask(progress, "reading", 1)
+        restored = restore(path, target)
+        task.advance()
+        training = bool(meta and meta.get("kind") == "training")
+        model = self.model_from(skel, restored, training, pure)
+        state = numpy_state(to_canonical(model, self.impl))
+        restore_num_batches_tracked(state, meta)
+        opt = step = None
+        if training:
+            if meta.get("optimizer") is not None:
+                opt = canonical_from_native(meta["optimizer"], restored["opt_state"], model,
+                                            self.impl, ordered=False)
+            step = int(restored["step"]) if "step" in restored else None
+        return Checkpoint(config, state, opt, step)
+
+    def _check(self, path: Path, config: Config, stored: dict[str, Any],
+               target: dict[str, Any]) -> None:
+        problems = _problems(stored, target)
+        if not problems:
+            return
+        missing = sum(p.startswith("missing") for p in problems)
+        hint = (f"\n(most keys do not match: is this a {self.label} {config.arch} checkpoint "
+                "with this config?)" if missing > len(target) // 2 else "")
+        names_differ = any(p.startswith(("missing", "unexpected")) for p in problems)
+        raise (KeyMismatchError if names_differ else ConversionError)(
+            f"{path} does not fit {config.arch} {config.to_json()}: "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
+
+    def write(self, ck: Checkpoint, data: Path) -> None:
+        model, opt = self.native(ck)
+        tree = self.model_tree(model, ck.training)
+        if ck.training:
+            if opt is not None:
+                tree["opt_state"] = opt
+            if ck.step is not None:
+                tree["step"] = int(ck.step)
+        save_orbax_tree(tree, data)
+        write_json(data / DIR_METADATA, self.metadata(ck))
+
+    def save_tree(self, tree: Any, path: Path) -> None:
+        save_orbax_tree(tree, path)
+
+    def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
+        return [(k, tuple(getattr(v, "shape", ()) or ()),
+                 np.dtype(v.dtype).name if getattr(v, "dtype", None) is not None else "scalar")
+                for k, v in stored_tree(path).items()]
+
+
+class LinenOrbax(Orbax):
+    """``linen``: the variables ``{"params", "batch_stats"}`` (a training checkpoint adds
+    ``opt_state`` and ``step`` at the top, as a Flax ``TrainState`` has them)."""
+
+    name: ClassVar[str] = "linen"
+    label: ClassVar[str] = "Linen"
+
+    def claims(self, names: list[str]) -> str | None:
+        if "params" in {n.split(".")[0] for n in names}:
+            return ("orbax checkpoint directory with a top-level 'params' collection: Linen "
+                    "variables")
+        return None
+
+    def model_target(self, skel: Any, pure: bool) -> Any:
+        return dict(skel[1])
+
+    def training_target(self, model_target: Any) -> dict[str, Any]:
+        return dict(model_target)
+
+    def model_from(self, skel: Any, restored: Any, training: bool, pure: bool) -> Any:
+        return skel[0], {k: v for k, v in restored.items() if k not in TRAINING_KEYS}
+
+    def model_tree(self, model: Any, training: bool) -> Any:
+        return dict(model[1])
+
+
+class NnxOrbax(Orbax):
+    """``nnx``: ``nnx.state(model)`` (also read as `nnx.to_pure_dict`); a training checkpoint
+    is ``{"model": state, "opt_state": ..., "step": ...}``. Any orbax tree without Linen's
+    ``params`` is taken for one."""
+
+    name: ClassVar[str] = "nnx"
+    label: ClassVar[str] = "NNX"
+
+    def claims(self, names: list[str]) -> str | None:
+        if any(n.endswith(".value") for n in names):
+            return ("orbax checkpoint directory whose leaves are NNX Variable '.value' entries: "
+                    "an nnx.state")
+        top = sorted({n.split(".")[0] for n in names})
+        return (f"orbax checkpoint directory without a 'params' collection (top-level keys "
+                f"{top[:6]}): taken as an NNX state")
+
+    def pure(self, stored: dict[str, Any]) -> bool:
+        return not any(k.endswith(".value") for k in stored)
+
+    def model_target(self, skel: Any, pure: bool) -> Any:
+        from flax import nnx
+
+        state = nnx.split(skel)[1]
+        return nnx.to_pure_dict(state) if pure else state
+
+    def training_target(self, model_target: Any) -> dict[str, Any]:
+        return {"model": model_target}
+
+    def model_from(self, skel: Any, restored: Any, training: bool, pure: bool) -> Any:
+        from flax import nnx
+
+        part = restored["model"] if training else restored
+        graphdef, abstract_state = nnx.split(skel)
+        if pure:
+            nnx.replace_by_pure_dict(abstract_state, part)
+            part = abstract_state
+        return nnx.merge(graphdef, part)
+
+    def model_tree(self, model: Any, training: bool) -> Any:
+        from flax import nnx
+
+        state = nnx.state(model)
+        return {"model": state} if training else state

@@ -1,0 +1,155 @@
+"""torch.save files (``.pt``): a PyTorch state_dict, read only with PyTorch's safe loader,
+metadata in a JSON sidecar."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from canonical.torch_arrays import numpy_to_torch
+from converters.checkpoints.base import Checkpoint, Detection, numpy_state, ordered_state
+from converters.checkpoints.configs import resolve_config
+from converters.checkpoints.format import CheckpointFormat, Entry, Probe
+from converters.checkpoints.io import (
+    CheckpointError,
+    ProgressFn,
+    ProgressTask,
+    first_line,
+)
+from converters.checkpoints.metadata import read_sidecar
+from zoo.configs import Config
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise CheckpointError("reading or writing .pt files needs PyTorch: "
+                              "pip install 'jax-model-zoo[torch]'") from e
+    return torch
+
+
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                 "uint8", "bool")
+
+
+def _check_zip(path: Path) -> None:
+    """A torch.save zip whose every member passes its CRC-32 check (torch.load checks none)
+    and claims no more bytes than the file holds; CheckpointError otherwise."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as z:
+            big = [i.filename for i in z.infolist() if i.file_size > size]
+            if big:
+                raise CheckpointError(f"{path}: zip member {big[0]!r} claims more bytes than the "
+                                      "file holds: corrupted")
+            bad = z.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+            NotImplementedError, RuntimeError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: damaged zip archive ({first_line(e)})") from e
+    if bad is not None:
+        raise CheckpointError(f"{path}: zip member {bad!r} fails its CRC-32 check: the file is "
+                              "corrupted")
+
+
+def _check_tensors(path: Path, obj: Mapping[str, Any]) -> None:
+    torch = _import_torch()
+    for k, v in obj.items():
+        if v.layout != torch.strided:
+            raise CheckpointError(f"{path}: {k!r} is a {v.layout} tensor: only dense tensors "
+                                  "are supported")
+        if v.device.type == "meta":
+            raise CheckpointError(f"{path}: {k!r} is a meta tensor (it holds no data)")
+        name = str(v.dtype).removeprefix("torch.")
+        if name not in DTYPES:
+            raise CheckpointError(f"{path}: {k!r} has dtype {name}, which the zoo does not "
+                                  f"store (supported: {', '.join(DTYPES)})")
+
+
+def load_state_dict(path: Path) -> dict[str, Any]:
+    """The tensors of a torch.save file, read only with PyTorch's safe loader (after the zip's
+    CRC checks): a state_dict, or the ``state_dict`` entry of a dict holding one."""
+    torch = _import_torch()
+    if zipfile.is_zipfile(path):
+        _check_zip(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch's message wraps the reason in advice to retry unsafely: keep only the reason
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "GLOBAL" in ln or ln.startswith("Unsupported")),
+                   "not a plain tensor pickle.")
+        raise CheckpointError(
+            f"{path}: refused by PyTorch's safe loader (torch.load(weights_only=True)): {why} "
+            "The file is corrupted or holds more than tensors (e.g. pickled objects that would "
+            "run code); this tool never loads it any other way") from e
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot read the torch.save file ({type(e).__name__}: "
+                              f"{first_line(e)}): truncated or corrupted") from e
+    if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
+        obj = obj["state_dict"]
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state_dict")
+    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"{path}: not a state_dict of tensors: entries {bad[:10]} are not "
+                              "name -> tensor")
+    _check_tensors(path, obj)
+    return dict(obj)
+
+
+class TorchPickle(CheckpointFormat):
+    """``torch`` as ``.pt``: ``torch.save(state_dict)``, a zip archive or a legacy pickle."""
+
+    name: ClassVar[str] = "torch"
+    variant: ClassVar[str] = "pt"
+    suffixes: ClassVar[tuple[str, ...]] = (".pt", ".pth", ".bin")
+    sidecar: ClassVar[bool] = True
+
+    def detect(self, probe: Probe) -> Detection | None:
+        head = probe.head
+        if head.startswith(b"PK\x03\x04"):
+            reason = "zip archive: a torch.save file"
+        elif head[:1] == b"\x80":
+            reason = "pickle stream: a legacy torch.save file"
+        else:
+            return None
+        meta, note = read_sidecar(probe.path, probe.size)
+        return self.detection(reason, meta, note)
+
+    def rejection(self, probe: Probe) -> str:
+        return "not a torch.save zip or pickle"
+
+    def damaged(self, probe: Probe) -> str:
+        return (f"{probe.path}: not a torch.save file (neither a zip archive nor a pickle "
+                "stream): corrupted")
+
+    def read(self, path: Path, det: Detection, given: Config | None,
+             progress: ProgressFn | None) -> Checkpoint:
+        task = ProgressTask(progress, "reading", 1)
+        state = numpy_state(load_state_dict(path))
+        task.advance()
+        config = resolve_config(path, det.meta, given, list(state))
+        return Checkpoint(config, state)
+
+    def refuse(self, ck: Checkpoint) -> None:
+        if ck.training:
+            raise CheckpointError(
+                "the torch format holds a model state_dict only, but this checkpoint has "
+                "optimizer state / a step: pass --model-only (model_only=True) to drop them, or "
+                "use another format")
+
+    def write(self, ck: Checkpoint, data: Path) -> None:
+        torch = _import_torch()
+        torch.save(OrderedDict((k, numpy_to_torch(v)) for k, v in ordered_state(ck).items()),
+                   data)
+
+    def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
+        return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch."))
+                for k, v in load_state_dict(path).items()]
