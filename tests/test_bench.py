@@ -324,7 +324,7 @@ def test_method_reaches_models():
     spec = build_config(cfg.arch, cfg.model_config, cfg.method)
     assert spec.method == "phase"
     module, _ = build_models(spec, ("linen",))["linen"]
-    assert isinstance(module, LinenConvT) and module.spec.method == "phase"
+    assert isinstance(module, LinenConvT) and module.config.method == "phase"
     assert resolve_calls("all", ("nnx",))["nnx"][0] == "nnx_jit"
     assert resolve_calls("default", ("eqx", "torch")) == {"eqx": ["fast"], "torch": ["eager"]}
 

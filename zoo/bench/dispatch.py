@@ -35,7 +35,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import equinox as eqx
 import flax.linen as nn
@@ -54,6 +55,7 @@ from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, summarize
 from zoo.libraries import library
+from zoo.registry import Architecture
 
 WORKLOADS: dict[str, str] = {
     "identity": "identity, batch 1",
@@ -72,56 +74,65 @@ N_STATIC = 10_000
 FEATURES = 16
 
 
+@dataclass(frozen=True)
+class IdentityConfig:
+    """The identity workloads' model: `x * scale` on FEATURES inputs, carrying `table`."""
+
+    table: tuple[int, ...] = ()
+    arch: ClassVar[str] = "identity"
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (FEATURES,)
+
+    @classmethod
+    def tiny(cls) -> IdentityConfig:
+        return cls()
+
+
 class EqxIdentity(eqx.Module):
     """`x * scale`; `table` is a plain field (Equinox sees its ints as leaves)."""
 
     scale: jax.Array
     table: tuple
+    config: IdentityConfig = eqx.field(static=True)
+
+    def __init__(self, config: IdentityConfig, *, key: Any = None, dtype: Any = None) -> None:
+        self.config, self.table = IdentityConfig(), config.table  # the ints stay leaves
+        self.scale = jnp.ones((), dtype)
 
     def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
         return x * self.scale
 
 
 class LinenIdentity(nn.Module):
-    table: tuple = ()
+    config: IdentityConfig
+    param_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        return x * self.param("scale", nn.initializers.ones, ())
+        return x * self.param("scale", nn.initializers.ones, (), self.param_dtype)
 
 
 class NNXIdentity(nnx.Module):
-    def __init__(self, table: tuple = ()) -> None:
-        self.scale = nnx.Param(jnp.ones(()))
-        self.table = table
+    def __init__(self, config: IdentityConfig, *, rngs: Any = None,
+                 param_dtype: Any = jnp.float32) -> None:
+        self.config, self.table = config, config.table
+        self.scale = nnx.Param(jnp.ones((), param_dtype))
 
     def __call__(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
         return x * self.scale[...]
 
 
-def _torch_identity(table: tuple) -> Any:
-    import torch
-
-    class TorchIdentity(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.scale = torch.nn.Parameter(torch.ones(()))
-            self.table = table
-
-        def forward(self, x: Any) -> Any:
-            return x * self.scale
-
-    return TorchIdentity()
+# The identity in every library, built by each library's own initialisation (scale = 1).
+IDENTITY = Architecture(IdentityConfig, dict(eqx=EqxIdentity, linen=LinenIdentity,
+                                             nnx=NNXIdentity,
+                                             torch="zoo.bench.dispatch_torch:TorchIdentity"))
 
 
 def _identity(impl: str, table: tuple) -> Any:
-    if impl == "eqx":
-        return EqxIdentity(jnp.ones(()), table)
-    if impl == "linen":
-        return LinenIdentity(table), {"params": {"scale": jnp.ones(())}}
-    if impl == "nnx":
-        return NNXIdentity(table)
-    return _torch_identity(table)
+    return library(impl).native_init(IDENTITY.model_class(impl), IdentityConfig(table),
+                                     jax.random.key(0), "float32")
 
 
 def _train_floor(mlp: Any, leaves: list[jax.Array], task: Task) -> Prepared:

@@ -21,16 +21,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from canonical import KINDS, Layer
-from canonical.torch_arrays import numpy_to_torch
+import canonical
 from zoo.bench.spec import BenchSpec, MatrixRun, register
 from zoo.configs import Overrides
 from zoo.layers.conv_transpose import output_shape, torch_padding
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.libraries import library
-
-LAYER = Layer("convt", "conv_transpose")
+from zoo.registry import Architecture
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,11 @@ class ConvTSpec:
     method: str = "auto"
     arch = "convt"
     LOSS = "mse"
+
+    @classmethod
+    def tiny(cls) -> ConvTSpec:
+        """A small layer (what the model contract checks the classes with)."""
+        return cls(in_channels=2, out_channels=2, spatial=(3, 3, 3))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spatial", tuple(self.spatial))
@@ -97,17 +101,37 @@ def canonical_state(spec: ConvTSpec, seed: int = 0, dtype: Any = "float32") -> d
             "convt.bias": b.astype(np.float32).astype(dt)}
 
 
-class LinenConvT(nn.Module):
-    """The Linen layer wrapped so that it takes `train=` like every zoo Linen model."""
+class EqxConvT(eqx.Module):
+    """The layer as an Equinox model (per-sample, channels-first)."""
 
-    spec: ConvTSpec
+    convt: Any
+    config: ConvTSpec = eqx.field(static=True)
+
+    def __init__(self, config: ConvTSpec, *, key: jax.Array, dtype: Any = None) -> None:
+        from zoo.layers.eqx import ConvTranspose
+
+        s = config
+        self.config = config
+        self.convt = ConvTranspose(3, s.in_channels, s.out_channels, (s.kernel_size,) * 3,
+                                   stride=s.stride, padding=s.padding,
+                                   output_padding=s.output_padding, dilation=s.dilation,
+                                   method=s.method, dtype=dtype, key=key)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.convt(x)
+
+
+class LinenConvT(nn.Module):
+    """The layer as a Linen model (batched, channels-last)."""
+
+    config: ConvTSpec
     param_dtype: str = "float32"
 
     @nn.compact
-    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array) -> jax.Array:
         from zoo.layers.linen import ConvTranspose
 
-        s = self.spec
+        s = self.config
         return ConvTranspose(
             s.out_channels, (s.kernel_size,) * 3, strides=(s.stride,) * 3,
             padding=s.flax_padding, kernel_dilation=(s.dilation,) * 3, method=s.method,
@@ -115,51 +139,38 @@ class LinenConvT(nn.Module):
         )(x)
 
 
-def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
-    """The layer in library `impl` ("eqx", "linen", "nnx", "torch") holding `state`."""
-    canon = {k.removeprefix("convt."): v for k, v in state.items()}
-    dtype = jnp.dtype(canon["weight"].dtype)
-    s = spec
-    if impl == "torch":
-        import torch
+class NnxConvT(nnx.Module):
+    """The layer as an NNX model (batched, channels-last)."""
 
-
-        layer = torch.nn.ConvTranspose3d(
-            s.in_channels, s.out_channels, s.kernel_size, stride=s.stride, padding=s.padding,
-            output_padding=s.output_padding, dilation=s.dilation)
-        layer = layer.to(getattr(torch, dtype.name))
-        layer.load_state_dict({k: numpy_to_torch(v) for k, v in canon.items()})
-        return layer
-    native = KINDS["conv_transpose"].convert(
-        library(impl).family, {k: jnp.asarray(v) for k, v in canon.items()}, LAYER, to="native")
-    if impl == "eqx":
-        from zoo.layers.eqx import ConvTranspose
-
-        layer = ConvTranspose(3, s.in_channels, s.out_channels, (s.kernel_size,) * 3,
-                              stride=s.stride, padding=s.padding, output_padding=s.output_padding,
-                              dilation=s.dilation, method=s.method, dtype=dtype,
-                              key=jax.random.key(0))
-        return eqx.tree_at(lambda m: (m.weight, m.bias), layer, (native["weight"],
-                                                                 native["bias"]))
-    if impl == "linen":
-        return LinenConvT(s, param_dtype=dtype.name), {"params": {"convt": native}}
-    if impl == "nnx":
-        from flax import nnx
-
+    def __init__(self, config: ConvTSpec, *, rngs: nnx.Rngs,
+                 param_dtype: Any = jnp.float32) -> None:
         from zoo.layers.nnx import ConvTranspose
 
-        layer = nnx.eval_shape(lambda: ConvTranspose(
+        s = config
+        self.config = config
+        self.convt = ConvTranspose(
             s.in_channels, s.out_channels, (s.kernel_size,) * 3, (s.stride,) * 3,
             padding=s.flax_padding, kernel_dilation=(s.dilation,) * 3, method=s.method,
-            param_dtype=dtype, rngs=nnx.Rngs(0)))
-        for name in ("kernel", "bias"):
-            var = getattr(layer, name)
-            if hasattr(var, "set_value"):  # flax >= 0.12; `.value =` is deprecated there
-                var.set_value(native[name])
-            else:
-                var.value = native[name]
-        return layer
-    raise ValueError(f"unknown implementation {impl!r}")
+            param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.convt(x)
+
+
+# Its classes, checked against each library's model contract on first use like a registered
+# architecture's (not registered: it is a benchmark subject, not a model of the zoo).
+LAYER = Architecture(ConvTSpec, dict(eqx=EqxConvT, linen=LinenConvT, nnx=NnxConvT,
+                                     torch=".convt_torch:TorchConvT"))  # torch imported on use
+
+
+def build(spec: ConvTSpec, impl: str, state: dict[str, Any]) -> Any:
+    """The layer in library `impl` holding the canonical `state`: the library's skeleton of
+    its class, written by the canonical layer rules, as `zoo.create` builds models."""
+    lib = library(impl)
+    dtype = jnp.dtype(next(iter(state.values())).dtype)
+    skeleton = lib.skeleton(LAYER.model_class(impl), spec, dtype)
+    return canonical.write(skeleton, state, impl, example=lib.abstract_input(spec),
+                           flatten_shape=None)
 
 
 class ConvTSubjects:
