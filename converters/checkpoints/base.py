@@ -48,7 +48,8 @@ class Checkpoint:
 
     `state` is the canonical model state (numpy arrays, dtypes as stored); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
-    for a model-only checkpoint.
+    for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
+    renamed a foreign layout's keys on reading ("" when none was needed).
     """
 
     config: Config
@@ -56,6 +57,7 @@ class Checkpoint:
     optimizer: CanonicalOptState | None = None
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
+    layout: str = field(default="", compare=False)  # the foreign layout adapter read through
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
-from converters.checkpoints.base import Checkpoint
+from converters import adapters
+from converters.checkpoints.base import Checkpoint, ordered_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect
@@ -15,7 +17,7 @@ from converters.checkpoints.format import for_detection, for_writing, foreign_su
 from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
 from converters.checkpoints.metadata import check_version, write_json
 from converters.checkpoints.staging import digest
-from converters.core import ConversionError
+from converters.core import ConversionError, canonical_spec
 
 
 class DestinationWarning(UserWarning):
@@ -35,6 +37,10 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     det = detect(path)
     check_version(path, det.meta)
     ck = for_detection(det).read(path, det, parse_config(arch, config), progress)
+    try:
+        ck = adapted(ck)
+    except ConversionError as e:
+        raise type(e)(f"{path}: {e}") from e
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -44,6 +50,21 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
         ck.validate()
     except ConversionError as e:
         raise type(e)(f"{path}: {e}") from e
+    return ck
+
+
+def adapted(ck: Checkpoint) -> Checkpoint:
+    """`ck` with a foreign layout's keys renamed to the canonical ones, by the adapter whose
+    rules cover them (`converters.adapters.find`); `ck` itself when its keys are canonical
+    or no adapter fits."""
+    if set(ck.state) == set(canonical_spec(ck.config)):
+        return ck
+    adapter = adapters.find(ck.state, ck.config.arch)
+    if adapter is None:
+        return ck
+    ck = dataclasses.replace(ck, state=adapter.to_zoo(ck.state), layout=adapter.name,
+                             _validated=None)
+    ck.state = ordered_state(ck)
     return ck
 
 

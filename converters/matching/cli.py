@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from converters import adapters
 from converters.checkpoints import Report
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.io import CheckpointError, UsageError
@@ -24,6 +25,13 @@ def describe(console: Console, ck: Any) -> None:
     kind = (f"training checkpoint (step {ck.step}, optimizer state "
             f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
     console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+    if ck.layout:
+        layout = adapters.get(ck.layout)
+        console.print(f"  layout: {layout.description} ({layout.name}), keys renamed and fused "
+                      "by its declared rules", markup=False)
+        console.print(f"  checked: the layout (every key and shape fits {ck.config.arch}; "
+                      "evidence: name, shape); not checked: the outputs against the source "
+                      "model (only a file was given)", markup=False)
 
 
 def print_mapping(console: Console, res: Result, show: bool) -> None:

@@ -6,14 +6,15 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
+from converters.checkpoints.formats.hub import HubFolder
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.orbax import LinenOrbax, NnxOrbax
 from converters.checkpoints.formats.safetensors import CanonicalSafetensors, TorchSafetensors
 from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
-             TorchSafetensors()):
+             TorchSafetensors(), HubFolder()):
     register(_fmt)
 
-__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "LinenOrbax", "NativeFormat", "NnxOrbax",
-           "TorchPickle", "TorchSafetensors"]
+__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "HubFolder", "LinenOrbax", "NativeFormat",
+           "NnxOrbax", "TorchPickle", "TorchSafetensors"]

@@ -1,0 +1,193 @@
+"""HF transformers ViT as its users have it: a `save_pretrained` hub folder, a bare state dict
+in the files' layout and in transformers 5's module names, both directions, each compared with the
+`transformers` model itself; the refusals name q/k/v, the embeddings and the classifier."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import chex  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import converters  # noqa: E402
+from converters import adapters  # noqa: E402
+from converters.__main__ import main  # noqa: E402
+from converters.matching.verify import forward, max_difference, random_input, tolerance  # noqa: E402
+
+SIZES = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 16, "image_size": 8, "patch_size": 4, "num_labels": 5}
+# the files' names of the blocks' layers (`save_pretrained` writes them; an independent
+# statement of that layout against transformers 5's module names)
+FILE_NAMES = (("vit.layers.", "vit.encoder.layer."),
+              ("attention.q_proj", "attention.attention.query"),
+              ("attention.k_proj", "attention.attention.key"),
+              ("attention.v_proj", "attention.attention.value"),
+              ("attention.o_proj", "attention.output.dense"), ("mlp.fc1", "intermediate.dense"),
+              ("mlp.fc2", "output.dense"))
+
+
+def hf_model(cls=None, **overrides):
+    """A random HF ViT, every parameter perturbed (HF starts LayerNorms and biases at
+    constants), in eval mode."""
+    cls = cls or transformers.ViTForImageClassification
+    torch.manual_seed(0)
+    model = cls(transformers.ViTConfig(**{**SIZES, **overrides})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_forward(model, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(pixel_values=torch.from_numpy(x)).logits.double().numpy()
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = main([*map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_hub_folder_converts_without_arch_and_reproduces_transformers(tmp_path, capsys):
+    model = hf_model(layer_norm_eps=1e-5)
+    model.save_pretrained(tmp_path / "hf")
+    dst = tmp_path / "vit.safetensors"
+    code, out, err = cli(capsys, "convert", tmp_path / "hf", dst, "--to", "canonical")
+    assert code == 0, err
+    assert "detected format: hub (config.json of the hf-vit family" in out
+    assert "layout: HF transformers ViT (hf-vit), keys renamed and fused" in out
+    assert ("checked: the layout (every key and shape fits vit; evidence: name, shape); not "
+            "checked: the outputs against the source model (only a file was given)") in out
+    assert "verified" not in out
+    ck = converters.load(dst)
+    assert ck.config.norm_eps == 1e-5 and ck.config.mlp_ratio == 2.0
+    x = random_input(ck.config.input_shape)
+    reference = hf_forward(model, x)
+    for impl in ("torch", "linen", "eqx", "nnx"):
+        out = forward(converters.load(dst, impl), impl, x)
+        assert max_difference(reference, out) <= tolerance(), impl
+
+
+def test_default_epsilon_is_transformers_1e_12(tmp_path):
+    hf_model().save_pretrained(tmp_path / "hf")
+    assert converters.load(tmp_path / "hf").config.norm_eps == 1e-12
+
+
+@pytest.mark.parametrize("file_names", [False, True], ids=["modules", "file_names"])
+def test_bare_state_dict_in_either_layout(tmp_path, capsys, file_names):
+    model = hf_model()
+    sd = model.state_dict()
+    for old, new in FILE_NAMES if file_names else ():
+        sd = {k.replace(old, new): v for k, v in sd.items()}
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    config = {"width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0, "image_size": [8, 8],
+              "patch_size": 4, "num_classes": 5, "norm_eps": 1e-12}
+    dst = tmp_path / "vit.pt"
+    code, out, err = cli(capsys, "convert", tmp_path / "pytorch_model.bin", dst, "--to", "torch",
+                         "--arch", "vit", "--config", json.dumps(config))
+    assert code == 0, err
+    assert f"({'hf-vit' if file_names else 'hf-vit-modules'})" in out
+    x = random_input((3, 8, 8))
+    out = forward(converters.load(dst, "torch"), "torch", x)
+    assert max_difference(hf_forward(model, x), out) <= tolerance()
+
+
+def test_zoo_vit_written_as_a_hub_folder_loads_strictly_into_transformers(tmp_path, capsys):
+    import zoo
+
+    config = zoo.make_config("vit", **{**zoo.make_config("vit").TINY, "norm_eps": 1e-12})
+    native = zoo.create(config, "torch", seed=3)
+    converters.save(native, tmp_path / "zoo.safetensors", "canonical")
+    code, _, err = cli(capsys, "convert", tmp_path / "zoo.safetensors", tmp_path / "hf",
+                       "--to", "hub")
+    assert code == 0, err
+    model, info = transformers.ViTForImageClassification.from_pretrained(
+        tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or misshaped key
+    x = random_input(config.input_shape)
+    reference = forward(native, "torch", x)
+    assert max_difference(reference, hf_forward(model.eval(), x)) <= tolerance()
+    state = converters.load(tmp_path / "zoo.safetensors").state
+    modules = adapters.get("hf-vit-modules").from_zoo(state)
+    model = transformers.ViTForImageClassification(model.config).eval()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in modules.items()}, strict=True)
+    assert max_difference(reference, hf_forward(model, x)) <= tolerance()
+    back = converters.load(tmp_path / "hf")  # and the folder reads back as the same state
+    chex.assert_trees_all_equal(back.state, converters.load(tmp_path / "zoo.safetensors").state)
+
+
+def test_a_training_checkpoint_is_refused_as_a_hub_folder(tmp_path, capsys):
+    import optax
+
+    import zoo
+
+    native = zoo.create("vit", "linen", seed=0, **zoo.make_config("vit").TINY)
+    opt = optax.sgd(0.1).init(zoo.interface("linen").split(native)[1])
+    converters.save(native, tmp_path / "t.safetensors", "canonical", opt_state=opt, step=3)
+    code, _, err = cli(capsys, "convert", tmp_path / "t.safetensors", tmp_path / "hf", "--to",
+                       "hub")
+    assert code == 1
+    assert err.strip() == "error: a hub folder holds model weights only: pass --model-only"
+
+
+def _hub_folder_with(tmp_path, drop: str = "", cls=None, **config_json) -> str:
+    model = hf_model(cls)
+    model.save_pretrained(tmp_path / "hf")
+    sd = load_file(tmp_path / "hf" / "model.safetensors")
+    save_file({k: v for k, v in sd.items() if not (drop and drop in k)},
+              tmp_path / "hf" / "model.safetensors")
+    if config_json:
+        path = tmp_path / "hf" / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config_json}))
+    return str(tmp_path / "hf")
+
+
+@pytest.mark.parametrize(("drop", "named"), [
+    ("layer.1.attention.attention.value.weight",
+     "query, key and value are stored apart and "
+     "'vit.encoder.layer.1.attention.attention.value.weight' is missing"),
+    ("embeddings.position_embeddings",
+     "no position embeddings (vit.embeddings.position_embeddings) in the checkpoint"),
+    ("embeddings.cls_token", "no class token (vit.embeddings.cls_token) in the checkpoint"),
+])
+def test_refusals_name_qkv_and_embeddings(tmp_path, capsys, drop, named):
+    src = _hub_folder_with(tmp_path, drop)
+    capsys.readouterr()  # save_pretrained's progress bar
+    code, _, err = cli(capsys, "convert", src, tmp_path / "out.safetensors", "--to", "canonical")
+    assert code == 1
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert f"HF transformers ViT: {named}" in err
+
+
+def test_a_vit_model_without_classifier_is_refused_naming_it(tmp_path, capsys):
+    src = _hub_folder_with(tmp_path, cls=transformers.ViTModel)
+    code, _, err = cli(capsys, "convert", src, tmp_path / "out.safetensors", "--to", "canonical")
+    assert code == 1
+    assert "no classifier (a ViTModel has no head: save the ViTForImageClassification)" in err
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("use_mask_token", True, "HF ViT config field(s) use_mask_token have no counterpart"),
+    ("hidden_act", "relu", "hidden_act 'relu': the zoo's ViT uses exact GELU ('gelu') only"),
+])
+def test_config_json_fields_without_counterpart_are_refused_by_name(tmp_path, capsys, field,
+                                                                    value, named):
+    src = _hub_folder_with(tmp_path, **{field: value})
+    code, _, err = cli(capsys, "convert", src, tmp_path / "out.safetensors", "--to", "canonical")
+    assert code == 1
+    assert named in err and "config.json" in err
+
+
+def test_detection_is_by_content():
+    keys = list(hf_model().state_dict())
+    assert adapters.find(keys).name == "hf-vit-modules"
+    assert adapters.find(keys, arch="resnet") is None
+    zoo_keys = adapters.get("hf-vit-modules").to_zoo(dict.fromkeys(keys, np.zeros(3)))
+    assert adapters.find(zoo_keys) is None  # the zoo's own names need no adapter
