@@ -1,6 +1,6 @@
 """Command line: convert and inspect checkpoints of Equinox, Linen, NNX and PyTorch.
 
-    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch} [--force]
+    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,hub} [--force]
         [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
         [--progress | --no-progress]

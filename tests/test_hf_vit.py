@@ -75,9 +75,14 @@ def test_hub_folder_converts_without_arch_and_reproduces_transformers(tmp_path, 
         assert max_difference(reference, out) <= tolerance(), impl
 
 
-def test_default_epsilon_is_transformers_1e_12(tmp_path):
+def test_default_epsilon_is_transformers_1e_12_and_inspect_reads_the_folder(tmp_path, capsys):
     hf_model().save_pretrained(tmp_path / "hf")
     assert converters.load(tmp_path / "hf").config.norm_eps == 1e-12
+    capsys.readouterr()
+    code, out, err = cli(capsys, "inspect", tmp_path / "hf")
+    assert code == 0, err
+    assert "architecture: vit" in out and '"norm_eps": 1e-12' in out
+    assert "loads into the zoo: yes" in out
 
 
 @pytest.mark.parametrize("file_names", [False, True], ids=["modules", "file_names"])

@@ -40,7 +40,8 @@ from converters.checkpoints.inspect import Report, disk_size, inspect_checkpoint
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import DestinationWarning, read, write
 
-FORMATS: tuple[str, ...] = format_names()  # the built-in formats; `format_names()` is live
+# the built-in formats that hold any checkpoint (not `hub`); `format_names()` is live
+FORMATS: tuple[str, ...] = format_names(holding_any=True)
 
 __all__ = [
     "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "CheckpointFormat",

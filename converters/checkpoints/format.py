@@ -60,6 +60,8 @@ class CheckpointFormat(ABC):
     sidecar: ClassVar[bool] = False  # metadata in `<file>.json` beside the data
     keeps_batch_counts: ClassVar[bool] = True  # stores BatchNorm's num_batches_tracked itself
     priority: ClassVar[int] = 0  # tried first when higher (a validated header before a magic)
+    holds_any: ClassVar[bool] = True  # any architecture and training state (a hub folder: not)
+    carries_config: ClassVar[bool] = False  # its own files give the config (a hub config.json)
 
     @abstractmethod
     def detect(self, probe: Probe) -> Detection | None:
@@ -119,9 +121,10 @@ def registered() -> tuple[CheckpointFormat, ...]:
     return tuple(sorted(_REGISTRY, key=lambda f: -f.priority))
 
 
-def format_names() -> tuple[str, ...]:
-    """The names ``--to`` accepts, in registration order."""
-    return tuple(dict.fromkeys(f.name for f in _REGISTRY))
+def format_names(*, holding_any: bool = False) -> tuple[str, ...]:
+    """The names ``--to`` accepts, in registration order (`holding_any`: only the formats that
+    hold every architecture and training state)."""
+    return tuple(dict.fromkeys(f.name for f in _REGISTRY if f.holds_any or not holding_any))
 
 
 def for_detection(det: Detection) -> CheckpointFormat:

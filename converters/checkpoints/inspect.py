@@ -59,7 +59,7 @@ def inspect_checkpoint(path: str | os.PathLike, *, arch: str | None = None,
     except CheckpointError as e:
         if det.meta and det.meta.get("config") is not None:  # stored, and invalid or contradicted
             report.loads, report.problem = False, str(e)
-    if report.config is not None and report.loads is None:
+    if (report.config is not None or fmt.carries_config) and report.loads is None:
         try:
             report.checkpoint = read(path, arch=arch, config=config)
         except (ConversionError, CheckpointError, ConfigError) as e:

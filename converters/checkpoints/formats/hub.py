@@ -39,6 +39,8 @@ class HubFolder(CheckpointFormat):
 
     name: ClassVar[str] = "hub"
     directory: ClassVar[bool] = True
+    holds_any: ClassVar[bool] = False  # the families with a hub reader, model weights only
+    carries_config: ClassVar[bool] = True
 
     def _raw(self, probe: Probe) -> tuple[dict[str, Any] | None, str]:
         return probe.fact("hub", _hub_json)
