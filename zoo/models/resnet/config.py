@@ -13,6 +13,14 @@ STEM: dict[str, tuple[int, int, int, bool]] = {  # conv1 kernel, stride, padding
 POOL: tuple[int, int, int] = (3, 2, 1)  # the ImageNet stem's max-pool: kernel, stride, padding
 
 
+def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """(before, after) padding of Flax/TensorFlow SAME (timm's `pad_type='same'`): the output
+    has ceil(size / stride) positions, the odd one of the total goes after (at stride 2 and
+    an even size, a 3x3 kernel pads (0, 1) where PyTorch's padding=1 pads (1, 1))."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
 @dataclass(frozen=True)
 class BlockSpec:
     """One residual block: input channels, planes (output = planes x expansion), stride of its
@@ -36,6 +44,10 @@ class ResNetConfig(Config):
     ResNets are Bottleneck ResNets whose 3x3 conv has `groups` groups of `width_per_group`
     channels at 64 planes (torchvision's `int(planes * width_per_group / 64) * groups`).
     BatchNorm momentum in the Flax convention (`bn_momentum` = 1 - PyTorch's 0.1).
+    `padding`: "torch" (torchvision's symmetric padding, k // 2 on each side) or "same" (the
+    official Flax ImageNet example's ResNet: the blocks' convs and the stem's max-pool pad as
+    Flax's SAME, `same_pads`; its stem conv keeps the explicit (3, 3) it is written with). The
+    weights are the same either way; the outputs differ at even sizes.
     """
 
     arch: ClassVar[str] = "resnet"
@@ -74,6 +86,7 @@ class ResNetConfig(Config):
     num_classes: int = 1000
     bn_momentum: float = 0.9  # Flax convention: weight of the old running value.
     bn_eps: float = 1e-5
+    padding: Literal["torch", "same"] = "torch"
 
     def validate(self) -> None:
         if not 1 <= len(self.layers) <= 4 or len(self.widths) != len(self.layers):
@@ -111,6 +124,20 @@ class ResNetConfig(Config):
         """conv1's kernel, stride and padding."""
         k, s, p, _ = STEM[self.stem]
         return k, s, p
+
+    def conv_padding(self, padding: int) -> int | str:
+        """A conv's padding: torchvision's `padding` on both sides, or "SAME"."""
+        return "SAME" if self.padding == "same" else padding
+
+    @property
+    def pool_padding(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The stem max-pool's (before, after) padding per spatial axis."""
+        k, s, p = POOL
+        if self.padding != "same":
+            return ((p, p), (p, p))
+        kernel, stride, pad = self.stem_conv
+        h, w = ((n + 2 * pad - kernel) // stride + 1 for n in self.input_size)  # conv1's output
+        return (same_pads(h, k, s), same_pads(w, k, s))
 
     @property
     def stem_pool(self) -> bool:

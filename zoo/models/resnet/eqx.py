@@ -20,7 +20,7 @@ from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 State = eqx.nn.State
 
 
-def _conv(cin: int, cout: int, k: int, stride: int, padding: int, key: PRNGKeyArray,
+def _conv(cin: int, cout: int, k: int, stride: int, padding: int | str, key: PRNGKeyArray,
           dtype, groups: int = 1) -> eqx.nn.Conv2d:
     return eqx.nn.Conv2d(cin, cout, (k, k), stride=stride, padding=padding, use_bias=False,
                          groups=groups, key=key, dtype=dtype)
@@ -33,7 +33,8 @@ def _bn(config: ResNetConfig, channels: int, dtype) -> BatchNorm:
 def _shortcut(config: ResNetConfig, spec: BlockSpec, key: PRNGKeyArray,
               dtype) -> tuple[eqx.nn.Conv2d, BatchNorm] | None:
     out = spec.planes * config.expansion
-    return ((_conv(spec.in_channels, out, 1, spec.stride, 0, key, dtype), _bn(config, out, dtype))
+    return ((_conv(spec.in_channels, out, 1, spec.stride, config.conv_padding(0), key, dtype),
+             _bn(config, out, dtype))
             if spec.downsample else None)
 
 
@@ -58,9 +59,9 @@ class BasicBlock(eqx.Module):
                  dtype) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
         p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, 1, k1, dtype)
+        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), k1, dtype)
         self.bn1 = _bn(config, p, dtype)
-        self.conv2 = _conv(p, p, 3, 1, 1, k2, dtype)
+        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), k2, dtype)
         self.bn2 = _bn(config, p, dtype)
         self.downsample = _shortcut(config, spec, k3, dtype)
 
@@ -87,11 +88,12 @@ class Bottleneck(eqx.Module):
                  dtype) -> None:
         k1, k2, k3, k4 = jax.random.split(key, 4)
         w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, 0, k1, dtype)
+        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), k1, dtype)
         self.bn1 = _bn(config, w, dtype)
-        self.conv2 = _conv(w, w, 3, spec.stride, 1, k2, dtype, config.groups)
+        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), k2, dtype,
+                           config.groups)
         self.bn2 = _bn(config, w, dtype)
-        self.conv3 = _conv(w, out, 1, 1, 0, k3, dtype)
+        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), k3, dtype)
         self.bn3 = _bn(config, out, dtype)
         self.downsample = _shortcut(config, spec, k4, dtype)
 
@@ -128,7 +130,8 @@ class ResNet(eqx.Module):
         k, s, p = config.stem_conv
         self.conv1 = _conv(config.in_channels, config.stem_width, k, s, p, k_stem, dt)
         self.bn1 = _bn(config, config.stem_width, dt)
-        self.maxpool = eqx.nn.MaxPool2d(*POOL) if config.stem_pool else None
+        self.maxpool = (eqx.nn.MaxPool2d(POOL[0], POOL[1], padding=config.pool_padding)
+                        if config.stem_pool else None)
         for i in range(4):
             blocks = stages[i] if i < len(stages) else ()
             keys = jax.random.split(k_stages[i], len(blocks)) if blocks else ()

@@ -14,9 +14,10 @@ from zoo.models.common import dtype_of
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
-def _conv(features: int, k: int, stride: int, padding: int, dtype, groups: int = 1) -> nn.Conv:
-    return nn.Conv(features, (k, k), strides=(stride, stride),
-                   padding=((padding, padding), (padding, padding)), use_bias=False,
+def _conv(features: int, k: int, stride: int, padding: int | str, dtype,
+          groups: int = 1) -> nn.Conv:
+    pads = padding if isinstance(padding, str) else ((padding, padding), (padding, padding))
+    return nn.Conv(features, (k, k), strides=(stride, stride), padding=pads, use_bias=False,
                    feature_group_count=groups, param_dtype=dtype)
 
 
@@ -26,7 +27,8 @@ def _bn(config: ResNetConfig, dtype) -> nn.BatchNorm:
 
 
 def _shortcut(config: ResNetConfig, spec: BlockSpec, dtype) -> list[nn.Module] | None:
-    return ([_conv(spec.planes * config.expansion, 1, spec.stride, 0, dtype), _bn(config, dtype)]
+    return ([_conv(spec.planes * config.expansion, 1, spec.stride, config.conv_padding(0), dtype),
+             _bn(config, dtype)]
             if spec.downsample else None)
 
 
@@ -46,9 +48,9 @@ class BasicBlock(nn.Module):
 
     def setup(self) -> None:
         cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.planes, 3, spec.stride, 1, dt)
+        self.conv1 = _conv(spec.planes, 3, spec.stride, cfg.conv_padding(1), dt)
         self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.planes, 3, 1, 1, dt)
+        self.conv2 = _conv(spec.planes, 3, 1, cfg.conv_padding(1), dt)
         self.bn2 = _bn(cfg, dt)
         self.downsample = _shortcut(cfg, spec, dt)
 
@@ -69,11 +71,11 @@ class Bottleneck(nn.Module):
 
     def setup(self) -> None:
         cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.width, 1, 1, 0, dt)
+        self.conv1 = _conv(spec.width, 1, 1, cfg.conv_padding(0), dt)
         self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.width, 3, spec.stride, 1, dt, cfg.groups)
+        self.conv2 = _conv(spec.width, 3, spec.stride, cfg.conv_padding(1), dt, cfg.groups)
         self.bn2 = _bn(cfg, dt)
-        self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, 0, dt)
+        self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, cfg.conv_padding(0), dt)
         self.bn3 = _bn(cfg, dt)
         self.downsample = _shortcut(cfg, spec, dt)
 
@@ -94,7 +96,7 @@ class ResNet(nn.Module):
 
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
-        self.conv1 = _conv(cfg.stem_width, *cfg.stem_conv, dt)
+        self.conv1 = _conv(cfg.stem_width, *cfg.stem_conv, dt)  # explicit in both paddings
         self.bn1 = _bn(cfg, dt)
         for i, blocks in enumerate(cfg.stages()):
             setattr(self, f"layer{i + 1}", [BLOCKS[cfg.block](cfg, spec, self.param_dtype)
@@ -105,8 +107,8 @@ class ResNet(nn.Module):
         self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
         if self.config.stem_pool:
-            k, s, p = POOL
-            x = nn.max_pool(x, (k, k), strides=(s, s), padding=((p, p), (p, p)))
+            k, s, _ = POOL
+            x = nn.max_pool(x, (k, k), strides=(s, s), padding=self.config.pool_padding)
         for i in range(len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)

@@ -14,10 +14,10 @@ from zoo.models.common import dtype_of
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
-def _conv(cin: int, cout: int, k: int, stride: int, padding: int, dtype,
+def _conv(cin: int, cout: int, k: int, stride: int, padding: int | str, dtype,
           rngs: nnx.Rngs, groups: int = 1) -> nnx.Conv:
-    return nnx.Conv(cin, cout, (k, k), strides=(stride, stride),
-                    padding=((padding, padding), (padding, padding)), use_bias=False,
+    pads = padding if isinstance(padding, str) else ((padding, padding), (padding, padding))
+    return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=pads, use_bias=False,
                     feature_group_count=groups, param_dtype=dtype, rngs=rngs)
 
 
@@ -28,7 +28,8 @@ def _bn(config: ResNetConfig, channels: int, dtype, rngs: nnx.Rngs) -> nnx.Batch
 
 def _shortcut(config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> nnx.List | None:
     out = spec.planes * config.expansion
-    return nnx.List([_conv(spec.in_channels, out, 1, spec.stride, 0, dtype, rngs),
+    return nnx.List([_conv(spec.in_channels, out, 1, spec.stride, config.conv_padding(0), dtype,
+                           rngs),
                      _bn(config, out, dtype, rngs)]) if spec.downsample else None
 
 
@@ -44,9 +45,9 @@ class BasicBlock(nnx.Module):
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
         p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, 1, dtype, rngs)
+        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), dtype, rngs)
         self.bn1 = _bn(config, p, dtype, rngs)
-        self.conv2 = _conv(p, p, 3, 1, 1, dtype, rngs)
+        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), dtype, rngs)
         self.bn2 = _bn(config, p, dtype, rngs)
         self.downsample = _shortcut(config, spec, dtype, rngs)
 
@@ -62,11 +63,12 @@ class Bottleneck(nnx.Module):
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
         w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, 0, dtype, rngs)
+        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), dtype, rngs)
         self.bn1 = _bn(config, w, dtype, rngs)
-        self.conv2 = _conv(w, w, 3, spec.stride, 1, dtype, rngs, config.groups)
+        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), dtype, rngs,
+                           config.groups)
         self.bn2 = _bn(config, w, dtype, rngs)
-        self.conv3 = _conv(w, out, 1, 1, 0, dtype, rngs)
+        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), dtype, rngs)
         self.bn3 = _bn(config, out, dtype, rngs)
         self.downsample = _shortcut(config, spec, dtype, rngs)
 
@@ -95,8 +97,8 @@ class ResNet(nnx.Module):
         self.config.check_input(x.shape, channels_last=True)
         x = nnx.relu(self.bn1(self.conv1(x)))
         if self.config.stem_pool:
-            k, s, p = POOL
-            x = nnx.max_pool(x, (k, k), strides=(s, s), padding=((p, p), (p, p)))
+            k, s, _ = POOL
+            x = nnx.max_pool(x, (k, k), strides=(s, s), padding=self.config.pool_padding)
         for i in range(len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x)
