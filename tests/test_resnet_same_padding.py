@@ -3,13 +3,17 @@ timm's `Conv2dSame`), pinned against the official Flax ImageNet example's ResNet
 
 from __future__ import annotations
 
+import io
+
 import jax
 import jax.numpy as jnp
 import pytest
+from rich.console import Console
 
 import converters
 import zoo
 from converters.matching import transfer
+from converters.matching.cli import print_mapping
 from converters.matching.verify import forward, max_difference, random_input, tolerance
 from tests.flax_imagenet import BottleneckResNetBlock, ResNet, ResNetBlock
 from zoo.models.resnet.config import same_pads
@@ -63,6 +67,10 @@ def test_flax_imagenet_example_runs_the_same_as_the_zoo_with_same_padding(block_
     res = transfer((module, variables), "linen", zoo.create(config, "torch", seed=1), "torch",
                    input_shape=config.input_shape)
     assert res.max_difference <= res.tolerance  # the Flax model itself was run
+    printed = io.StringIO()
+    print_mapping(Console(file=printed, width=200), res, show=False)
+    assert (f"verified: the linen source model itself and the torch result differ by "
+            f"{res.max_difference:.3g}") in printed.getvalue()
     assert {r.source for r in res.rows} >= {"conv_init", "bn_init", "ResNetBlock_1.conv_proj"
                                             if block == "basic" else
                                             "BottleneckResNetBlock_0.norm_proj"}

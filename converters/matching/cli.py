@@ -54,8 +54,15 @@ def print_mapping(console: Console, res: Result, show: bool) -> None:
         console.print(f"  flattened map (C, *spatial) = {res.flatten_shape}, from the "
                       f"{res.flatten_from}")
     if res.max_difference is not None:
-        console.print(f"  verified: outputs differ by {res.max_difference:.3g} (max |a - b| / "
-                      f"max |a|; tolerance {res.tolerance:.3g})")
+        diff = (f"{res.max_difference:.3g} (max |a - b| / max |a|; tolerance "
+                f"{res.tolerance:.3g})")
+        if res.source_ran:
+            console.print(f"  verified: {res.compared} differ by {diff}", markup=False)
+        else:
+            evidence = ", ".join(dict.fromkeys(r.rule.split(" ")[0] for r in res.rows))
+            console.print(f"  checked: the layout ({res.compared} differ by {diff}); not "
+                          f"checked: the mapping (evidence used: {evidence}; the source model "
+                          "did not run, only a file was given)", markup=False)
     for note in res.notes:
         console.print(f"  {note}", markup=False)
 

@@ -41,6 +41,8 @@ class Result:
     max_difference: float | None = None
     tolerance: float | None = None
     notes: list[str] = field(default_factory=list)
+    compared: str = ""  # what ran against what: the source itself, or two zoo libraries
+    source_ran: bool = False  # the source model itself ran (the mapping is verified)
 
     @property
     def structural(self) -> bool:
@@ -121,12 +123,13 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
             i for i in sorted(IMPLS, key=lambda i: not library(i).reference) if i != src_impl)
         ref = checks.forward(from_canonical(state, config, src_impl), src_impl, x)
         out = checks.forward(from_canonical(state, config, other), other, x)
-        _check(res, ref, out, f"{src_impl} and {other}")
+        _check(res, ref, out, f"the zoo's {src_impl} and {other} models holding the arrays")
     return res
 
 
 def _check(res: Result, ref: np.ndarray, out: np.ndarray, what: str) -> None:
     res.max_difference, res.tolerance = checks.max_difference(ref, out), checks.tolerance()
+    res.compared = what
     if not res.max_difference <= res.tolerance:
         hint = ("" if res.flatten_from in ("config", "argument") else
                 f" (the flattened map's shape was {res.flatten_from or 'not found'}: if a conv "
@@ -191,8 +194,9 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
             res.notes.append("not verified: pass input_shape= (the first layer is no linear)")
             return res
         x = checks.random_input(tuple(shape))
+        res.source_ran = True
         _check(res, checks.forward(src, src_impl, x), checks.forward(model, dst_impl, x),
-               f"the {src_impl} source and the {dst_impl} result")
+               f"the {src_impl} source model itself and the {dst_impl} result")
     return res
 
 
