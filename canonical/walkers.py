@@ -287,13 +287,32 @@ def _list_item_name(owner: Any, part: str) -> str:
     return part
 
 
-def _leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
+def _has_path(tree: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    for key in path:
+        if not isinstance(tree, Mapping) or key not in tree:
+            return False
+        tree = tree[key]
+    return True
+
+
+def in_order(tree: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
+    """`tree` rebuilt as nested dicts whose keys are inserted in the order of `paths`."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        node, src = out, tree
+        for key in path[:-1]:
+            node, src = node.setdefault(key, {}), src[key]
+        node[path[-1]] = src[path[-1]]
+    return out
+
+
+def leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
                 ) -> Iterator[tuple[str, ...]]:
     """The key paths of nested mappings' leaves in insertion order (creation order for Linen
     variables; `jax.tree_util` sorts the keys)."""
     for key, value in tree.items():
         if isinstance(value, Mapping):
-            yield from _leaf_paths(value, (*prefix, key))
+            yield from leaf_paths(value, (*prefix, key))
         else:
             yield (*prefix, key)
 
@@ -343,7 +362,7 @@ class LinenWalker(Walker):
         out = self._kind_layers((path, name, m) for path, (name, m) in found.items())
         claimed = [layer.path for layer in out]
         problems = []
-        for collection, *rest in _leaf_paths(variables):
+        for collection, *rest in leaf_paths(variables):
             path = tuple(rest)
             if collection in ("params", self.STATS) and _under(path[:-1], claimed):
                 continue
@@ -355,7 +374,13 @@ class LinenWalker(Walker):
                              lambda p: found[p][1], self.layer_classes, problems)
         out = _outside_composites(out, lambda p: found[p][1], self.layer_classes, problems)
         _refuse(self.impl, problems)
-        return out
+        # Creation order (the variables' insertion order) places bare parameters among the
+        # layers where the model defined them, as PyTorch's definition order does.
+        rank: dict[tuple[str, ...], int] = {}
+        for i, (_, *rest) in enumerate(leaf_paths(variables)):
+            for n in range(len(rest) + 1):
+                rank.setdefault(tuple(rest[:n]), i)
+        return sorted(out, key=lambda layer: rank.get(tuple(layer.path), len(rank)))
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
         _, variables = obj
@@ -387,7 +412,9 @@ class LinenWalker(Walker):
                 for part in parents:
                     node = node.setdefault(part, {})
                 node[leaf] = v
-        return module, variables
+        order = [p for p in leaf_paths(skeleton[1]) if _has_path(variables, p)]
+        order += [p for p in leaf_paths(variables) if p not in set(order)]
+        return module, in_order(variables, order)  # the skeleton's (creation) order first
 
 
 # --------------------------------------------------------------------------- Flax NNX

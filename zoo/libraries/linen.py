@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from canonical.walkers import LinenWalker
+from canonical.walkers import LinenWalker, in_order, leaf_paths
 from zoo.configs import Config
 from zoo.interface import LinenInterface
 from zoo.libraries.base import Library
@@ -48,9 +48,19 @@ class LinenLibrary(Library):
         return module, module.init({"params": key, "dropout": key}, x)
 
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
+        """Abstract variables in creation order, as `module.init` returns them (`eval_shape`
+        alone gives the keys sorted, and the canonical order follows the variables' order)."""
         module = cls(config, param_dtype=jnp.dtype(dtype).name)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(0)}
-        return module, jax.eval_shape(module.init, rngs, self.abstract_input(config))
+        order: list[tuple[str, ...]] = []
+
+        def init(rngs: dict[str, jax.Array], x: jax.Array) -> Any:
+            variables = module.init(rngs, x)
+            order.extend(leaf_paths(variables))
+            return variables
+
+        abstract = jax.eval_shape(init, rngs, self.abstract_input(config))
+        return module, in_order(abstract, order)
 
     def contract_problems(self, cls: type) -> list[str]:
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}

@@ -68,13 +68,13 @@ class Block(nn.Module):
 
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
+        scale = cfg.init_values is not None  # timm's order: norm1, attn, ls1, norm2, mlp, ls2
         self.norm1 = _layer_norm(cfg, dt)
         self.attn = SelfAttention(cfg.num_heads, param_dtype=dt, qkv_bias=cfg.qkv_bias,
                                   attention_fn=dot_product_attention)
+        self.ls1 = LayerScale(cfg.init_values, self.param_dtype) if scale else None
         self.norm2 = _layer_norm(cfg, dt)
         self.mlp = Mlp(cfg, self.param_dtype)
-        scale = cfg.init_values is not None
-        self.ls1 = LayerScale(cfg.init_values, self.param_dtype) if scale else None
         self.ls2 = LayerScale(cfg.init_values, self.param_dtype) if scale else None
 
     def __call__(self, x: jax.Array) -> jax.Array:

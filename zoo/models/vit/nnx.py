@@ -58,15 +58,15 @@ class LayerScale(nnx.Module):
 class Block(nnx.Module):
     def __init__(self, config: ViTConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt = dtype_of(param_dtype)
+        scale = config.init_values is not None  # timm's order: norm1, attn, ls1, norm2, mlp, ls2
         self.norm1 = _layer_norm(config, dt, rngs)
         self.attn = MultiHeadAttention(
             config.num_heads, config.width, decode=False, param_dtype=dt,
             qkv_bias=config.qkv_bias, attention_fn=dot_product_attention, keep_rngs=False,
             rngs=rngs)
+        self.ls1 = LayerScale(config.width, config.init_values, dt) if scale else None
         self.norm2 = _layer_norm(config, dt, rngs)
         self.mlp = Mlp(config, rngs=rngs, param_dtype=dt)
-        scale = config.init_values is not None
-        self.ls1 = LayerScale(config.width, config.init_values, dt) if scale else None
         self.ls2 = LayerScale(config.width, config.init_values, dt) if scale else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
