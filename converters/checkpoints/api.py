@@ -101,8 +101,9 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
 def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
                  model_only: bool = False, progress: ProgressFn | None = None,
-                 cast: Any = None) -> Checkpoint:
+                 cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
+    With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
     `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
@@ -112,7 +113,7 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
         raise UsageError(f"unknown target format {to!r}; formats: {list(FORMATS)}")
     check_pair(src, dst)
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
-              cast=cast)
+              cast=cast, adapt=adapt, seed=seed)
     write(ck, dst, to, force=force, progress=progress, source=src)
     return ck
 

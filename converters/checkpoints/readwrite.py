@@ -30,6 +30,7 @@ from converters.checkpoints.torch import (
 )
 from converters.core import ConversionError, from_canonical
 from converters.optim import to_native_opt
+from zoo.weights import adapt as adapt_state
 
 # How each JAX library stores a model's `zoo.interface(impl).checkpoint_tree` (no metadata).
 TREE_WRITERS = {"eqx": save_eqx_tree, "linen": save_orbax_tree, "nnx": save_orbax_tree}
@@ -37,20 +38,32 @@ TREE_WRITERS = {"eqx": save_eqx_tree, "linen": save_orbax_tree, "nnx": save_orba
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
          model_only: bool = False, progress: ProgressFn | None = None,
-         cast: Any = None) -> Checkpoint:
+         cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
     dtype) converts every floating array explicitly; nothing is ever cast without it.
+
+    With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
+    config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
+    num_classes, ViT image_size or in_channels, as timm's pretrained loading; a new classifier
+    is drawn from `seed`), each change listed in the Checkpoint's `notes`; optimizer state and
+    step are dropped.
     """
     path = Path(path)
     det = detect(path)
     _check_version(path, det.meta)
     given = parse_config(arch, config)
-    reader = {"eqx": _read_eqx, "linen": _read_orbax, "nnx": _read_orbax,
-              "canonical": _read_safetensors, "torch": _read_torch}[det.fmt]
-    ck = reader(path, det, given, progress)
+    ck = _read_as_stored(path, det, given, progress, adapt)
+    if adapt:
+        if given is None:
+            raise UsageError("adapting a checkpoint needs the target model: pass --arch / "
+                             "--config (arch= / config=)")
+        if ck.config.arch != given.arch:
+            raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {given.arch}")
+        state, notes = adapt_state(ck.state, given, seed)
+        ck = Checkpoint(given, state, notes=notes)
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -61,6 +74,28 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     except ConversionError as e:
         raise type(e)(f"{path}: {e}") from e
     return ck
+
+
+def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | None,
+                    adapt: bool) -> Checkpoint:
+    """The file's arrays, not yet validated; with `adapt`, read with the file's own config when
+    it carries one (`given` is then the target, not a claim about the file)."""
+    reader = {"eqx": _read_eqx, "linen": _read_orbax, "nnx": _read_orbax,
+              "canonical": _read_safetensors, "torch": _read_torch}[det.fmt]
+    stored = adapt and det.meta is not None and det.meta.get("config") is not None
+    return reader(path, det, None if stored else given, progress)
+
+
+def read_state(path: str | os.PathLike, config: Any) -> dict[str, Any]:
+    """The model arrays of the checkpoint at `path` as stored (for `zoo.create(weights=...)`,
+    which adapts them to `config`)."""
+    path = Path(path)
+    det = detect(path)
+    _check_version(path, det.meta)
+    ck = _read_as_stored(path, det, config, None, adapt=True)
+    if ck.config.arch != config.arch:
+        raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {config.arch}")
+    return ck.state
 
 
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
