@@ -140,6 +140,11 @@ class ResNet(eqx.Module):
 
     def __call__(self, x: Array, state: State, *,
                  key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        features, state = self.forward_features(x, state)
+        return self.forward_head(features), state
+
+    def forward_features(self, x: Array, state: State) -> tuple[Array, State]:
+        """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
         self.config.check_input(x.shape, batched=False)
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
@@ -147,4 +152,10 @@ class ResNet(eqx.Module):
             x = self.maxpool(x)
         for block in (*self.layer1, *self.layer2, *self.layer3, *self.layer4):
             x, state = block(x, state)
-        return self.fc(jnp.mean(x, axis=(1, 2))), state
+        return x, state
+
+    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = jnp.mean(x, axis=(1, 2))
+        return pooled if pre_logits else self.fc(pooled)

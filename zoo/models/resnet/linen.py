@@ -102,6 +102,11 @@ class ResNet(nn.Module):
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.forward_head(self.forward_features(x, train=train))
+
+    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
+        `module.apply(variables, x, method="forward_features")`."""
         self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
         if self.config.stem_pool:
@@ -110,4 +115,10 @@ class ResNet(nn.Module):
         for i in range(len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)
-        return self.fc(jnp.mean(x, axis=(1, 2)))
+        return x
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = jnp.mean(x, axis=(1, 2))
+        return pooled if pre_logits else self.fc(pooled)
