@@ -5,6 +5,7 @@ PyTorch reference on both, and the reference with timm's own models."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -80,3 +81,45 @@ def test_features_and_head_are_timms(impl, timm_references):
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
                                        err_msg=f"{cfg.arch} {impl} {k}")
+
+
+def _reset(model, impl: str, num_classes: int):
+    """`reset_classifier` as each library offers it: a new model (Equinox, Linen) or the same
+    one changed in place (NNX, PyTorch, as timm's)."""
+    if impl == "torch":
+        model.reset_classifier(num_classes)
+        return model
+    if impl == "nnx":
+        from flax import nnx
+
+        model.reset_classifier(num_classes, rngs=nnx.Rngs(1))
+        return model
+    key = jax.random.key(1)
+    if impl == "linen":
+        module, variables = model
+        return module.reset_classifier(variables, num_classes, key=key)
+    net, state = model if isinstance(model, tuple) else (model, None)
+    net = net.reset_classifier(num_classes, key=key)
+    return net if state is None else (net, state)
+
+
+@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize(("case", "config"), CASES[:len(ARCHS)], ids=list(ARCHS))
+def test_reset_classifier(case, config, impl):
+    """A new classifier for 3 classes: the features are kept, the logits have 3 classes, the
+    config says so (the model converts as a 3-class model); Equinox and Linen leave the
+    original model as it was."""
+    x = np.asarray(zoo.example_input(config, batch=2, seed=1))
+    model = zoo.create(config, impl, seed=0)
+    before = _outputs(model, impl, x)
+    new = _reset(model, impl, 3)
+    after = _outputs(new, impl, x)
+    np.testing.assert_array_equal(after["features"], before["features"])
+    np.testing.assert_array_equal(after["pre_logits"], before["pre_logits"])
+    assert after["logits"].shape == after["forward"].shape == (2, 3)
+    np.testing.assert_allclose(after["logits"], after["forward"], **TOL)
+    state = converters.to_canonical(new, impl)
+    assert converters.config_of(new, impl).num_classes == 3
+    converters.validate(state, zoo.make_config(config.arch, **{**config.TINY, "num_classes": 3}))
+    if impl in ("eqx", "linen"):
+        np.testing.assert_array_equal(_outputs(model, impl, x)["logits"], before["logits"])

@@ -6,6 +6,8 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -153,6 +155,16 @@ class ResNet(eqx.Module):
         for block in (*self.layer1, *self.layer2, *self.layer3, *self.layer4):
             x, state = block(x, state)
         return x, state
+
+    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ResNet:
+        """A new model whose `fc` is a fresh Equinox Linear for `num_classes` (and whose
+        config says so); this one is not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        new = copy.copy(self)  # the config is a static field: tree_at cannot replace it
+        object.__setattr__(new, "config", config)
+        object.__setattr__(new, "fc", eqx.nn.Linear(config.features, num_classes, key=key,
+                                                    dtype=self.fc.weight.dtype))
+        return new
 
     def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
         """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled

@@ -6,6 +6,9 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -116,6 +119,16 @@ class ResNet(nn.Module):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)
         return x
+
+    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
+                         ) -> tuple[nn.Module, Any]:
+        """`(module, variables)` whose `fc` is a fresh Flax Dense for `num_classes` (and
+        whose config says so); this module and `variables` are not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
+        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
+        params = {**variables["params"], "fc": new["params"]}
+        return self.clone(config=config), {**variables, "params": params}
 
     def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
         """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled

@@ -6,6 +6,8 @@ Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nn
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -105,6 +107,13 @@ class ResNet(nnx.Module):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x)
         return x
+
+    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
+        """A new `fc` for `num_classes`, initialised by NNX (in place, as timm's; the config
+        follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.fc = nnx.Linear(self.config.features, num_classes,
+                                param_dtype=self.fc.kernel.dtype, rngs=rngs)
 
     def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
         """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled

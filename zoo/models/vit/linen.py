@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -122,6 +125,16 @@ class ViT(nn.Module):
         for block in self.blocks:
             tokens = block(tokens)
         return _apply(self.norm, tokens)
+
+    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
+                         ) -> tuple[nn.Module, Any]:
+        """`(module, variables)` whose `head` is a fresh Flax Dense for `num_classes` (and
+        whose config says so); this module and `variables` are not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
+        new = dense.init(key, jnp.zeros((1, self.config.width), dtype_of(self.param_dtype)))
+        params = {**variables["params"], "head": new["params"]}
+        return self.clone(config=config), {**variables, "params": params}
 
     def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
         """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -113,6 +115,13 @@ class ViT(nnx.Module):
         for block in self.blocks:
             tokens = block(tokens)
         return _apply(self.norm, tokens)
+
+    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
+        """A new `head` for `num_classes`, initialised by NNX (in place, as timm's; the config
+        follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.head = nnx.Linear(self.config.width, num_classes,
+                                param_dtype=self.head.kernel.dtype, rngs=rngs)
 
     def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
         """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`

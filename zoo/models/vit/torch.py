@@ -3,6 +3,8 @@ packed `qkv` Linear, heads split as `(3, heads, head_dim)`), batched `(N, C, H, 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -116,6 +118,13 @@ class ViT(nn.Module):
         for block in self.blocks:
             tokens = block(tokens)
         return self.norm(tokens)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new `head` for `num_classes`, initialised by PyTorch (in place, as timm's; the
+        config follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.head = nn.Linear(self.config.width, num_classes, dtype=self.head.weight.dtype,
+                               device=self.head.weight.device)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`
