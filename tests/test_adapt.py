@@ -4,7 +4,6 @@ each adaptation checked against timm's own functions and timm's own loading."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import numpy as np
@@ -58,7 +57,6 @@ def test_other_channel_counts_are_refused_in_one_line():
         adapt_input_conv(2, np.zeros((4, 4, 3, 3), np.float32))
 
 
-@functools.cache
 def _timm_pair(tmp: str) -> tuple[str, dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(checkpoint path, adapted timm state_dict, input, timm's logits): a random timm
     vit_tiny (one block, 32x32 images, 1000 classes) saved with torch.save, then loaded by
