@@ -56,6 +56,7 @@ class Checkpoint:
     optimizer: CanonicalOptState | None = None
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
+    notes: list[str] = field(default_factory=list, compare=False)  # adaptations made on reading
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
