@@ -45,8 +45,12 @@ from converters.checkpoints import (
     save_canonical,
     write,
 )
+from converters.checkpoints.readwrite import read_state
 from converters.matching import MatchError, import_state, transfer
 from converters.optim import CanonicalOptState
+from zoo.weights import register_reader
+
+register_reader(read_state)  # zoo.create(..., weights=PATH) reads files with the formats here
 
 __all__ += [
     "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "DestinationWarning",

@@ -3,8 +3,14 @@
     python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,hub} [--force]
         [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
-        [--progress | --no-progress]
+        [--progress | --no-progress] [--num-classes N] [--image-size H,W] [--in-channels C]
+        [--seed S]
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
+
+--num-classes / --image-size / --in-channels adapt the weights to a model of that many
+classes, image size or input channels, as timm does for pretrained weights (a new classifier
+drawn from --seed, a resampled ViT position embedding, an adapted first convolution; each
+change is printed): the options set the config fields of those names.
 
 A checkpoint the zoo did not write (any key names) is matched layer by layer to the
 architecture (`converters.matching`): the mapping table is printed on a structural match or
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import sys
 import threading
@@ -41,13 +48,14 @@ from converters.checkpoints import (
     format_names,
 )
 from converters.checkpoints import inspect_checkpoint as inspect_file
+from converters.checkpoints.base import Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
-from zoo.configs import ConfigError
+from zoo.configs import Config, ConfigError, config_from_dict
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
 
@@ -95,6 +103,14 @@ def _parser() -> ArgumentParser:
                    help="skip the forward check of a matched conversion")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
+    c.add_argument("--num-classes", type=int, metavar="N",
+                   help="adapt to N classes: a new classifier (from --seed)")
+    c.add_argument("--image-size", type=_pair, metavar="H,W",
+                   help="adapt to images of H x W: the ViT's position embedding resampled")
+    c.add_argument("--in-channels", type=int, metavar="C",
+                   help="adapt to C input channels: the first convolution adapted as timm's")
+    c.add_argument("--seed", type=int, default=0,
+                   help="seed of a re-initialised classifier (default 0)")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show a progress bar")
@@ -105,6 +121,35 @@ def _parser() -> ArgumentParser:
     i.add_argument("src", help="checkpoint: a file or an orbax directory")
     common(i)
     return p
+
+
+ADAPT_OPTIONS: tuple[str, ...] = ("num_classes", "image_size", "in_channels")
+
+
+def _pair(text: str) -> tuple[int, int]:
+    parts = text.replace("x", ",").split(",")
+    if len(parts) == 1:
+        parts *= 2
+    try:
+        h, w = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected H,W (or one size), got {text!r}") from None
+    return h, w
+
+
+def _adapt_target(args: argparse.Namespace, det: Detection) -> Config | None:
+    """The config to adapt the weights to: --arch / --config (or the file's own config) with
+    the adaptation options on top; None when no option is given."""
+    over = {k: getattr(args, k) for k in ADAPT_OPTIONS if getattr(args, k) is not None}
+    if not over:
+        return None
+    base = parse_config(args.arch, args.config)
+    if base is None and det.meta is not None and det.meta.get("config") is not None:
+        base = config_from_dict(det.meta["config"])
+    if base is None:
+        raise UsageError("--num-classes / --image-size / --in-channels adapt the weights to a "
+                         "model: pass --arch (the file carries no config)")
+    return type(base)(**{**dataclasses.asdict(base), **over})
 
 
 @contextlib.contextmanager
@@ -134,6 +179,9 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         console.print(f"  note: {det.note}", markup=False)
     if args.like:
         return convert_like_cli(args, console)
+    target = _adapt_target(args, det)
+    if target is not None:
+        return _convert_adapted(args, target, console)
     rules = bool(args.map or args.strip_prefix or args.add_prefix)
     if det.meta is None and (rules or args.show_mapping):
         return convert_foreign_cli(args, console)
@@ -160,6 +208,18 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
     if args.show_mapping:
         console.print("  mapping: none needed (every key is the architecture's canonical name)")
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
+    return 0
+
+
+def _convert_adapted(args: argparse.Namespace, target: Config, console: Console) -> int:
+    ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
+                      progress=None, cast=args.cast, adapt=True, seed=args.seed)
+    for note in ck.notes:
+        console.print(f"  adapted: {note}", markup=False)
+    if not ck.notes:
+        console.print("  adapted: nothing (the weights already fit)")
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold] ({target.arch} "
+                  f"{target.to_json()})", highlight=False)
     return 0
 
 

@@ -77,3 +77,34 @@ def test_switch_example_without_scikit_learn_fails_in_one_line():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         'switch_library_mid_training.py: needs scikit-learn: pip install -e ".[examples]"']
+
+
+def test_finetune_resnet(tmp_path):
+    """A torchvision ResNet-18 checkpoint gets a new 10-class head in NNX, is fine-tuned on the
+    digits, evaluated and written back: torchvision loads it strictly with the same outputs;
+    the default temporary folder is removed."""
+    pytest.importorskip("torchvision")
+    pytest.importorskip("sklearn")
+    done = subprocess.run([sys.executable, "examples/finetune_resnet.py", "--steps", "2",
+                           "--batch-size", "16"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "re-initialised fc for 10 classes (the checkpoint has 1000)" in out
+    assert re.search(r"fine-tuning .* 2/2 loss \d+\.\d+", out), out
+    assert 0.0 <= float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) <= 1.0
+    assert "loads it with strict=True" in out and out.rstrip().splitlines()[-2] == "OK"
+    diff = float(re.search(r"max relative difference ([0-9.e+-]+)", out).group(1))
+    assert diff < precision.tolerance("float32", kind="max_relative")
+    assert "temporary folder, now removed" in out and list(tmp_path.iterdir()) == []
+
+
+def test_finetune_example_without_scikit_learn_fails_in_one_line():
+    code = ("import sys, runpy; sys.modules['sklearn'] = None; "
+            "sys.argv = ['finetune_resnet.py']; "
+            "runpy.run_path('examples/finetune_resnet.py', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        'finetune_resnet.py: needs scikit-learn: pip install -e ".[torch,examples]"']

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
@@ -33,16 +34,18 @@ from zoo.registry import (
     tiny_config,
     walk_facts,
 )
+from zoo.weights import load as load_weights
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
     "canonical_init", "create", "example_input", "interface", "library", "list_implementations",
-    "list_models", "make_config", "model_class", "native_interface", "register", "tiny_config",
+    "list_models", "load_weights", "make_config", "model_class", "native_interface", "register",
+    "tiny_config",
 ]
 
 
 def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonical",
-           dtype: Any = "float32", **config: Any) -> Any:
+           dtype: Any = "float32", weights: Any = None, **config: Any) -> Any:
     """A ready model of `arch` in library `impl`.
 
     Returns the library's native objects: Equinox `model` (or `(model, state)` for architectures
@@ -51,8 +54,19 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
     `init="canonical"` (default) draws the documented canonical initialisation (`zoo.init`) from
     `seed` and converts it, so one seed gives numerically identical models in every library.
     `init="native"` uses the library's own initialisers instead.
+
+    `weights` (a checkpoint path, read by the `converters` package, or a canonical state) loads
+    those weights instead, adapted to the config as timm does for pretrained weights: another
+    `num_classes` re-initialises the classifier (from `seed`), another ViT `image_size`
+    resamples the position embedding, another `in_channels` adapts the first convolution (each
+    change is reported as a warning; `zoo.weights`, the architecture's `ADAPTERS`).
     """
     cfg = make_config(arch, **config)
+    if weights is not None:
+        floating = np.dtype(jax.numpy.dtype(dtype))
+        state = {k: v.astype(floating, copy=False) if np.issubdtype(v.dtype, np.floating)
+                 else v for k, v in load_weights(weights, cfg, seed).items()}
+        return canonical.write(skeleton(cfg, impl, dtype), state, impl, **walk_facts(cfg, impl))
     if init == "canonical":
         state = canonical_init(cfg, seed, dtype)
         return canonical.write(skeleton(cfg, impl, dtype), state, impl, **walk_facts(cfg, impl))

@@ -42,6 +42,8 @@ class Config:
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
     VARIANTS: ClassVar[dict[str, Overrides]] = {}  # named TINY overrides tests also run
     NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
+    # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
+    ADAPTERS: ClassVar[tuple[Any, ...]] = ()
 
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         check_keys(cls, fields)  # before the dataclass __init__'s bare TypeError

@@ -91,6 +91,11 @@ class Interface:
         fn, arrays = self.eval_fn(model)
         return jax.jit(fn)(arrays, x)
 
+    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        """The eval-mode result of the native `model`'s `method` (`forward_features`,
+        `forward_head`, ...) on the native batch `x`; the caller's model is not changed."""
+        raise NotImplementedError(f"{self.impl} models have no method calls here")
+
     def clone(self, model: Any) -> Any:
         """A model that writing into leaves `model` as it was (immutable ones are their own)."""
         return model
@@ -137,6 +142,13 @@ class EqxInterface(Interface):
         return jax.vmap(lambda xi, ki: model(xi, state, **kw(ki)), axis_name="batch",
                         out_axes=(0, None))(x, keys)
 
+    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        model, state = model if isinstance(model, tuple) else (model, None)
+        fn = getattr(eqx.nn.inference_mode(model), method)
+        if state is not None and _takes(fn, "state"):  # (output, state): the output
+            return jax.vmap(lambda xi: fn(xi, state, **kwargs)[0], axis_name="batch")(x)
+        return jax.vmap(lambda xi: fn(xi, **kwargs))(x)
+
     def checkpoint_tree(self, model: Any) -> Any:
         return model  # `eqx.tree_serialise_leaves` stores the model (or `(model, state)`)
 
@@ -164,6 +176,10 @@ class LinenInterface(Interface):
             return y, dict(updates)
         return static.apply(variables, x, rngs=rngs, **kw), state
 
+    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        module, variables = model
+        return module.apply(variables, x, method=method, **kwargs)
+
     def checkpoint_tree(self, model: Any) -> Any:
         return model[1]  # the variables
 
@@ -185,6 +201,11 @@ class NNXInterface(Interface):
         model.train() if train else model.eval()
         y = model(x) if key is None else model(x, rngs=key)
         return y, nnx.split(model, nnx.Param, ...)[2]
+
+    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        m = nnx.clone(model)
+        m.eval()
+        return getattr(m, method)(x, **kwargs)
 
     def clone(self, model: Any) -> Any:
         return nnx.clone(model)
@@ -208,7 +229,14 @@ class TorchInterface(Interface):
 
         m = copy.deepcopy(model).eval()  # eval mode on a copy: the caller's model keeps its own
         with torch.no_grad():
-            return m(torch.from_numpy(np.asarray(x))).numpy()
+            return m(torch.from_numpy(np.array(x))).numpy()
+
+    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        import torch
+
+        m = copy.deepcopy(model).eval()
+        with torch.no_grad():
+            return getattr(m, method)(torch.as_tensor(np.array(x)), **kwargs).numpy()
 
     def clone(self, model: Any) -> Any:
         return copy.deepcopy(model)

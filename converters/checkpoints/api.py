@@ -97,8 +97,9 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
 def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
                  model_only: bool = False, progress: ProgressFn | None = None,
-                 cast: Any = None) -> Checkpoint:
+                 cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
+    With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
     `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
@@ -107,7 +108,7 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     check_pair(src, dst)
     for_writing(to, dst)  # an unknown format, a DST named for another: refused before reading
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
-              cast=cast)
+              cast=cast, adapt=adapt, seed=seed)
     write(ck, dst, to, force=force, progress=progress, source=src)
     return ck
 

@@ -58,6 +58,7 @@ class Checkpoint:
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
     layout: str = field(default="", compare=False)  # the foreign layout adapter read through
+    notes: list[str] = field(default_factory=list, compare=False)  # adaptations made on reading
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property

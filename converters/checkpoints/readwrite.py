@@ -14,10 +14,17 @@ from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect
 from converters.checkpoints.format import for_detection, for_writing, foreign_suffix
-from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
+from converters.checkpoints.io import (
+    CheckpointError,
+    ProgressFn,
+    ProgressTask,
+    UsageError,
+    first_line,
+)
 from converters.checkpoints.metadata import check_version, write_json
 from converters.checkpoints.staging import digest
 from converters.core import ConversionError, canonical_spec
+from zoo.weights import adapt as adapt_state
 
 
 class DestinationWarning(UserWarning):
@@ -26,21 +33,32 @@ class DestinationWarning(UserWarning):
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
          model_only: bool = False, progress: ProgressFn | None = None,
-         cast: Any = None) -> Checkpoint:
+         cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
     dtype) converts every floating array explicitly; nothing is ever cast without it.
+
+    With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
+    config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
+    num_classes, ViT image_size or in_channels, as timm's pretrained loading; a new classifier
+    is drawn from `seed`), each change listed in the Checkpoint's `notes`; optimizer state and
+    step are dropped.
     """
     path = Path(path)
     det = detect(path)
     check_version(path, det.meta)
-    ck = for_detection(det).read(path, det, parse_config(arch, config), progress)
-    try:
-        ck = adapted(ck)
-    except ConversionError as e:
-        raise type(e)(f"{path}: {e}") from e
+    given = parse_config(arch, config)
+    ck = _read_as_stored(path, det, given, progress, adapt)
+    if adapt:
+        if given is None:
+            raise UsageError("adapting a checkpoint needs the target model: pass --arch / "
+                             "--config (arch= / config=)")
+        if ck.config.arch != given.arch:
+            raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {given.arch}")
+        state, notes = adapt_state(ck.state, given, seed)
+        ck = Checkpoint(given, state, layout=ck.layout, notes=notes)
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -66,6 +84,30 @@ def adapted(ck: Checkpoint) -> Checkpoint:
                              _validated=None)
     ck.state = ordered_state(ck)
     return ck
+
+
+def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | None,
+                    adapt: bool) -> Checkpoint:
+    """The file's arrays, not yet validated; with `adapt`, read with the file's own config when
+    it carries one (`given` is then the target, not a claim about the file)."""
+    stored = adapt and det.meta is not None and det.meta.get("config") is not None
+    ck = for_detection(det).read(path, det, None if stored else given, progress)
+    try:
+        return adapted(ck)  # a foreign layout's keys renamed (converters.adapters)
+    except ConversionError as e:
+        raise type(e)(f"{path}: {e}") from e
+
+
+def read_state(path: str | os.PathLike, config: Any) -> dict[str, Any]:
+    """The model arrays of the checkpoint at `path` as stored (for `zoo.create(weights=...)`,
+    which adapts them to `config`)."""
+    path = Path(path)
+    det = detect(path)
+    check_version(path, det.meta)
+    ck = _read_as_stored(path, det, config, None, adapt=True)
+    if ck.config.arch != config.arch:
+        raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {config.arch}")
+    return ck.state
 
 
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,

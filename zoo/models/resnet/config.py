@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
 from zoo.configs import Config, ConfigError, positive
 
 EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
@@ -73,6 +74,10 @@ class ResNetConfig(Config):
         "resnet20-cifar": {"stem": "cifar", "layers": (3, 3, 3), "widths": (16, 32, 64),
                            "stem_width": 16, "input_size": (32, 32), "num_classes": 10},
     }
+    # timm's pretrained adaptations: a new fc for another num_classes, conv1 for another
+    # in_channels (the input size changes no weight).
+    ADAPTERS: ClassVar[tuple[Adapter, ...]] = (ResetClassifier("fc"),
+                                               AdaptInputConv("conv1.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
     block: Literal["basic", "bottleneck"] = "basic"
     layers: tuple[int, ...] = (2, 2, 2, 2)

@@ -6,6 +6,8 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -143,6 +145,11 @@ class ResNet(eqx.Module):
 
     def __call__(self, x: Array, state: State, *,
                  key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        features, state = self.forward_features(x, state)
+        return self.forward_head(features), state
+
+    def forward_features(self, x: Array, state: State) -> tuple[Array, State]:
+        """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
         self.config.check_input(x.shape, batched=False)
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
@@ -150,4 +157,20 @@ class ResNet(eqx.Module):
             x = self.maxpool(x)
         for block in (*self.layer1, *self.layer2, *self.layer3, *self.layer4):
             x, state = block(x, state)
-        return self.fc(jnp.mean(x, axis=(1, 2))), state
+        return x, state
+
+    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ResNet:
+        """A new model whose `fc` is a fresh Equinox Linear for `num_classes` (and whose
+        config says so); this one is not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        new = copy.copy(self)  # the config is a static field: tree_at cannot replace it
+        object.__setattr__(new, "config", config)
+        object.__setattr__(new, "fc", eqx.nn.Linear(config.features, num_classes, key=key,
+                                                    dtype=self.fc.weight.dtype))
+        return new
+
+    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = jnp.mean(x, axis=(1, 2))
+        return pooled if pre_logits else self.fc(pooled)

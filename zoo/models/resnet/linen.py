@@ -6,6 +6,9 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -104,6 +107,11 @@ class ResNet(nn.Module):
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.forward_head(self.forward_features(x, train=train))
+
+    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
+        `module.apply(variables, x, method="forward_features")`."""
         self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
         if self.config.stem_pool:
@@ -112,4 +120,20 @@ class ResNet(nn.Module):
         for i in range(len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)
-        return self.fc(jnp.mean(x, axis=(1, 2)))
+        return x
+
+    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
+                         ) -> tuple[nn.Module, Any]:
+        """`(module, variables)` whose `fc` is a fresh Flax Dense for `num_classes` (and
+        whose config says so); this module and `variables` are not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
+        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
+        params = {**variables["params"], "fc": new["params"]}
+        return self.clone(config=config), {**variables, "params": params}
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = jnp.mean(x, axis=(1, 2))
+        return pooled if pre_logits else self.fc(pooled)

@@ -6,6 +6,8 @@ Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nn
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -94,6 +96,10 @@ class ResNet(nnx.Module):
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: jax.Array) -> jax.Array:
+        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's)."""
         self.config.check_input(x.shape, channels_last=True)
         x = nnx.relu(self.bn1(self.conv1(x)))
         if self.config.stem_pool:
@@ -102,4 +108,17 @@ class ResNet(nnx.Module):
         for i in range(len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x)
-        return self.fc(jnp.mean(x, axis=(1, 2)))
+        return x
+
+    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
+        """A new `fc` for `num_classes`, initialised by NNX (in place, as timm's; the config
+        follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.fc = nnx.Linear(self.config.features, num_classes,
+                                param_dtype=self.fc.kernel.dtype, rngs=rngs)
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = jnp.mean(x, axis=(1, 2))
+        return pooled if pre_logits else self.fc(pooled)

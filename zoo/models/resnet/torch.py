@@ -3,6 +3,8 @@ torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -111,8 +113,25 @@ class ResNet(nn.Module):
         self.fc = nn.Linear(config.features, config.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last stage's feature map `(N, C', H', W')`, before pooling (timm's)."""
         self.config.check_input(x.shape)
         x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
         for i in range(len(self.config.layers)):
             x = getattr(self, f"layer{i + 1}")(x)
-        return self.fc(x.mean(dim=(2, 3)))
+        return x
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new `fc` for `num_classes`, initialised by PyTorch (in place, as timm's; the
+        config follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.fc = nn.Linear(self.config.features, num_classes, dtype=self.fc.weight.dtype,
+                               device=self.fc.weight.device)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
+        features)."""
+        pooled = x.mean(dim=(2, 3))
+        return pooled if pre_logits else self.fc(pooled)

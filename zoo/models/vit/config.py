@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from zoo.adapters import Adapter, AdaptInputConv, ResamplePosEmbed, ResetClassifier
 from zoo.configs import Config, ConfigError, positive
 
 
@@ -40,6 +41,11 @@ class ViTConfig(Config):
                                             "large": (1024, 24, 16)}.items()
         for patch in (16, 32) for image in (224, 384)
         if (size, patch) != ("tiny", 32)}  # the combinations timm has
+    # timm's pretrained adaptations: a new head for another num_classes, the position embedding
+    # resampled for another image_size, the patch projection for another in_channels.
+    ADAPTERS: ClassVar[tuple[Adapter, ...]] = (
+        ResetClassifier("head"), ResamplePosEmbed("pos_embed"),
+        AdaptInputConv("patch_embed.proj.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 16

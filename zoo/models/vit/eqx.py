@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -114,11 +117,31 @@ class ViT(eqx.Module):
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """Logits of one image `x` of shape `(C, H, W)`."""
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: Array) -> Array:
+        """Every token of one image after the blocks and the final `norm`, `(seq, width)`
+        (timm's)."""
         self.config.check_input(x.shape, batched=False)
         tokens = _tokenwise(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        tokens = _tokenwise(self.norm, tokens)
-        pooled = (tokens[0] if self.config.global_pool == "token"
-                  else tokens[self.config.num_prefix_tokens:].mean(axis=0))
-        return self.head(pooled if self.fc_norm is None else self.fc_norm(pooled))
+        return _tokenwise(self.norm, tokens)
+
+    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ViT:
+        """A new model whose `head` is a fresh Equinox Linear for `num_classes` (and whose
+        config says so); this one is not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        new = copy.copy(self)  # the config is a static field: tree_at cannot replace it
+        object.__setattr__(new, "config", config)
+        object.__setattr__(new, "head", eqx.nn.Linear(config.width, num_classes, key=key,
+                                                    dtype=self.head.weight.dtype))
+        return new
+
+    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
+        """Logits of one image's tokens: pool (class token or patch average), `fc_norm`,
+        `head` (`pre_logits`: before the head)."""
+        pooled = (x[0] if self.config.global_pool == "token"
+                  else x[self.config.num_prefix_tokens:].mean(axis=0))
+        pooled = pooled if self.fc_norm is None else self.fc_norm(pooled)
+        return pooled if pre_logits else self.head(pooled)

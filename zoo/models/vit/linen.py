@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -112,11 +115,31 @@ class ViT(nn.Module):
         return jnp.concatenate([*prefix, patches], axis=1) + self.pos_embed
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: jax.Array) -> jax.Array:
+        """Every token after the blocks and the final `norm`, `(N, seq, width)` (timm's); call
+        it with `module.apply(variables, x, method="forward_features")`."""
         self.config.check_input(x.shape, channels_last=True)
         tokens = _apply(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        tokens = _apply(self.norm, tokens)
-        pooled = (tokens[:, 0] if self.config.global_pool == "token"
-                  else tokens[:, self.config.num_prefix_tokens:].mean(axis=1))
-        return self.head(_apply(self.fc_norm, pooled))
+        return _apply(self.norm, tokens)
+
+    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
+                         ) -> tuple[nn.Module, Any]:
+        """`(module, variables)` whose `head` is a fresh Flax Dense for `num_classes` (and
+        whose config says so); this module and `variables` are not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
+        new = dense.init(key, jnp.zeros((1, self.config.width), dtype_of(self.param_dtype)))
+        params = {**variables["params"], "head": new["params"]}
+        return self.clone(config=config), {**variables, "params": params}
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`
+        (`pre_logits`: before the head)."""
+        pooled = (x[:, 0] if self.config.global_pool == "token"
+                  else x[:, self.config.num_prefix_tokens:].mean(axis=1))
+        pooled = _apply(self.fc_norm, pooled)
+        return pooled if pre_logits else self.head(pooled)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -104,11 +106,27 @@ class ViT(nnx.Module):
         return jnp.concatenate([*prefix, patches], axis=1) + self.pos_embed[...]
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: jax.Array) -> jax.Array:
+        """Every token after the blocks and the final `norm`, `(N, seq, width)` (timm's)."""
         self.config.check_input(x.shape, channels_last=True)
         tokens = _apply(self.norm_pre, self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        tokens = _apply(self.norm, tokens)
-        pooled = (tokens[:, 0] if self.config.global_pool == "token"
-                  else tokens[:, self.config.num_prefix_tokens:].mean(axis=1))
-        return self.head(_apply(self.fc_norm, pooled))
+        return _apply(self.norm, tokens)
+
+    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
+        """A new `head` for `num_classes`, initialised by NNX (in place, as timm's; the config
+        follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.head = nnx.Linear(self.config.width, num_classes,
+                                param_dtype=self.head.kernel.dtype, rngs=rngs)
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`
+        (`pre_logits`: before the head)."""
+        pooled = (x[:, 0] if self.config.global_pool == "token"
+                  else x[:, self.config.num_prefix_tokens:].mean(axis=1))
+        pooled = _apply(self.fc_norm, pooled)
+        return pooled if pre_logits else self.head(pooled)

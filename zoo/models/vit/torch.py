@@ -3,6 +3,8 @@ packed `qkv` Linear, heads split as `(3, heads, head_dim)`), batched `(N, C, H, 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -107,11 +109,27 @@ class ViT(nn.Module):
         return torch.cat([*prefix, patches], dim=1) + self.pos_embed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Every token after the blocks and the final `norm`, `(N, seq, width)` (timm's)."""
         self.config.check_input(x.shape)
         tokens = self.norm_pre(self._embed(x))
         for block in self.blocks:
             tokens = block(tokens)
-        tokens = self.norm(tokens)
-        pooled = (tokens[:, 0] if self.config.global_pool == "token"
-                  else tokens[:, self.config.num_prefix_tokens:].mean(dim=1))
-        return self.head(self.fc_norm(pooled))
+        return self.norm(tokens)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A new `head` for `num_classes`, initialised by PyTorch (in place, as timm's; the
+        config follows)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        self.head = nn.Linear(self.config.width, num_classes, dtype=self.head.weight.dtype,
+                               device=self.head.weight.device)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Logits of the tokens: pool (class token or patch average), `fc_norm`, `head`
+        (`pre_logits`: before the head)."""
+        pooled = (x[:, 0] if self.config.global_pool == "token"
+                  else x[:, self.config.num_prefix_tokens:].mean(dim=1))
+        pooled = self.fc_norm(pooled)
+        return pooled if pre_logits else self.head(pooled)

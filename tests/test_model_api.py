@@ -1,0 +1,125 @@
+"""The classifier API timm users expect, the same names in every library:
+`forward_features(x)` (the feature map / tokens before pooling) and
+`forward_head(features, pre_logits=...)`, for ResNet and ViT. Every library agrees with the
+PyTorch reference on both, and the reference with timm's own models."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import converters
+import zoo
+from tests.conftest import HAVE_TORCH
+from zoo.testing import tolerance
+
+ARCHS = ("resnet", "vit")
+CASES = [(arch, zoo.tiny_config(arch)) for arch in ARCHS] + [
+    (f"{arch}-{name}", zoo.tiny_config(arch, **over)) for arch in ARCHS
+    for name, over in zoo.architecture(arch).config.VARIANTS.items()]
+TOL = tolerance(np.float32)
+
+
+def _canonical(y: np.ndarray, impl: str, spatial: bool) -> np.ndarray:
+    """A feature map in (N, C, H, W); tokens and vectors are the same in every library."""
+    return np.asarray(zoo.native_interface(impl).to_canonical(y) if spatial else y)
+
+
+def _outputs(model, impl: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    api = zoo.native_interface(impl)
+    feats = api.call(model, "forward_features", api.to_native(x))
+    spatial = np.ndim(feats) == 4
+    return {"features": _canonical(feats, impl, spatial),
+            "pre_logits": np.asarray(api.call(model, "forward_head", feats, pre_logits=True)),
+            "logits": np.asarray(api.call(model, "forward_head", feats)),
+            "forward": np.asarray(api.forward(model, api.to_native(x)))}
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+@pytest.mark.parametrize(("case", "config"), CASES, ids=[c for c, _ in CASES])
+def test_features_and_head_agree_with_torch(case, config, impl):
+    x = np.asarray(zoo.example_input(config, batch=2, seed=1))
+    want = _outputs(zoo.create(config, "torch", seed=0), "torch", x)
+    got = _outputs(zoo.create(config, impl, seed=0), impl, x)
+    np.testing.assert_allclose(want["logits"], want["forward"], **TOL)  # head(features) is it
+    assert want["pre_logits"].ndim == 2 and want["pre_logits"].shape != want["logits"].shape
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], **TOL, err_msg=f"{case} {impl} {k}")
+
+
+@pytest.fixture(scope="module")
+def timm_references():
+    """timm's resnet18 (torchvision's keys) at 32x32 and a one-block vit_tiny at 32x32, random;
+    (zoo config, state_dict, input, timm's features / pre-logits / logits) each."""
+    torch = pytest.importorskip("torch")
+    timm = pytest.importorskip("timm", reason="timm is not installed")
+    torch.manual_seed(0)
+    out = []
+    for name, kwargs, cfg in [
+            ("resnet18", {}, zoo.make_config("resnet18", input_size=(32, 32))),
+            ("vit_tiny_patch16_224", {"img_size": 32, "depth": 1},
+             zoo.make_config("vit_tiny_patch16_224", image_size=(32, 32), depth=1))]:
+        model = timm.create_model(name, **kwargs).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.02 * torch.randn_like(p))
+            x = np.asarray(zoo.example_input(cfg, batch=2, seed=2))
+            feats = model.forward_features(torch.from_numpy(x.copy()))
+            want = {"features": feats.numpy(),
+                    "pre_logits": model.forward_head(feats, pre_logits=True).numpy(),
+                    "logits": model.forward_head(feats).numpy()}
+        out.append((cfg, model.state_dict(), x, want))
+    return out
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+def test_features_and_head_are_timms(impl, timm_references):
+    for cfg, state, x, want in timm_references:
+        got = _outputs(converters.from_canonical(state, cfg, impl), impl, x)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{cfg.arch} {impl} {k}")
+
+
+def _reset(model, impl: str, num_classes: int):
+    """`reset_classifier` as each library offers it: a new model (Equinox, Linen) or the same
+    one changed in place (NNX, PyTorch, as timm's)."""
+    if impl == "torch":
+        model.reset_classifier(num_classes)
+        return model
+    if impl == "nnx":
+        from flax import nnx
+
+        model.reset_classifier(num_classes, rngs=nnx.Rngs(1))
+        return model
+    key = jax.random.key(1)
+    if impl == "linen":
+        module, variables = model
+        return module.reset_classifier(variables, num_classes, key=key)
+    net, state = model if isinstance(model, tuple) else (model, None)
+    net = net.reset_classifier(num_classes, key=key)
+    return net if state is None else (net, state)
+
+
+@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize(("case", "config"), CASES[:len(ARCHS)], ids=list(ARCHS))
+def test_reset_classifier(case, config, impl):
+    """A new classifier for 3 classes: the features are kept, the logits have 3 classes, the
+    config says so (the model converts as a 3-class model); Equinox and Linen leave the
+    original model as it was."""
+    x = np.asarray(zoo.example_input(config, batch=2, seed=1))
+    model = zoo.create(config, impl, seed=0)
+    before = _outputs(model, impl, x)
+    new = _reset(model, impl, 3)
+    after = _outputs(new, impl, x)
+    np.testing.assert_array_equal(after["features"], before["features"])
+    np.testing.assert_array_equal(after["pre_logits"], before["pre_logits"])
+    assert after["logits"].shape == after["forward"].shape == (2, 3)
+    np.testing.assert_allclose(after["logits"], after["forward"], **TOL)
+    state = converters.to_canonical(new, impl)
+    assert converters.config_of(new, impl).num_classes == 3
+    converters.validate(state, zoo.make_config(config.arch, **{**config.TINY, "num_classes": 3}))
+    if impl in ("eqx", "linen"):
+        np.testing.assert_array_equal(_outputs(model, impl, x)["logits"], before["logits"])

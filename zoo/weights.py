@@ -1,0 +1,81 @@
+"""Weights for `zoo.create(..., weights=...)`: a canonical state or a checkpoint file, adapted to
+the requested config by the architecture's `ADAPTERS` (`zoo.adapters`).
+
+Files are read by the checkpoint formats of the `converters` package, which registers its reader
+here when imported (the zoo does not import the converters).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from zoo.adapters import Adapter, Arrays
+from zoo.configs import Config, ConfigError
+from zoo.init import canonical_init
+from zoo.registry import schema
+
+# path, config -> the file's canonical arrays as stored (not validated against the config)
+Reader = Callable[[str | os.PathLike, Config], Mapping[str, Any]]
+_READERS: list[Reader] = []
+
+
+def register_reader(reader: Reader) -> None:
+    """Set how `zoo.create(weights=PATH)` reads a file (the converters register theirs)."""
+    _READERS[:] = [reader]
+
+
+def adapt(state: Mapping[str, Any], config: Config, seed: int = 0) -> tuple[Arrays, list[str]]:
+    """`state` (a canonical state of `config`'s architecture, possibly of another class count,
+    image size or input channels) adapted to `config` by the architecture's `ADAPTERS`; the
+    arrays of a re-initialised part come from `canonical_init(config, seed)`. Returns the new
+    state (the caller's is not changed) and one line per adaptation. Shapes no adapter fixes
+    are left for validation to name."""
+    adapters: tuple[Adapter, ...] = type(config).ADAPTERS
+    out = {k: np.asarray(v) for k, v in state.items()}
+    if not adapters:
+        return out, []
+    floats = [v.dtype for v in out.values() if np.issubdtype(v.dtype, np.floating)]
+    target = canonical_init(config, seed, floats[0] if floats else "float32")
+    notes: list[str] = []
+    for adapter in adapters:
+        out, said = adapter(out, target, config)
+        notes += said
+    return out, notes
+
+
+def load(weights: str | os.PathLike | Mapping[str, Any], config: Config, seed: int = 0
+         ) -> Arrays:
+    """The canonical state of `weights` (a path or a canonical state) adapted to `config`; each
+    adaptation is reported as a `UserWarning`."""
+    if isinstance(weights, Mapping):
+        state = weights
+    elif not _READERS:
+        raise RuntimeError(f"weights={str(weights)!r}: reading checkpoint files needs the "
+                           "converters package: import converters first (or pass a state dict)")
+    else:
+        state = _READERS[0](weights, config)
+    out, notes = adapt(state, config, seed)
+    _check_fits(out, config, weights)
+    for note in notes:
+        warnings.warn(f"{config.arch} weights: {note}", UserWarning, stacklevel=3)
+    return out
+
+
+def _check_fits(state: Arrays, config: Config, weights: Any) -> None:
+    """One line naming the keys of `state` that do not fit `config` after adaptation."""
+    spec = schema(config)[1]
+    where = "the state" if isinstance(weights, Mapping) else str(weights)
+    problems = [f"missing {k!r}" for k in spec if k not in state]
+    problems += [f"unexpected {k!r}" for k in state if k not in spec]
+    problems += [f"{k!r} is {tuple(state[k].shape)}, expected {tuple(spec[k].shape)}"
+                 for k in spec.keys() & state.keys()
+                 if tuple(state[k].shape) != tuple(spec[k].shape)]
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ConfigError(f"{where} does not fit {config.arch} {config.to_json()}: "
+                          + "; ".join(sorted(problems)[:5]) + more)
