@@ -95,6 +95,9 @@ def _parser() -> ArgumentParser:
                    help="skip the forward check of a matched conversion")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
+    c.add_argument("--shard-size", metavar="SIZE",
+                   help="write sharded safetensors (--to torch or canonical): a folder of "
+                        "shards of at most SIZE (e.g. 5GB, 500MB) and an HF-style index")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show a progress bar")
@@ -112,10 +115,19 @@ def _progress_bar(console: Console, enabled: bool) -> Iterator[ProgressFn | None
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                  TimeRemainingColumn(), console=console, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
         def update(description: str, completed: int, total: int | None) -> None:
@@ -142,7 +154,8 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         with _progress_bar(console, show) as progress:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
-                              progress=progress, cast=args.cast)
+                              progress=progress, cast=args.cast,
+                              shard_size=args.shard_size)
     except KeyMismatchError as e:
         config = parse_config(args.arch, args.config)
         if det.meta is not None or det.fmt == "eqx" or config is None:

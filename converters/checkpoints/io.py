@@ -19,7 +19,8 @@ SIDECAR_SUFFIX = ".json"  # Equinox / PyTorch files: `model.eqx` + `model.eqx.js
 DIR_METADATA = "zoo.json"  # orbax directories: `<dir>/zoo.json`
 SIDECAR_MARKER = "zoo_checkpoint"  # key that identifies our JSON (value: format version)
 
-# A progress callback: (description, completed, total or None). Called with completed=0 first.
+# A progress callback: (description, bytes completed, total bytes or None). Called with
+# completed=0 first.
 ProgressFn = Callable[[str, int, "int | None"], None]
 
 
