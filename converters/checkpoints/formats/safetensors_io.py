@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from converters.checkpoints.io import detached
+
 Header = dict[str, Any]
 ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
              "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64",
@@ -27,21 +29,19 @@ def _np_dtype(name: str) -> np.dtype:
 
 
 def mapped_tensors(path: Path, header: Header) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file with a validated `header`, as a copy-on-write view of
-    the file's memory map: pages are read when a tensor is used, never copied by the reader."""
+    """Every tensor of a safetensors file with a validated `header`, each a copy-on-write
+    memory map of its own bytes: nothing is read until used, nothing is copied by the reader."""
     with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-    if path.stat().st_size == 8 + n:  # no data at all (np.memmap refuses empty maps)
-        raw = np.zeros(0, np.uint8)
-    else:
-        raw = np.memmap(path, np.uint8, mode="c", offset=8 + n)
+        start = 8 + int.from_bytes(f.read(8), "little")
     out = {}
     for name, t in header.items():
         if name == "__metadata__":
             continue
         begin, end = t["data_offsets"]
         dtype = _np_dtype(ST_DTYPES[t["dtype"]])
-        out[name] = raw[begin:end].view(dtype).reshape(t["shape"])
+        shape = tuple(t["shape"])
+        out[name] = (np.memmap(path, dtype, mode="c", offset=start + begin, shape=shape)
+                     if end > begin else np.zeros(shape, dtype))
     return out
 
 
@@ -74,7 +74,7 @@ def write_stream(path: Path, arrays: Mapping[str, Any], metadata: Mapping[str, s
     with open(path, "wb") as f:
         total = f.write(encode_header(arrays, metadata))
         for a in arrays.values():
-            a = np.ascontiguousarray(a)
+            a = np.ascontiguousarray(detached(a))  # a mapped tensor: read afresh, dropped after
             if a.size:
                 total += f.write(memoryview(a.reshape(-1).view(np.uint8)))
             advance(a.nbytes)

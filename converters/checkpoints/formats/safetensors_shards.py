@@ -89,6 +89,8 @@ def _index_path(path: Path) -> Path | None:
             return path / INDEX
         found = sorted(path.glob("*.safetensors.index.json"))
         return found[0] if len(found) == 1 else None
+    if path.name.endswith(".safetensors.index.json"):
+        return path  # HF's name: damage in it is reported as such
     if path.name.endswith(".json") and path.stat().st_size < 100 * 2**20:
         with open(path, "rb") as f:
             if b'"weight_map"' in f.read():
@@ -127,7 +129,8 @@ class ShardedSafetensors(Safetensors):
                               + (" with zoo metadata" if meta else ""), meta)
 
     def rejection(self, probe: Probe) -> str:
-        return f"no {INDEX} (sharded safetensors)"
+        return (f"no {INDEX} (sharded safetensors)" if self.directory
+                else "not a safetensors index (no weight_map)")
 
     def damaged(self, probe: Probe) -> str:
         return f"{probe.path}: not a valid safetensors index"
