@@ -18,8 +18,8 @@ from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, st
 from converters.checkpoints.io import (
     DIR_METADATA,
     ProgressFn,
-    file_size,
     ProgressTask,
+    file_size,
     read_json_meta,
 )
 from converters.checkpoints.metadata import (
