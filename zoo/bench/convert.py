@@ -82,13 +82,25 @@ class Generated:
 
 
 def generate(config: Any, path: Path) -> int:
-    """Write a random checkpoint of `config` as PyTorch safetensors; its size in bytes."""
-    from converters.checkpoints.formats.safetensors_io import write_stream
-    from converters.core import canonical_spec
+    """Write a random float32 checkpoint of `config` as PyTorch safetensors, one tensor at a
+    time (the header first: every shape is known); its size in bytes."""
+    from zoo.registry import schema
 
-    spec = canonical_spec(config)
-    return write_stream(path, {k: Generated(s.shape, i) for i, (k, s) in
-                               enumerate(spec.items())}, {"format": "pt"})
+    spec = schema(config)[1]
+    arrays = [Generated(s.shape, i) for i, s in enumerate(spec.values())]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, a in zip(spec, arrays, strict=True):
+        size = math.prod(a.shape) * 4
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        total = f.write(len(raw).to_bytes(8, "little") + raw)
+        for a in arrays:
+            total += f.write(np.asarray(a).tobytes())
+    return total
 
 
 def disk_bytes(path: Path) -> int:
