@@ -27,7 +27,7 @@ import converters
 import zoo
 from canonical import KINDS
 from converters.checkpoints.api import as_checkpoint
-from converters.checkpoints.base import parse_config
+from converters.checkpoints import parse_config
 from zoo.registry import schema
 
 FIXTURES = Path(__file__).parent / "fixtures"
