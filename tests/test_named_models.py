@@ -26,8 +26,8 @@ import pytest
 import converters
 import zoo
 from canonical import KINDS
-from converters.checkpoints.api import as_checkpoint
 from converters.checkpoints import parse_config
+from converters.checkpoints.api import as_checkpoint
 from zoo.registry import schema
 
 FIXTURES = Path(__file__).parent / "fixtures"

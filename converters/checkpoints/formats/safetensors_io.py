@@ -46,6 +46,7 @@ def mapped_tensors(path: Path, header: Header) -> dict[str, np.ndarray]:
 
 
 def nbytes(arrays: Mapping[str, Any]) -> int:
+    """The bytes of the tensors in `arrays` (without any header)."""
     return sum(math.prod(np.shape(a)) * np.dtype(a.dtype).itemsize for a in arrays.values())
 
 

@@ -24,6 +24,7 @@ from converters.checkpoints.formats.safetensors import (
 from converters.checkpoints.formats.safetensors_io import (
     index_json,
     mapped_tensors,
+    nbytes,
     plan_shards,
     shard_names,
     write_stream,
@@ -155,9 +156,9 @@ class ShardedSafetensors(Safetensors):
         data.mkdir()
         total = 0
         for name, keys in zip(names, groups, strict=True):
-            write_stream(data / name, {k: arrays[k] for k in keys}, meta, advance)
-            total += sum(np.dtype(arrays[k].dtype).itemsize * int(np.prod(np.shape(arrays[k])))
-                         for k in keys)
+            shard = {k: arrays[k] for k in keys}
+            write_stream(data / name, shard, meta, advance)
+            total += nbytes(shard)
         weight_map = {k: name for name, keys in zip(names, groups, strict=True) for k in keys}
         (data / INDEX).write_text(index_json(weight_map, total))
 
