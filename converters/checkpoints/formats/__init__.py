@@ -9,11 +9,19 @@ from converters.checkpoints.formats.equinox import EquinoxLeaves
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.orbax import LinenOrbax, NnxOrbax
 from converters.checkpoints.formats.safetensors import CanonicalSafetensors, TorchSafetensors
+from converters.checkpoints.formats.safetensors_shards import (
+    CanonicalShardIndex,
+    CanonicalShards,
+    TorchShardIndex,
+    TorchShards,
+)
 from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
-             TorchSafetensors()):
+             TorchSafetensors(), CanonicalShards(), CanonicalShardIndex(), TorchShards(),
+             TorchShardIndex()):
     register(_fmt)
 
-__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "LinenOrbax", "NativeFormat", "NnxOrbax",
-           "TorchPickle", "TorchSafetensors"]
+__all__ = ["CanonicalSafetensors", "CanonicalShardIndex", "CanonicalShards", "EquinoxLeaves",
+           "LinenOrbax", "NativeFormat", "NnxOrbax", "TorchPickle", "TorchSafetensors",
+           "TorchShardIndex", "TorchShards"]
