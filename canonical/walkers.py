@@ -374,13 +374,14 @@ class LinenWalker(Walker):
                              lambda p: found[p][1], self.layer_classes, problems)
         out = _outside_composites(out, lambda p: found[p][1], self.layer_classes, problems)
         _refuse(self.impl, problems)
-        # Creation order (the variables' insertion order) places bare parameters among the
-        # layers where the model defined them, as PyTorch's definition order does.
-        rank: dict[tuple[str, ...], int] = {}
-        for i, (_, *rest) in enumerate(leaf_paths(variables)):
-            for n in range(len(rest) + 1):
-                rank.setdefault(tuple(rest[:n]), i)
-        return sorted(out, key=lambda layer: rank.get(tuple(layer.path), len(rank)))
+        # Bare parameters take the place of their module in call order (LayerScale's gamma
+        # between the attention and the next norm), as the layers of known kinds do.
+        rank = {path: i for i, path in enumerate(found)}
+
+        def position(layer: Layer) -> int:
+            path = tuple(layer.path)
+            return rank.get(path, rank.get(path[:-1], len(rank)))
+        return sorted(out, key=position)
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
         _, variables = obj
@@ -465,7 +466,8 @@ class NNXWalker(Walker):
                              problems)
         out = _outside_composites(out, lambda p: modules[p], self.layer_classes, problems)
         _refuse(self.impl, problems)
-        return out
+        # Bare parameters take their place in definition order among the layers of known kinds.
+        return sorted(out, key=lambda layer: _definition_position(model, tuple(layer.path)))
 
     def read(self, model: Any, layers: list[Layer]) -> dict[str, Arrays]:
         out = {}

@@ -111,6 +111,9 @@ def _parser() -> ArgumentParser:
                    help="adapt to C input channels: the first convolution adapted as timm's")
     c.add_argument("--seed", type=int, default=0,
                    help="seed of a re-initialised classifier (default 0)")
+    c.add_argument("--shard-size", metavar="SIZE",
+                   help="write sharded safetensors (--to torch or canonical): a folder of "
+                        "shards of at most SIZE (e.g. 5GB, 500MB) and an HF-style index")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show a progress bar")
@@ -157,10 +160,19 @@ def _progress_bar(console: Console, enabled: bool) -> Iterator[ProgressFn | None
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                  TimeRemainingColumn(), console=console, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
         def update(description: str, completed: int, total: int | None) -> None:
@@ -190,7 +202,8 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         with _progress_bar(console, show) as progress:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
-                              progress=progress, cast=args.cast)
+                              progress=progress, cast=args.cast,
+                              shard_size=args.shard_size)
     except KeyMismatchError as e:
         config = parse_config(args.arch, args.config)
         if det.meta is not None or det.fmt == "eqx" or config is None:
@@ -213,7 +226,8 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
 
 def _convert_adapted(args: argparse.Namespace, target: Config, console: Console) -> int:
     ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
-                      progress=None, cast=args.cast, adapt=True, seed=args.seed)
+                      progress=None, cast=args.cast, adapt=True, seed=args.seed,
+                      shard_size=args.shard_size)
     for note in ck.notes:
         console.print(f"  adapted: {note}", markup=False)
     if not ck.notes:

@@ -31,8 +31,50 @@ precision.set_global(precision.EXACT)
 jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPTIMIZED") != "1")
 
 
+# The quick subset (`pytest --quick`, README): one architecture per kind of layer, every
+# converter path and the command lines' refusals; the whole suite is what CI runs.
+QUICK_ARCHS = frozenset({"mlp", "cnn", "decoder3d", "vit"})  # dense, conv + BN, conv-T, attention
+FULL_ONLY = ("test_examples.py", "test_bench_matrix.py")  # end-to-end runs of whole programs
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true",
+                     help="the quick subset: the architectures " + ", ".join(sorted(QUICK_ARCHS))
+                          + " (one per kind of layer), every converter path, the refusals")
+
+
+def _architecture_of(value: object) -> str | None:
+    """The architecture a test parameter names (an arch, a case id, a model name, a config)."""
+    if isinstance(value, zoo.Config):
+        return value.arch
+    if not isinstance(value, str):
+        return None
+    if value in CASE_IDS:
+        return next(cfg.arch for name, cfg in CASES if name == value)
+    try:
+        return zoo.names.resolve(value)[0]
+    except (ValueError, KeyError):
+        return None
+
+
+def _outside_quick(item: pytest.Item) -> bool:
+    if item.path.name in FULL_ONLY:
+        return True
+    params = getattr(item, "callspec", None)
+    values = params.params.values() if params is not None else ()
+    variant = any(isinstance(v, str) and v in CASE_IDS and v not in zoo.ARCHS for v in values)
+    archs = {a for a in map(_architecture_of, values) if a is not None}
+    return variant or bool(archs - QUICK_ARCHS)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU behaviour, skipped elsewhere."""
+    """`--quick` keeps the quick subset; `@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU
+    behaviour, skipped elsewhere."""
+    if config.getoption("--quick"):
+        dropped = [item for item in items if _outside_quick(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not _outside_quick(item)]
     backend = jax.default_backend()
     for item in items:
         mark = item.get_closest_marker("cpu_only")

@@ -140,7 +140,7 @@ def test_wrong_architecture(sources, tmp_path, capsys):
     fails(capsys, convert(sources["nnx"], tmp_path / "o.eqx", "eqx", "--config",
                           json.dumps({**CFG.to_dict(), "hidden": 8})), "says it holds cnn")
     fails(capsys, convert(tmp_path / "cnn.pt", tmp_path / "o.eqx", "eqx", "--arch", "resnet9"),
-          "unknown architecture", code=2)
+          "unknown model 'resnet9': did you mean", code=2)
 
 
 def test_missing_extra_misshaped_and_mistyped_keys(tmp_path, capsys):

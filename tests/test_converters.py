@@ -166,7 +166,7 @@ def test_not_a_mapping():
 def test_unknown_impl_and_arch():
     with pytest.raises(ValueError, match="unknown implementation 'jaxx'"):
         converters.to_canonical(object(), "jaxx")
-    with pytest.raises(ValueError, match="unknown architecture 'resnet9'"):
+    with pytest.raises(ValueError, match="unknown model 'resnet9': did you mean 'resnet'"):
         zoo.create("resnet9", "eqx")
 
 

@@ -12,7 +12,12 @@ Formats (each the library's own way of saving):
 - ``linen``: an orbax-checkpoint directory of the variables (plus ``zoo.json`` inside);
 - ``nnx``: an orbax-checkpoint directory of ``nnx.state(model)`` (plus ``zoo.json`` inside);
 - ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
-- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
+- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``;
+- ``torch`` / ``canonical`` sharded: a folder of safetensors shards and HF's
+  ``model.safetensors.index.json`` (read from the folder or the index; ``shard_size=`` writes it).
+
+Safetensors and ``.pt`` sources are memory-mapped, safetensors targets written tensor by tensor:
+a conversion holds at most one copy of the checkpoint (see docs/checkpoints.md).
 
 Each format is one class (`converters.checkpoints.format.CheckpointFormat`: detect, read,
 write, entries) registered in `converters.checkpoints.formats`; detection, `read`, `write`,

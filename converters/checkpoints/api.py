@@ -16,7 +16,7 @@ from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import check_pair
 from converters.checkpoints.format import for_writing
 from converters.checkpoints.io import CheckpointError, ProgressFn
-from converters.checkpoints.readwrite import read, write
+from converters.checkpoints.readwrite import read, shard_bytes, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
@@ -65,13 +65,14 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
 
 def save(obj: Any, path: str | os.PathLike, fmt: str, *, impl: str | None = None,
          config: Any = None, opt_state: Any = None, step: int | None = None,
-         force: bool = False, progress: ProgressFn | None = None, cast: Any = None) -> Path:
+         force: bool = False, progress: ProgressFn | None = None, cast: Any = None,
+         shard_size: int | str | None = None) -> Path:
     """Save a native model (optionally with its optax state and step), a canonical state dict
     (with `config`) or a Checkpoint as `fmt` at `path`, validated and atomically."""
     ck = as_checkpoint(obj, impl=impl, config=config, opt_state=opt_state, step=step)
     if cast is not None:
         ck = ck.cast(cast)
-    return write(ck, path, fmt, force=force, progress=progress)
+    return write(ck, path, fmt, force=force, progress=progress, shard_size=shard_size)
 
 
 def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None = None,
@@ -97,19 +98,25 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
 def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
                  model_only: bool = False, progress: ProgressFn | None = None,
-                 cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
+                 cast: Any = None, adapt: bool = False, seed: int = 0,
+                 shard_size: int | str | None = None) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
     With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
     `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
     converts every floating array to that dtype (e.g. float64 for a JAX format without x64).
+    `shard_size` (bytes or ``"5GB"``) writes sharded safetensors: a folder with an index.
+
+    Arrays are read lazily where the source format allows it (memory-mapped safetensors and
+    torch files) and written tensor by tensor where the target does (safetensors, torch).
     """
     check_pair(src, dst)
-    for_writing(to, dst)  # an unknown format, a DST named for another: refused before reading
+    for_writing(to, dst, shard_bytes(shard_size))  # refused before reading: an unknown
+    # format, a DST named for another, shards of a format that has none
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
               cast=cast, adapt=adapt, seed=seed)
-    write(ck, dst, to, force=force, progress=progress, source=src)
+    write(ck, dst, to, force=force, progress=progress, source=src, shard_size=shard_size)
     return ck
 
 

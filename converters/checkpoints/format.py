@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
+
 from converters.checkpoints.base import Checkpoint, Detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.metadata import describe
@@ -62,6 +64,7 @@ class CheckpointFormat(ABC):
     priority: ClassVar[int] = 0  # tried first when higher (a validated header before a magic)
     holds_any: ClassVar[bool] = True  # any architecture and training state (a hub folder: not)
     carries_config: ClassVar[bool] = False  # its own files give the config (a hub config.json)
+    shards: ClassVar[bool] = False  # writes its data split into files of a chosen size
 
     @abstractmethod
     def detect(self, probe: Probe) -> Detection | None:
@@ -84,6 +87,16 @@ class CheckpointFormat(ABC):
     @abstractmethod
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         """What the file stores, key by key (`ck`: the checkpoint read from it, if it loads)."""
+
+    def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        """`write`, telling `advance` the bytes of each array as it is written (default: all
+        of them at the end; a format that streams tensor by tensor overrides this)."""
+        self.write(ck, data)
+        advance(checkpoint_bytes(ck))
+
+    def sized(self, max_bytes: int) -> CheckpointFormat:
+        """This format writing shards of at most `max_bytes` (only a format with `shards`)."""
+        raise UsageError(f"the {self.name} format cannot be written in shards")
 
     def damaged(self, probe: Probe) -> str:
         """The error for a file named like this format (`suffixes`) that it did not detect."""
@@ -135,12 +148,20 @@ def for_detection(det: Detection) -> CheckpointFormat:
     raise CheckpointError(f"no format {det.fmt!r} {det.variant!r} is registered")
 
 
-def for_writing(name: str, dst: str | os.PathLike) -> CheckpointFormat:
+def for_writing(name: str, dst: str | os.PathLike,
+                shard_bytes: int | None = None) -> CheckpointFormat:
     """The class that writes format `name` at `dst`: the one whose suffix `dst` has, else the
-    first registered. A `dst` whose extension names another format is refused (UsageError)."""
-    candidates = [f for f in _REGISTRY if f.name == name]
-    if not candidates:
+    first registered; with `shard_bytes`, the one that writes shards of at most that size. A
+    `dst` whose extension names another format is refused (UsageError)."""
+    if name not in format_names():
         raise UsageError(f"unknown format {name!r}; formats: {list(format_names())}")
+    sharded = shard_bytes is not None
+    candidates = [f for f in _REGISTRY if f.name == name and f.shards == sharded
+                  and (f.directory or not sharded)]
+    if not candidates:
+        raise UsageError(f"the {name} format cannot be written in shards (--shard-size)")
+    if sharded:
+        return candidates[0].sized(shard_bytes)
     dst = Path(dst)
     suffix = dst.suffix.lower()
     own = [f for f in candidates if suffix in f.suffixes]
@@ -155,6 +176,12 @@ def for_writing(name: str, dst: str | os.PathLike) -> CheckpointFormat:
                                                f"; {name} writes a directory: name it without "
                                                f"{dst.suffix}"))
     return candidates[0]
+
+
+def checkpoint_bytes(ck: Checkpoint) -> int:
+    """The bytes of every array of `ck` (model and optimizer)."""
+    arrays = [*ck.state.values(), *(ck.optimizer.arrays.values() if ck.optimizer else ())]
+    return sum(int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in arrays)
 
 
 def foreign_suffix(fmt: CheckpointFormat, dst: str | os.PathLike) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,8 @@ SIDECAR_SUFFIX = ".json"  # Equinox / PyTorch files: `model.eqx` + `model.eqx.js
 DIR_METADATA = "zoo.json"  # orbax directories: `<dir>/zoo.json`
 SIDECAR_MARKER = "zoo_checkpoint"  # key that identifies our JSON (value: format version)
 
-# A progress callback: (description, completed, total or None). Called with completed=0 first.
+# A progress callback: (description, bytes completed, total bytes or None). Called with
+# completed=0 first.
 ProgressFn = Callable[[str, int, "int | None"], None]
 
 
@@ -140,6 +142,38 @@ def load_npy(f: BinaryIO) -> np.ndarray:
         import ml_dtypes
 
         a = a.view(ml_dtypes.bfloat16)
+    return a
+
+
+# --------------------------------------------------------------------------- mapped arrays
+class FileSlice:
+    """An array stored at `offset` in a file, read afresh each time it is used (`__array__`):
+    what a converter that consumes each array once should hold instead of a memory map, whose
+    pages would stay resident (and counted) once read."""
+
+    def __init__(self, path: str | os.PathLike, offset: int, shape: tuple[int, ...],
+                 dtype: np.dtype):
+        self.path, self.offset, self.shape, self.dtype = path, offset, tuple(shape), dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        del copy  # always a new array
+        raw = np.fromfile(self.path, np.uint8, count=self.nbytes, offset=self.offset)
+        a = raw.view(self.dtype).reshape(self.shape)
+        return a if dtype is None else a.astype(dtype)
+
+
+def detached(a: Any) -> Any:
+    """A `FileSlice` of a memory-mapped file array (`np.memmap` of its own region), else `a`."""
+    if isinstance(a, np.memmap) and a.filename and isinstance(a.base, mmap.mmap):
+        return FileSlice(a.filename, a.offset, a.shape, a.dtype)
     return a
 
 

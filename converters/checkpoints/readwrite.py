@@ -13,7 +13,13 @@ from converters.checkpoints.base import Checkpoint, ordered_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect
-from converters.checkpoints.format import for_detection, for_writing, foreign_suffix
+from converters.checkpoints.format import (
+    checkpoint_bytes,
+    for_detection,
+    for_writing,
+    foreign_suffix,
+)
+from converters.checkpoints.formats.safetensors_io import parse_size
 from converters.checkpoints.io import (
     CheckpointError,
     ProgressFn,
@@ -111,24 +117,26 @@ def read_state(path: str | os.PathLike, config: Any) -> dict[str, Any]:
 
 
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
-          progress: ProgressFn | None = None, source: str | os.PathLike | None = None) -> Path:
+          progress: ProgressFn | None = None, source: str | os.PathLike | None = None,
+          shard_size: int | str | None = None) -> Path:
     """Write a canonical checkpoint in format `fmt`, validated first, atomically (see
     `converters.checkpoints.destination` for the rules; `source` is refused as DST).
 
     A `path` whose extension names another format is refused; one with an extension unusual
-    for `fmt` gets a `DestinationWarning`.
+    for `fmt` gets a `DestinationWarning`. `shard_size` (bytes, or ``"5GB"``) writes a folder
+    of shards of at most that size with an index, where the format has shards.
     """
     path = Path(path)
-    target = for_writing(fmt, path)
+    target = for_writing(fmt, path, shard_bytes(shard_size))
     ck.validate()
     target.refuse(ck)
     unusual = foreign_suffix(target, path)
     if unusual is not None:
         warnings.warn(unusual, DestinationWarning, stacklevel=2)
     with publishing(path, with_sidecar=target.sidecar, force=force, source=source) as staged:
-        task = ProgressTask(progress, "writing", 1)
+        task = ProgressTask(progress, "writing", checkpoint_bytes(ck))
         try:
-            target.write(ck, staged.data)
+            target.write_counted(ck, staged.data, task.advance)
             if target.sidecar:
                 write_json(staged.sidecar, {**target.metadata(ck), "data": digest(staged.data)})
         except (CheckpointError, ConversionError):
@@ -138,5 +146,14 @@ def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = Fa
         except Exception as e:  # orbax / tensorstore wrap I/O errors in their own types
             raise CheckpointError(f"cannot write {path}: {type(e).__name__}: "
                                   f"{first_line(e)}") from e
-        task.advance()
     return path
+
+
+def shard_bytes(size: int | str | None) -> int | None:
+    """A shard size in bytes (None: not sharded); UsageError naming a bad one."""
+    if size is None:
+        return None
+    try:
+        return parse_size(size)
+    except ValueError as e:
+        raise UsageError(str(e)) from None

@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.xla_flags import xla_flags_main
 
         return xla_flags_main(argv[1:])
+    if argv and argv[0] == "convert":
+        from zoo.bench.convert import convert_main
+
+        return convert_main(argv[1:])
     if argv and argv[0] == "matrix":
         from zoo.bench.matrix import matrix_main
 

@@ -10,11 +10,19 @@ from converters.checkpoints.formats.hub import HubFolder
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.orbax import LinenOrbax, NnxOrbax
 from converters.checkpoints.formats.safetensors import CanonicalSafetensors, TorchSafetensors
+from converters.checkpoints.formats.safetensors_shards import (
+    CanonicalShardIndex,
+    CanonicalShards,
+    TorchShardIndex,
+    TorchShards,
+)
 from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
-             TorchSafetensors(), HubFolder()):
+             TorchSafetensors(), CanonicalShards(), CanonicalShardIndex(), TorchShards(),
+             TorchShardIndex(), HubFolder()):
     register(_fmt)
 
-__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "HubFolder", "LinenOrbax", "NativeFormat",
-           "NnxOrbax", "TorchPickle", "TorchSafetensors"]
+__all__ = ["CanonicalSafetensors", "CanonicalShardIndex", "CanonicalShards", "EquinoxLeaves",
+           "HubFolder", "LinenOrbax", "NativeFormat", "NnxOrbax", "TorchPickle",
+           "TorchSafetensors", "TorchShardIndex", "TorchShards"]

@@ -104,7 +104,8 @@ class EquinoxLeaves(NativeFormat):
             raise ConversionError(f"{path} does not fit {config.arch} {config.to_json()}: "
                                   f"{len(problems)} problem(s):\n  - "
                                   + "\n  - ".join(problems[:50]) + hint)
-        out = _deserialise(path, like, ProgressTask(progress, "reading", len(headers)))
+        total = sum(int(np.prod(shape)) * np.dtype(d).itemsize for shape, d in headers)
+        out = _deserialise(path, like, ProgressTask(progress, "reading", total))
         training = bool(det.meta and det.meta.get("kind") == "training")
         model, opt_tree, step = out if training else (out, None, None)
         state = numpy_state(to_canonical(model, self.impl))
@@ -159,7 +160,7 @@ def _deserialise(path: Path, like: Any, task: ProgressTask) -> Any:
             a = type(x)(load_npy(f).item())
         else:
             return x
-        task.advance()
+        task.advance(np.asarray(a).nbytes)
         return a
 
     try:

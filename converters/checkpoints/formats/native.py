@@ -14,7 +14,7 @@ import numpy as np
 
 from converters.checkpoints.base import Checkpoint
 from converters.checkpoints.format import CheckpointFormat
-from converters.checkpoints.io import CheckpointError
+from converters.checkpoints.io import CheckpointError, detached
 from converters.core import from_canonical
 from converters.optim import build, to_native_opt
 
@@ -41,7 +41,9 @@ class NativeFormat(CheckpointFormat):
 
     def native(self, ck: Checkpoint) -> tuple[Any, Any]:
         """(native model, native optimizer state or None) of `ck`."""
-        model = from_canonical(ck.state, ck.config, self.impl)
+        # mapped arrays are read one by one as the layer rules consume them, not kept resident
+        model = from_canonical({k: detached(v) for k, v in ck.state.items()}, ck.config,
+                               self.impl)
         opt = None
         if ck.optimizer is not None:
             opt = to_native_opt(ck.optimizer, ck.state, ck.config, self.impl,

@@ -19,6 +19,7 @@ from converters.checkpoints.io import (
     DIR_METADATA,
     ProgressFn,
     ProgressTask,
+    file_size,
     read_json_meta,
 )
 from converters.checkpoints.metadata import (
@@ -157,9 +158,10 @@ class Orbax(NativeFormat):
                 stored, _flat_abstract(self.target(config, "float32", meta, pure)[1])))
         skel, target = self.target(config, dtype, meta, pure)
         self._check(path, config, stored, _flat_abstract(target))
-        task = ProgressTask(progress, "reading", 1)
+        size = file_size(path)
+        task = ProgressTask(progress, "reading", size)
         restored = restore(path, target)
-        task.advance()
+        task.advance(size)
         training = bool(meta and meta.get("kind") == "training")
         model = self.model_from(skel, restored, training, pure)
         state = numpy_state(to_canonical(model, self.impl))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +19,8 @@ from converters.checkpoints.base import (
 )
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import CheckpointFormat, Entry, Probe
-from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
+from converters.checkpoints.formats.safetensors_io import mapped_tensors, write_stream
+from converters.checkpoints.io import CheckpointError, ProgressFn, first_line
 from converters.checkpoints.metadata import check_meta, loads_json
 from converters.optim import CanonicalOptState
 from zoo.configs import Config
@@ -134,19 +136,15 @@ class Safetensors(CheckpointFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
-        from safetensors import safe_open
+        header, why_not = read_header(path)
+        if header is None:
+            raise CheckpointError(f"{path}: cannot read the safetensors file ({why_not}): "
+                                  "truncated or corrupted")
+        return self.assemble(path, det, given, mapped_tensors(path, header))
 
-        arrays: dict[str, np.ndarray] = {}
-        try:
-            with safe_open(str(path), "np") as f:
-                keys = list(f.keys())
-                task = ProgressTask(progress, "reading", len(keys))
-                for k in keys:
-                    arrays[k] = f.get_tensor(k)
-                    task.advance()
-        except Exception as e:
-            raise CheckpointError(f"{path}: cannot read the safetensors file ({first_line(e)}): "
-                                  "truncated or corrupted") from e
+    def assemble(self, path: Path, det: Detection, given: Config | None,
+                 arrays: dict[str, np.ndarray]) -> Checkpoint:
+        """The checkpoint of the (mapped) `arrays` read at `path`."""
         meta = det.meta or {}
         state, opt = _split_opt(arrays, meta.get("optimizer"))
         config = resolve_config(path, det.meta, given, list(state))
@@ -155,15 +153,20 @@ class Safetensors(CheckpointFormat):
         return ck
 
     def write(self, ck: Checkpoint, data: Path) -> None:
-        from safetensors.numpy import save_file
+        self.write_counted(ck, data, lambda n: None)
 
+    def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        write_stream(data, self.arrays(ck), self.header_metadata(ck), advance)
+
+    @staticmethod
+    def arrays(ck: Checkpoint) -> dict[str, np.ndarray]:
+        """What the file stores, in order: the model in canonical order, then the optimizer."""
         arrays = dict(ordered_state(ck))
         if ck.optimizer is not None:
             arrays.update({OPT_PREFIX + k: v for k, v in ck.optimizer.arrays.items()})
-        arrays = {k: np.asarray(v, order="C") for k, v in arrays.items()}  # keeps 0-d
-        save_file(arrays, str(data), metadata=self._header_metadata(ck))
+        return arrays
 
-    def _header_metadata(self, ck: Checkpoint) -> dict[str, str]:
+    def header_metadata(self, ck: Checkpoint) -> dict[str, str]:
         meta = {"format": "pt", "zoo_format": self.name, "format_version": str(FORMAT_VERSION),
                 "arch": ck.config.arch, "config": ck.config.to_json(),
                 "dtype": np.dtype(ck.dtype).name, "kind": "training" if ck.training else "model"}

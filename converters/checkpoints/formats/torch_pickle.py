@@ -76,10 +76,11 @@ def load_state_dict(path: Path) -> dict[str, Any]:
     """The tensors of a torch.save file, read only with PyTorch's safe loader (after the zip's
     CRC checks): a state_dict, or the ``state_dict`` entry of a dict holding one."""
     torch = _import_torch()
-    if zipfile.is_zipfile(path):
+    mapped = zipfile.is_zipfile(path)  # a zip's tensors are mapped from the file, read lazily
+    if mapped:
         _check_zip(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
     except pickle.UnpicklingError as e:
         # torch's message wraps the reason in advice to retry unsafely: keep only the reason
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -132,9 +133,10 @@ class TorchPickle(CheckpointFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
-        task = ProgressTask(progress, "reading", 1)
+        size = path.stat().st_size
+        task = ProgressTask(progress, "reading", size)
         state = numpy_state(load_state_dict(path))
-        task.advance()
+        task.advance(size)
         config = resolve_config(path, det.meta, given, list(state))
         return Checkpoint(config, state)
 
@@ -147,8 +149,8 @@ class TorchPickle(CheckpointFormat):
 
     def write(self, ck: Checkpoint, data: Path) -> None:
         torch = _import_torch()
-        torch.save(OrderedDict((k, numpy_to_torch(v)) for k, v in ordered_state(ck).items()),
-                   data)
+        torch.save(OrderedDict((k, numpy_to_torch(v, share=True))
+                               for k, v in ordered_state(ck).items()), data)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch."))

@@ -1,0 +1,194 @@
+"""Streaming conversion and sharded safetensors: sources are mapped, not copied; safetensors
+are written one tensor at a time; HF-style shards (a folder or its index file) are read and
+written with a size limit."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+import weakref
+from pathlib import Path
+
+import chex
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import converters
+from converters import Checkpoint, read, write
+from converters.__main__ import main
+from converters.checkpoints import CheckpointError
+from converters.checkpoints.formats.safetensors_io import parse_size, plan_shards
+from converters.core import canonical_spec
+from zoo.registry import make_config
+
+VIT = make_config("vit", width=64, depth=4, num_heads=2, patch_size=4, image_size=[16, 16],
+                  num_classes=10)
+
+
+def vit_state(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s.shape).astype(np.float32)
+            for k, s in canonical_spec(VIT).items()}
+
+
+def assert_same(ck: Checkpoint, state: dict[str, np.ndarray]) -> None:
+    assert list(ck.state) == list(canonical_spec(VIT))  # canonical order
+    chex.assert_trees_all_equal({k: np.asarray(v) for k, v in ck.state.items()}, state)
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    path = tmp_path / "src.safetensors"
+    save_file(vit_state(), str(path))
+    return path
+
+
+class Counted:
+    """A source array that counts the arrays it hands out while they are alive."""
+
+    alive = 0
+    peak = 0
+
+    def __init__(self, a: np.ndarray):
+        self.a, self.shape, self.dtype = a, a.shape, a.dtype
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.a.copy()
+        Counted.alive += 1
+        Counted.peak = max(Counted.peak, Counted.alive)
+        weakref.finalize(out, Counted.release)
+        return out
+
+    @staticmethod
+    def release() -> None:
+        Counted.alive -= 1
+
+
+@pytest.mark.parametrize("shard_size", [None, "40KB"])
+def test_safetensors_written_one_tensor_at_a_time(tmp_path, shard_size):
+    Counted.alive = Counted.peak = 0
+    state = vit_state()
+    ck = Checkpoint(VIT, {k: Counted(v) for k, v in state.items()})
+    out = write(ck, tmp_path / "out", "canonical", shard_size=shard_size)
+    assert Counted.peak == 1 and Counted.alive == 0
+    assert_same(read(out), state)
+
+
+def test_reading_safetensors_maps_the_file(src):
+    ck = read(src, config=VIT)
+    assert all(isinstance(v, np.memmap) for v in ck.state.values())
+    tracemalloc.start()
+    try:
+        np.asarray(ck.state["head.weight"]).sum()  # the tracer sees numpy's own allocations
+        np.ones(1000).sum()
+        assert tracemalloc.get_traced_memory()[1] >= 8000
+    finally:
+        tracemalloc.stop()
+
+
+def test_convert_holds_no_copy_of_the_checkpoint(src, tmp_path):
+    total = src.stat().st_size
+    largest = max(v.nbytes for v in vit_state().values())
+    tracemalloc.start()
+    try:
+        converters.convert_file(src, tmp_path / "out.safetensors", "torch", config=VIT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert largest <= total / 8
+    assert peak < total / 3, (peak, total)  # a whole copy would be > total
+
+
+def test_shards_round_trip_and_hf_layout(src, tmp_path):
+    out = tmp_path / "shards"
+    converters.convert_file(src, out, "torch", config=VIT, shard_size="60KB")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(files) > 2 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+    assert set(index["weight_map"].values()) == set(files)
+    sizes = [sum(a.nbytes for a in load_file(str(out / f)).values()) for f in files]
+    assert sum(sizes) == index["metadata"]["total_size"]
+    largest = max(v.nbytes for v in vit_state().values())
+    assert all(s <= max(60_000, largest) for s in sizes)
+    for path in (out, out / "model.safetensors.index.json"):
+        ck = read(path)
+        assert (ck.source.fmt, ck.config) == ("torch", VIT)
+        assert_same(ck, vit_state())
+
+
+def test_reads_shards_written_by_hand(tmp_path):
+    """HF's layout without our metadata: the architecture comes from --arch / --config."""
+    state = vit_state(1)
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    keys = list(state)
+    halves = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+              "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    for name, part in halves.items():
+        save_file({k: state[k] for k in part}, str(hub / name), metadata={"format": "pt"})
+    (hub / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": {k: n for n, p in halves.items()
+                                                       for k in p}}))
+    assert_same(read(hub, config=VIT), state)
+    out = tmp_path / "model.eqx"
+    converters.convert_file(hub, out, "eqx", config=VIT)
+    assert_same(read(out), state)
+
+
+def test_canonical_shards_stay_canonical(src, tmp_path):
+    out = tmp_path / "c"
+    converters.convert_file(src, out, "canonical", config=VIT, shard_size=10**9)
+    assert len(list(out.glob("*.safetensors"))) == 1
+    assert read(out).source.fmt == "canonical"
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("missing", "is not a file beside the index"),
+    ("extra key", "disagree about the keys"),
+    ("no map", "needs a 'weight_map'"),
+])
+def test_bad_index_is_one_clear_error(src, tmp_path, damage, needle):
+    out = tmp_path / "shards"
+    converters.convert_file(src, out, "torch", config=VIT, shard_size="100KB")
+    index = out / "model.safetensors.index.json"
+    raw = json.loads(index.read_text())
+    if damage == "missing":
+        (out / "model-00002-of-" f"{len(list(out.glob('*.safetensors'))):05d}.safetensors"
+         ).unlink()
+    elif damage == "extra key":
+        raw["weight_map"]["ghost.weight"] = "model-00001-of-" + next(
+            iter(raw["weight_map"].values())).rsplit("-of-", 1)[1]
+        index.write_text(json.dumps(raw))
+    else:
+        index.write_text(json.dumps({"metadata": {}}))
+    with pytest.raises(CheckpointError, match=needle):
+        read(index, config=VIT)
+
+
+def test_shard_size_errors(src, tmp_path, capsys):
+    assert main(["convert", str(src), str(tmp_path / "o.eqx"), "--to", "eqx", "--config",
+                 VIT.to_json(), "--shard-size", "1GB"]) == 2
+    assert "cannot be written in shards" in capsys.readouterr().err
+    assert main(["convert", str(src), str(tmp_path / "o"), "--to", "torch", "--config",
+                 VIT.to_json(), "--shard-size", "lots"]) == 2
+    assert "shard size 'lots'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.eqx").exists()
+
+
+def test_sizes_and_plans():
+    assert [parse_size(s) for s in ("5GB", "500MB", "2GiB", "1000", 7)] == [
+        5 * 10**9, 5 * 10**8, 2 * 2**30, 1000, 7]
+    arrays = {k: np.zeros(n, np.uint8) for k, n in [("a", 4), ("b", 4), ("c", 9), ("d", 1)]}
+    assert plan_shards(arrays, 8) == [["a", "b"], ["c"], ["d"]]
+
+
+def test_progress_counts_bytes(src, tmp_path):
+    seen: dict[str, list[tuple[int, int | None]]] = {}
+    converters.convert_file(src, tmp_path / "o.safetensors", "canonical", config=VIT,
+                            progress=lambda d, done, total: seen.setdefault(d, []).append(
+                                (done, total)))
+    total = sum(v.nbytes for v in vit_state().values())
+    writing = seen["writing"]
+    assert writing[0] == (0, total) and writing[-1] == (total, total)
+    assert len(writing) == len(canonical_spec(VIT)) + 1  # one step per tensor
