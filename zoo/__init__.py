@@ -13,6 +13,7 @@ import jax
 
 import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
+from zoo import sharding
 from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
 from zoo.interface import Interface, interface, native_interface
@@ -37,12 +38,14 @@ from zoo.registry import (
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "architecture",
     "canonical_init", "create", "example_input", "interface", "library", "list_implementations",
-    "list_models", "make_config", "model_class", "native_interface", "register", "tiny_config",
+    "list_models", "make_config", "model_class", "native_interface", "register", "sharding",
+    "tiny_config",
 ]
 
 
 def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonical",
-           dtype: Any = "float32", **config: Any) -> Any:
+           dtype: Any = "float32", mesh: jax.sharding.Mesh | None = None, strategy: str = "dp",
+           **config: Any) -> Any:
     """A ready model of `arch` in library `impl`.
 
     Returns the library's native objects: Equinox `model` (or `(model, state)` for architectures
@@ -51,11 +54,16 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
     `init="canonical"` (default) draws the documented canonical initialisation (`zoo.init`) from
     `seed` and converts it, so one seed gives numerically identical models in every library.
     `init="native"` uses the library's own initialisers instead.
+
+    `mesh`: a `jax.sharding.Mesh` to place the arrays on, partitioned by `strategy` ("dp",
+    "fsdp", "tp"; `zoo.sharding`); the numbers are those of the unsharded model.
     """
     cfg = make_config(arch, **config)
     if init == "canonical":
         state = canonical_init(cfg, seed, dtype)
-        return canonical.write(skeleton(cfg, impl, dtype), state, impl, **walk_facts(cfg, impl))
-    if init == "native":
-        return native_init(cfg, impl, jax.random.key(seed), dtype)
-    raise ValueError(f"init must be 'canonical' or 'native', got {init!r}")
+        model = canonical.write(skeleton(cfg, impl, dtype), state, impl, **walk_facts(cfg, impl))
+    elif init == "native":
+        model = native_init(cfg, impl, jax.random.key(seed), dtype)
+    else:
+        raise ValueError(f"init must be 'canonical' or 'native', got {init!r}")
+    return model if mesh is None else sharding.shard(model, impl, mesh, strategy, config=cfg)
