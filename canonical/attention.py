@@ -174,6 +174,16 @@ def _facts(m: Any, impl: str) -> dict[str, Any]:
 
 _EQX_NAMES = tuple(f"{EQX[p]}.{s}" for p in (*QKV, "out") for s in ("weight", "bias"))
 _FLAX_NAMES = tuple(f"{p}.{s}" for p in (*QKV, "out") for s in ("kernel", "bias"))
+# Logical axes: Equinox projections are linear layers (heads * head_dim merged), Flax's keep
+# (heads, head_dim) apart ("kv" for head_dim).
+_AXES = {
+    "eqx": {**{f"{EQX[p]}.{s}": a for p in QKV
+               for s, a in (("weight", ("heads", "embed")), ("bias", ("heads",)))},
+            "output_proj.weight": ("embed", "heads"), "output_proj.bias": ("embed",)},
+    "flax": {**{f"{p}.{s}": a for p in QKV
+                for s, a in (("kernel", ("embed", "heads", "kv")), ("bias", ("heads", "kv")))},
+             "out.kernel": ("heads", "kv", "embed"), "out.bias": ("embed",)},
+}
 ATTENTION = register_kind(LayerKind(
     "attention",
     classes={"eqx": ("equinox.nn.MultiheadAttention",),
@@ -182,4 +192,4 @@ ATTENTION = register_kind(LayerKind(
              "torch": ("torch.nn.MultiheadAttention",)},
     native={"eqx": _EQX_NAMES, "flax": _FLAX_NAMES, "torch": tuple(TORCH.values())},
     init=_init, to_native=to_native, to_canonical=to_canonical, composite=True, check=_check,
-    facts=_facts))
+    facts=_facts, axes=_AXES))

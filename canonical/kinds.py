@@ -73,6 +73,10 @@ class LayerKind:
     - `check(module, impl, name)`: refuse a native layer the rules cannot express.
     - `facts(module, impl) -> {name: value}`: hyper-parameters the rules need that the
       canonical arrays do not show (hashable values), carried by the `Layer`.
+    - `axes`: per family, the logical axis names of each native array, one per dimension
+      ("embed", "mlp", "heads", "kv", "conv_in", "conv_out", "channels", "vocab"; None for an
+      axis never sharded; `...` for the kernel's spatial axes, however many): what sharding
+      strategies (`zoo.sharding`) map onto mesh axes. Arrays it does not name are replicated.
     """
 
     name: str
@@ -86,10 +90,24 @@ class LayerKind:
     composite: bool = False
     check: Callable[[Any, str, str], None] | None = None
     facts: Callable[[Any, str], Mapping[str, Any]] | None = None
+    axes: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
     _resolved: dict[str, tuple[type, ...]] = field(default_factory=dict, repr=False)
 
     def native_names(self, family: str) -> tuple[str, ...]:
         return self.native.get(family, ())
+
+    def logical_axes(self, family: str, name: str, ndim: int) -> tuple[str | None, ...]:
+        """The logical axis names of native array `name` of rank `ndim` (all None when the
+        table names none; a ValueError names a table entry that does not fit the rank)."""
+        table = self.axes.get(family, {}).get(name)
+        if table is None:
+            return (None,) * ndim
+        spatial = ndim - (len(table) - 1) if ... in table else 0
+        out = tuple(a for t in table for a in ((None,) * spatial if t is ... else (t,)))
+        if len(out) != ndim or spatial < 0:
+            raise ValueError(f"{self.name} kind: logical axes {table} of {family} array "
+                             f"{name!r} do not fit its rank {ndim}")
+        return out
 
     def resolved_classes(self, impl: str) -> tuple[type, ...]:
         """The native classes of `impl`, importing dotted names on first use; a library that

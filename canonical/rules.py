@@ -139,20 +139,37 @@ def _normal(std: float):
     return lambda shapes, rng: {k: std * rng.standard_normal(s) for k, s in shapes.items()}
 
 
+# Logical axes (`LayerKind.axes`): what each native array's dimensions mean, per family.
+_LINEAR_AXES = {"eqx": {"weight": ("mlp", "embed"), "bias": ("mlp",)},
+                "flax": {"kernel": ("embed", "mlp"), "bias": ("mlp",)}}
+# Equinox keeps a conv bias as (O, 1, ..., 1); both store transposed kernels as (O, I) / (I, O).
+_CONV_AXES = {"eqx": {"weight": ("conv_out", "conv_in", ...), "bias": ("conv_out", ...)},
+              "flax": {"kernel": (..., "conv_in", "conv_out"), "bias": ("conv_out",)}}
+_CHANNELS = ("channels",)
+_BATCH_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias", "mean", "var"), _CHANNELS),
+                    "flax": dict.fromkeys(("scale", "bias", "mean", "var"), _CHANNELS)}
+_GROUP_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), _CHANNELS),
+                    "flax": dict.fromkeys(("scale", "bias"), _CHANNELS)}
+_LAYER_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
+                    "flax": dict.fromkeys(("scale", "bias"), ("embed",))}
+_EMBEDDING_AXES = {"eqx": {"weight": ("vocab", "embed")}, "flax": {"embedding": ("vocab", "embed")}}
+
 _TORCH = "torch.nn."
 LINEAR = register_kind(LayerKind(
     "linear",
     classes={"eqx": ("equinox.nn.Linear",), "linen": ("flax.linen.Dense",),
              "nnx": ("flax.nnx.Linear",), "torch": (_TORCH + "Linear",)},
     native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
-    init=uniform_fan_in, to_native=linear_to_native, to_canonical=linear_to_canonical))
+    init=uniform_fan_in, to_native=linear_to_native, to_canonical=linear_to_canonical,
+    axes=_LINEAR_AXES))
 CONV = register_kind(LayerKind(
     "conv",
     classes={"eqx": ("equinox.nn.Conv",), "linen": ("flax.linen.Conv",),
              "nnx": ("flax.nnx.Conv",), "torch": (_TORCH + "modules.conv._ConvNd",)},
     native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
     init=uniform_fan_in, to_native=conv_to_native, to_canonical=conv_to_canonical,
-    check=_no_int_kernel))
+    check=_no_int_kernel,
+    axes=_CONV_AXES))
 CONV_TRANSPOSE = register_kind(LayerKind(
     "conv_transpose",
     classes={"eqx": ("equinox.nn.ConvTranspose",), "linen": ("flax.linen.ConvTranspose",),
@@ -160,7 +177,8 @@ CONV_TRANSPOSE = register_kind(LayerKind(
              "torch": (_TORCH + "modules.conv._ConvTransposeNd",)},
     native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
     init=uniform_fan_in, to_native=conv_transpose_to_native,
-    to_canonical=conv_transpose_to_canonical, check=_no_int_kernel))
+    to_canonical=conv_transpose_to_canonical, check=_no_int_kernel,
+    axes=_CONV_AXES))
 BATCH_NORM = register_kind(LayerKind(
     "batch_norm",
     # Equinox's own BatchNorm has other semantics (docs/conventions.md): the zoo registers its
@@ -169,25 +187,29 @@ BATCH_NORM = register_kind(LayerKind(
              "torch": (_TORCH + "modules.batchnorm._BatchNorm",)},
     native={"eqx": ("weight", "bias", "mean", "var"), "flax": ("scale", "bias", "mean", "var")},
     init=_batch_norm_init, to_native=batch_norm_to_native, to_canonical=batch_norm_to_canonical,
-    stats=("mean", "var"), buffers=("running_mean", "running_var", "num_batches_tracked")))
+    stats=("mean", "var"), buffers=("running_mean", "running_var", "num_batches_tracked"),
+    axes=_BATCH_NORM_AXES))
 LAYER_NORM = register_kind(LayerKind(
     "layer_norm",
     classes={"eqx": ("equinox.nn.LayerNorm",), "linen": ("flax.linen.LayerNorm",),
              "nnx": ("flax.nnx.LayerNorm",), "torch": (_TORCH + "LayerNorm",)},
     native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
-    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical))
+    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical,
+    axes=_LAYER_NORM_AXES))
 GROUP_NORM = register_kind(LayerKind(
     "group_norm",
     classes={"eqx": ("equinox.nn.GroupNorm",), "linen": ("flax.linen.GroupNorm",),
              "nnx": ("flax.nnx.GroupNorm",), "torch": (_TORCH + "GroupNorm",)},
     native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
-    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical))
+    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical,
+    axes=_GROUP_NORM_AXES))
 EMBEDDING = register_kind(LayerKind(
     "embedding",
     classes={"eqx": ("equinox.nn.Embedding",), "linen": ("flax.linen.Embed",),
              "nnx": ("flax.nnx.Embed",), "torch": (_TORCH + "Embedding",)},
     native={"eqx": ("weight",), "flax": ("embedding",)},
-    init=_normal(1.0), to_native=embedding_to_native, to_canonical=embedding_to_canonical))
+    init=_normal(1.0), to_native=embedding_to_native, to_canonical=embedding_to_canonical,
+    axes=_EMBEDDING_AXES))
 # A bare array held by a model's own module (class token, position embedding): the same shape
 # in every library, named by its path. The walkers assign it; it has no native classes.
 PARAMETER = register_kind(LayerKind(

@@ -1,0 +1,94 @@
+"""One process on 8 CPU devices: a training step of every architecture (tiny config) on one
+device (in the first JAX library) and on meshes under each strategy in every JAX library; prints
+a JSON report that tests/test_sharding.py checks (the libraries' one-device steps are equal to
+each other by tests/test_fast.py). Run as `python -m tests.sharding_worker` (it sets the device
+count before JAX starts, so it cannot run inside the test process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import numpy as np
+import optax
+
+import canonical
+import zoo
+import zoo.fast
+from zoo import precision, sharding
+from zoo.registry import walk_facts
+from zoo.training import LOSSES, targets
+
+BATCH = 16
+MESHES = {"fsdp": (8,), "tp": (4, 2)}
+AXES = {1: (sharding.DATA,), 2: (sharding.DATA, sharding.MODEL)}
+# Every dimension divisible by 8: fsdp must then divide the bytes per device by 8.
+DIVISIBLE_MLP = {"in_features": 64, "hidden": (128, 128), "out_features": 16}
+
+
+def _train_step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None,
+                strategy: str) -> zoo.fast.TrainStep:
+    model = zoo.create(cfg, impl, mesh=mesh, strategy=strategy)
+    return zoo.fast.train_step(model, impl, optax.sgd(0.1, momentum=0.9), LOSSES[cfg.LOSS],
+                               mesh=mesh)
+
+
+def _step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None, strategy: str) -> tuple:
+    """(loss, canonical state after one step, parameter + optimizer bytes per device)."""
+    step = _train_step(cfg, impl, mesh, strategy)
+    nbytes = sharding.bytes_per_device((step.params, step.opt_state))
+    api = zoo.interface(impl)
+    x = api.to_native(zoo.example_input(cfg, BATCH, seed=1))
+    loss = float(step(x, api.to_native(targets(cfg, BATCH, jax.random.key(2)))))
+    state = canonical.read(step.model(), impl, **walk_facts(cfg, impl))
+    return loss, {k: np.asarray(v) for k, v in state.items()}, nbytes
+
+
+def _strategies(cfg: zoo.Config, impl: str) -> list[str]:
+    """fsdp (the batch and the parameters sharded); tp where the model has attention heads to
+    split. dp is fsdp's program with parameters replicated: its bytes are checked here, its
+    numbers by tests/test_multiprocess.py."""
+    axes = {a for arrays in sharding.logical_axes(zoo.create(cfg, impl), impl, cfg).values()
+            for names in arrays.values() for a in names}
+    return ["fsdp", *(["tp"] if "heads" in axes else [])]
+
+
+def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """The largest |a - b| / (1 + |b|) over every canonical array."""
+    return max(float(np.max(np.abs(a[k] - b[k]) / (1 + np.abs(b[k])), initial=0.0)) for k in b)
+
+
+def main() -> None:
+    precision.set_global(precision.EXACT)
+    jax.config.update("jax_disable_most_optimizations", True)
+    report = []
+    for arch in zoo.ARCHS:
+        cfg = zoo.tiny_config(arch)
+        impls = [i for i in zoo.JAX_IMPLS if zoo.architecture(arch).has(i)]
+        loss1, state1, bytes1 = _step(cfg, impls[0], None, "dp")  # one device, one library
+        for impl in impls:
+            for name in _strategies(cfg, impl):
+                shape = MESHES[name]
+                loss, state, nbytes = _step(cfg, impl, jax.make_mesh(shape, AXES[len(shape)]),
+                                            name)
+                report.append({"arch": arch, "impl": impl, "strategy": name, "mesh": list(shape),
+                               "loss_diff": abs(loss - loss1), "state_diff": _diff(state, state1),
+                               "bytes_one_device": bytes1, "bytes_per_device": nbytes})
+    mesh = jax.make_mesh((8,), (sharding.DATA,))
+    divisible = zoo.make_config("mlp", **DIVISIBLE_MLP)
+    memory = {}
+    for impl in zoo.JAX_IMPLS:
+        for name, on in (("one", None), ("dp", mesh), ("fsdp", mesh)):
+            step = _train_step(divisible, impl, on, name if on else "dp")
+            memory[f"{impl}/{name}"] = sharding.bytes_per_device((step.params, step.opt_state))
+    json.dump({"devices": jax.device_count(), "steps": report, "memory": memory}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

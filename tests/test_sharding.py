@@ -1,0 +1,136 @@
+"""Sharding (zoo.sharding): logical axes per layer kind, the strategies, and a training step on
+8 CPU devices equal to one device in every library (tests/sharding_worker.py, a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import chex
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import AbstractMesh, PartitionSpec
+
+import canonical
+import zoo
+import zoo.fast
+from canonical.kinds import KINDS
+from zoo import precision, sharding
+from zoo.registry import skeleton, walk_facts
+from zoo.training import LOSSES, targets
+
+ZOO_ARCHS = [a for a in zoo.ARCHS if zoo.architecture(a).config.__module__.startswith("zoo.")]
+CASES = [(a, i) for a in ZOO_ARCHS for i in zoo.JAX_IMPLS if zoo.architecture(a).has(i)]
+MESH = AbstractMesh((8, 2), (sharding.DATA, sharding.MODEL))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("arch,impl", CASES)
+def test_every_array_of_a_kind_with_axes_is_named(arch, impl):
+    """Each native array of a layer whose kind has an axes table for the family is in it, with
+    as many axes as dimensions (a table missing an array would leave it silently replicated)."""
+    cfg = zoo.tiny_config(arch)
+    model = skeleton(cfg, impl)  # abstract arrays: their ranks are all the axes need
+    family = canonical.walker(impl).family
+    found = {layer.name: layer.kind for layer in
+             canonical.layers(model, impl, **walk_facts(cfg, impl))}
+    named = 0
+    for layer, arrays in sharding.logical_axes(model, impl, cfg).items():
+        table = KINDS[found[layer]].axes.get(family)
+        for name, axes in arrays.items():
+            if table is not None:
+                assert name in table, f"{found[layer]} kind: no axes for {family} {name!r}"
+                assert any(a is not None for a in axes)
+                named += 1
+    assert named > 0
+
+
+def test_logical_axes_refuse_a_table_that_does_not_fit():
+    with pytest.raises(ValueError, match=r"linear kind: logical axes .* rank 3"):
+        KINDS["linear"].logical_axes("flax", "kernel", 3)
+    assert KINDS["conv"].logical_axes("flax", "kernel", 5) == (
+        None, None, None, "conv_in", "conv_out")
+    assert KINDS["conv"].logical_axes("eqx", "bias", 3) == ("conv_out", None, None)
+    assert KINDS["parameter"].logical_axes("eqx", "", 3) == (None, None, None)
+
+
+@pytest.mark.parametrize("name,axes,shape,expected", [
+    ("dp", ("embed", "mlp"), (64, 128), PartitionSpec(None, None)),
+    ("fsdp", ("embed", "mlp"), (64, 128), PartitionSpec(None, "data")),   # the largest
+    ("fsdp", ("embed", "mlp"), (64, 12), PartitionSpec("data", None)),    # the one divisible
+    ("fsdp", ("embed", "mlp"), (6, 12), PartitionSpec(None, None)),       # none: replicated
+    ("fsdp", (None, None), (64, 64), PartitionSpec(None, None)),          # unnamed axes
+    ("tp", ("embed", "heads", "kv"), (64, 4, 16), PartitionSpec(None, "model", None)),
+    ("tp", ("embed", "mlp"), (64, 3), PartitionSpec(None, None)),         # 2 does not divide 3
+])
+def test_strategy_specs(name, axes, shape, expected):
+    assert sharding.strategy(name).spec(axes, shape, MESH) == expected
+
+
+def test_bad_strategy_mesh_or_library_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"unknown sharding strategy 'zero3'.*'fsdp'"):
+        sharding.strategy("zero3")
+    mesh = jax.make_mesh((1,), (sharding.DATA,))
+    with pytest.raises(ValueError, match=r"strategy 'tp' needs mesh axes .*missing \['model'\]"):
+        zoo.create("mlp", "nnx", mesh=mesh, strategy="tp", **zoo.tiny_config("mlp").TINY)
+    with pytest.raises(ValueError, match="impl='torch' is not a JAX library"):
+        sharding.shard(object(), "torch", mesh, config=zoo.tiny_config("mlp"))
+
+
+@pytest.mark.parametrize("impl", list(zoo.JAX_IMPLS))
+def test_one_device_mesh_computes_what_no_mesh_computes(impl):
+    """In the test process (one device): the same numbers with and without `mesh=`, and the
+    caller's model untouched."""
+    cfg = zoo.tiny_config("cnn")
+    mesh = jax.make_mesh((1,), (sharding.DATA,))
+    plain = zoo.create(cfg, impl)
+    placed = zoo.create(cfg, impl, mesh=mesh, strategy="fsdp")
+    facts = walk_facts(cfg, impl)
+    chex.assert_trees_all_equal(canonical.read(placed, impl, **facts),
+                                canonical.read(plain, impl, **facts))
+    api = zoo.interface(impl)
+    x = api.to_native(zoo.example_input(cfg, 4))
+    t = targets(cfg, 4, jax.random.key(1))
+    losses = [float(zoo.fast.train_step(m, impl, optax.sgd(0.1), LOSSES[cfg.LOSS], mesh=mesh_)(
+        x, t)) for m, mesh_ in ((plain, None), (placed, mesh))]
+    np.testing.assert_allclose(losses[1], losses[0], **precision.allclose("float32"))
+
+
+@pytest.fixture(scope="module")
+def report():
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-m", "tests.sharding_worker"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_eight_devices_train_as_one(report):
+    """Every architecture and JAX library: one step on 8 devices (fsdp; tp on a 4x2 mesh
+    where there are heads) equals the first library's step on one device (loss, updated
+    parameters, BatchNorm statistics: global batch statistics), so the libraries
+    equal each other too."""
+    assert report["devices"] == 8
+    tol = precision.tolerance("float32")
+    cases = {(s["arch"], s["impl"], s["strategy"]) for s in report["steps"]}
+    assert {(a, i) for a, i, _ in cases} >= {(a, i) for a, i in CASES}
+    assert {s for *_, s in cases} == {"fsdp", "tp"}
+    for s in report["steps"]:
+        where = f"{s['arch']} {s['impl']} {s['strategy']}"
+        assert s["loss_diff"] <= tol, where
+        assert s["state_diff"] <= tol, where
+        assert s["bytes_per_device"] <= s["bytes_one_device"], where
+
+
+def test_fsdp_divides_parameter_and_optimizer_bytes_by_the_devices(report):
+    """On the arrays' shardings: dp holds everything on every device, fsdp an eighth (the MLP's
+    dims are all divisible by 8; the optimizer's step counter stays replicated)."""
+    memory = report["memory"]
+    for impl in zoo.JAX_IMPLS:
+        one, dp, fsdp = (memory[f"{impl}/{k}"] for k in ("one", "dp", "fsdp"))
+        assert dp == one
+        assert one / 8 <= fsdp <= one / 8 + 64, (impl, one, fsdp)

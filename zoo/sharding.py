@@ -1,0 +1,166 @@
+"""Sharding a zoo model over a device mesh with JAX's own SPMD machinery.
+
+    mesh = jax.make_mesh((8,), ("data",))
+    model = zoo.create("vit_tiny", "nnx", mesh=mesh, strategy="fsdp")
+    step = zoo.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn, mesh=mesh)
+
+Every native array carries logical axis names, given once per layer kind
+(`canonical.LayerKind.axes`: "embed", "mlp", "heads", "conv_out", "channels", ...). A
+`Strategy` maps them onto the mesh axes `DATA` ("data") and `MODEL` ("model"):
+
+- `dp`: parameters replicated, the batch sharded over "data".
+- `fsdp`: as dp, and each parameter (hence its optimizer state and BatchNorm statistics) sharded
+  over "data" along its largest named axis that the data axis divides; replicated otherwise.
+- `tp`: as dp, and the "heads" and "mlp" axes (attention heads, every linear layer's outputs)
+  sharded over "model" where it divides them: a second mesh axis, e.g. `(4, 2)`.
+
+The arrays are placed with `jax.device_put` onto `NamedSharding`s through the canonical walkers
+(one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Reductions
+over the batch, BatchNorm's statistics included, are global: a BatchNorm layer normalises with
+the statistics of the whole global batch, as on one device, in every library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+import canonical
+from canonical.kinds import KINDS
+from zoo.configs import Config
+from zoo.interface import interface
+from zoo.libraries import library
+from zoo.registry import walk_facts
+
+DATA = "data"
+MODEL = "model"
+
+__all__ = ["DATA", "MODEL", "STRATEGIES", "Strategy", "auto", "batch_sharding", "bytes_per_device",
+           "logical_axes", "replicated", "shard", "strategy"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How logical axes map onto mesh axes.
+
+    - `rules`: (logical axis, mesh axis) pairs, applied where the mesh axis divides the dim.
+    - `fully_sharded`: shard each array's largest named axis still free over `DATA` (FSDP).
+    """
+
+    name: str
+    rules: tuple[tuple[str, str], ...] = ()
+    fully_sharded: bool = False
+
+    def mesh_axes(self) -> tuple[str, ...]:
+        """The mesh axes the strategy needs."""
+        return (DATA, *dict.fromkeys(m for _, m in self.rules))
+
+    def check(self, mesh: Mesh) -> None:
+        missing = [a for a in self.mesh_axes() if a not in mesh.shape]
+        if missing:
+            raise ValueError(f"strategy {self.name!r} needs mesh axes {self.mesh_axes()}, the "
+                             f"mesh has {tuple(mesh.axis_names)} (missing {missing})")
+
+    def spec(self, axes: tuple[str | None, ...], shape: tuple[int, ...],
+             mesh: Mesh) -> PartitionSpec:
+        """The partition of an array of `shape` whose dimensions are the logical `axes`."""
+        rules = dict(self.rules)
+        out: list[str | None] = [None] * len(shape)
+        for i, (ax, dim) in enumerate(zip(axes, shape, strict=True)):
+            target = rules.get(ax) if ax is not None else None
+            if target is not None and target not in out and dim % mesh.shape[target] == 0:
+                out[i] = target
+        if self.fully_sharded and DATA not in out:
+            free = [i for i, ax in enumerate(axes) if ax is not None and out[i] is None
+                    and shape[i] % mesh.shape[DATA] == 0]
+            if free:
+                out[max(free, key=lambda i: shape[i])] = DATA
+        return PartitionSpec(*out)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "dp": Strategy("dp"),
+    "fsdp": Strategy("fsdp", fully_sharded=True),
+    "tp": Strategy("tp", rules=(("heads", MODEL), ("mlp", MODEL))),
+}
+
+
+def strategy(name: str | Strategy) -> Strategy:
+    """The strategy called `name` (a ValueError names the known ones)."""
+    if isinstance(name, Strategy):
+        return name
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown sharding strategy {name!r}; available: {list(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def auto(mesh: Mesh) -> Mesh:
+    """`mesh` with every axis of type Auto (`jax.make_mesh` makes Explicit ones): the zoo lets
+    `jax.jit` propagate shardings (GSPMD) rather than typing them on every array."""
+    auto_types = (AxisType.Auto,) * len(mesh.axis_names)
+    if tuple(mesh.axis_types) == auto_types:
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=auto_types)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh, batch_axis: int = 0) -> NamedSharding:
+    """Arrays whose axis `batch_axis` is the batch, split over the mesh's `DATA` axis."""
+    return NamedSharding(mesh, PartitionSpec(*(None,) * batch_axis, DATA))
+
+
+def _layers(model: Any, impl: str, config: Config) -> tuple[Any, list[canonical.Layer]]:
+    lib = library(impl)
+    if not lib.is_jax:
+        raise ValueError(f"impl={impl!r} is not a JAX library: only JAX models are sharded")
+    return canonical.walker(impl), canonical.layers(model, impl, **walk_facts(config, impl))
+
+
+def logical_axes(model: Any, impl: str, config: Config) -> dict[str, dict[str, tuple]]:
+    """Per layer name, per native array name: its logical axes (the layer kind's table)."""
+    w, found = _layers(model, impl, config)
+    native = w.read(model, found)
+    return {layer.name: {n: KINDS[layer.kind].logical_axes(w.family, n, a.ndim)
+                         for n, a in native[layer.name].items()} for layer in found}
+
+
+def shard(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fsdp", *,
+          config: Config) -> Any:
+    """A copy of the native `model` (of zoo architecture `config`) whose arrays lie on `mesh`
+    as `strategy_name` partitions them; the caller's model is not changed."""
+    strat, mesh = strategy(strategy_name), auto(mesh)
+    strat.check(mesh)
+    w, found = _layers(model, impl, config)
+    native = w.read(model, found)
+    placed = {}
+    for layer in found:
+        kind = KINDS[layer.kind]
+        placed[layer.name] = {
+            n: jax.device_put(a, NamedSharding(mesh, strat.spec(
+                kind.logical_axes(w.family, n, a.ndim), a.shape, mesh)))
+            for n, a in native[layer.name].items()}
+    return w.write(interface(impl).clone(model), placed, found)
+
+
+def bytes_per_device(tree: Any) -> int:
+    """The bytes of `tree`'s arrays held by one device (the largest shard of each array)."""
+    total = 0
+    for a in jax.tree.leaves(tree):
+        if isinstance(a, jax.Array):
+            total += math.prod(a.sharding.shard_shape(a.shape)) * a.dtype.itemsize
+    return total
+
+
+def specs(tree: Any) -> Mapping[str, Any]:
+    """The partition specs of `tree`'s arrays by key path (for reports and tests)."""
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(p): a.sharding.spec for p, a in flat
+            if isinstance(a, jax.Array) and isinstance(a.sharding, NamedSharding)}
