@@ -33,8 +33,13 @@ jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPT
 
 # The quick subset (`pytest --quick`, README): one architecture per kind of layer, every
 # converter path and the command lines' refusals; the whole suite is what CI runs.
-QUICK_ARCHS = frozenset({"mlp", "cnn", "decoder3d", "vit"})  # dense, conv + BN, conv-T, attention
-FULL_ONLY = ("test_examples.py", "test_bench_matrix.py")  # end-to-end runs of whole programs
+QUICK_ARCHS = frozenset({"mlp", "cnn", "vit"})  # dense layers, convolutions + BN, attention
+# Whole programs end to end, multi-device and multi-process runs, sweeps over every method or
+# damaged byte, and the conv-transpose architectures (their layer rule stays in the subset).
+FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py",
+             "test_sharding.py", "test_cuda_export.py", "test_multiprocess.py",
+             "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py", "test_depth.py",
+             "test_unet3d.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
