@@ -3,7 +3,7 @@
     python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch} [--force]
         [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
-        [--progress | --no-progress]
+        [--weights {main,ema}] [--progress | --no-progress]
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
 
 A checkpoint the zoo did not write (any key names) is matched layer by layer to the
@@ -42,6 +42,7 @@ from converters.checkpoints import (
 )
 from converters.checkpoints import inspect_checkpoint as inspect_file
 from converters.checkpoints.configs import parse_config
+from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
@@ -95,6 +96,9 @@ def _parser() -> ArgumentParser:
                    help="skip the forward check of a matched conversion")
     c.add_argument("--model-only", action="store_true",
                    help="drop optimizer state and step (needed for --to torch)")
+    c.add_argument("--weights", choices=("main", "ema"),
+                   help="a training checkpoint holding live and EMA weights: which to take "
+                        "(default: the live ones, and the output says so)")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show a progress bar")
@@ -142,11 +146,11 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         with _progress_bar(console, show) as progress:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
-                              progress=progress, cast=args.cast)
+                              progress=progress, cast=args.cast, weights=args.weights)
     except KeyMismatchError as e:
         config = parse_config(args.arch, args.config)
-        if det.meta is not None or det.fmt == "eqx" or config is None:
-            raise  # ours, or an Equinox file (no names to match), or no architecture given
+        if det.meta is not None or not for_detection(det).names_keys or config is None:
+            raise  # ours, or a file storing no names to match, or no architecture given
         try:  # a checkpoint written by other code: match its layers by structure
             return convert_foreign_cli(args, console)
         except MatchError as m:

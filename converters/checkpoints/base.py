@@ -56,6 +56,7 @@ class Checkpoint:
     optimizer: CanonicalOptState | None = None
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # e.g. what was left out
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -24,17 +24,21 @@ class DestinationWarning(UserWarning):
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
          model_only: bool = False, progress: ProgressFn | None = None,
-         cast: Any = None) -> Checkpoint:
+         cast: Any = None, weights: str | None = None) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
     dtype) converts every floating array explicitly; nothing is ever cast without it.
+    `weights` ("main" or "ema") chooses the live or the EMA weights of a training checkpoint
+    holding both (the live ones by default, and `Checkpoint.notes` says so).
     """
     path = Path(path)
     det = detect(path)
     check_version(path, det.meta)
-    ck = for_detection(det).read(path, det, parse_config(arch, config), progress)
+    fmt, given = for_detection(det), parse_config(arch, config)
+    ck = (fmt.read(path, det, given, progress) if weights is None else
+          fmt.read_weights(path, det, given, progress, weights))
     if model_only:
         ck = ck.model_only()
     if cast is not None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import Entry, Probe, registered
+from converters.checkpoints.format import Entry, ForeignTree, Probe, registered
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, stored_tree
 from converters.checkpoints.io import (
@@ -195,6 +195,10 @@ class Orbax(NativeFormat):
                 tree["step"] = int(ck.step)
         save_orbax_tree(tree, data)
         write_json(data / DIR_METADATA, self.metadata(ck))
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        self.one_set(path, weights)
+        return ForeignTree(restore(path), self.impl, False)  # restored without a target
 
     def save_tree(self, tree: Any, path: Path) -> None:
         save_orbax_tree(tree, path)

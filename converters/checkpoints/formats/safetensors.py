@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from converters.checkpoints.base import (
     ordered_state,
 )
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import CheckpointFormat, Entry, Probe
+from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
 from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
 from converters.checkpoints.metadata import check_meta, loads_json
 from converters.optim import CanonicalOptState
@@ -153,6 +154,21 @@ class Safetensors(CheckpointFormat):
         ck = Checkpoint(config, state, opt, meta.get("step"))
         ck.state = ordered_state(ck)  # safetensors stores its keys sorted by name
         return ck
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        from safetensors.numpy import load_file
+
+        self.one_set(path, weights)
+        try:
+            tree = load_file(str(path))
+        except Exception as e:
+            raise CheckpointError(f"{path}: cannot read the safetensors file ({e})") from e
+        return ForeignTree(tree, "torch", False)  # stored sorted by name: no definition order
+
+    def save_plain(self, res_state: Mapping[str, Any], model: Any, data: Path) -> None:
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in res_state.items()}, str(data))
 
     def write(self, ck: Checkpoint, data: Path) -> None:
         from safetensors.numpy import save_file
