@@ -5,6 +5,7 @@ or misshaped input refused with the mapping table and a suggested --map."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 
 import jax
@@ -343,7 +344,7 @@ def _nnx_sequential_mlp(config: zoo.Config) -> nnx.Sequential:
     sizes = (config.in_features, *config.hidden, config.out_features)
     rngs = nnx.Rngs(0)
     layers: list = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         layers += [nnx.Linear(a, b, rngs=rngs), nnx.relu]
     return nnx.Sequential(*layers[:-1])
 

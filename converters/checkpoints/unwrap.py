@@ -139,3 +139,69 @@ def _describe(obj: Any, path: str) -> str:
     elif isinstance(node, int | float | str):
         kind = repr(node) if len(repr(node)) <= 12 else type(node).__name__
     return f"{path} ({kind})"
+
+
+def unwrap_variables(tree: Any, where: str) -> Unwrapped:
+    """The model variables of a Flax tree: the ``params`` collection and the collections beside
+    it whose modules are modules of ``params`` (``batch_stats``); a `TrainState`'s
+    ``opt_state``, ``step`` and anything else beside them are left out, said in one line.
+    A tree without ``params`` (an NNX state, Linen ``params`` alone) is returned whole."""
+    found = _with_params(tree, "")
+    if found is None:
+        return Unwrapped(dict(tree), "", "")
+    path, node = found
+    modules = set(node["params"])
+    kept = {k: v for k, v in node.items() if k == "params" or (
+        isinstance(v, Mapping) and v and set(v) <= modules and _all_arrays(v))}
+    left = [f"{path}/{k}" if path else str(k) for k in node if k not in kept]
+    left = [_describe_jax(node, p.rsplit("/", 1)[-1], p) for p in left]
+    left += [_describe(tree, p) for p in _left_out(tree, path)]
+    said = f"variables {sorted(kept)}" + (f" taken from {path!r}" if path else "")
+    note = f"{said}; left out: {', '.join(left)}" if left else ""
+    return Unwrapped(kept, path, note)
+
+
+def _with_params(tree: Any, path: str) -> tuple[str, Mapping] | None:
+    """The shallowest mapping holding a ``params`` mapping, and its path."""
+    if not isinstance(tree, Mapping):
+        return None
+    if isinstance(tree.get("params"), Mapping):
+        return path, tree
+    for k, v in tree.items():
+        hit = _with_params(v, f"{path}/{k}" if path else str(k))
+        if hit is not None:
+            return hit
+    return None
+
+
+def _all_arrays(tree: Any) -> bool:
+    if isinstance(tree, Mapping):
+        return all(_all_arrays(v) for v in tree.values())
+    return hasattr(tree, "shape") and hasattr(tree, "dtype")
+
+
+def _structure(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return tuple(sorted((str(k), _structure(v)) for k, v in tree.items()))
+    return tuple(getattr(tree, "shape", ()))
+
+
+def _describe_jax(node: Mapping, key: str, path: str) -> str:
+    """A left-out entry beside ``params``: optimizer state when it holds trees shaped like
+    the params (Adam's moments), else its value or type."""
+    params, value = _structure(node["params"]), node[key]
+    if isinstance(value, Mapping | list | tuple) and _holds(value, params):
+        return f"{path} (optimizer state)"
+    if hasattr(value, "shape") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, int | float):
+        return f"{path} ({value!r})"
+    return f"{path} ({type(value).__name__})"
+
+
+def _holds(tree: Any, structure: Any) -> bool:
+    if _structure(tree) == structure:
+        return True
+    items = tree.values() if isinstance(tree, Mapping) else tree if isinstance(
+        tree, list | tuple) else ()
+    return any(_holds(v, structure) for v in items)

@@ -6,14 +6,16 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
+from converters.checkpoints.formats.msgpack import FlaxMsgpack
 from converters.checkpoints.formats.native import NativeFormat
+from converters.checkpoints.formats.npz import Npz
 from converters.checkpoints.formats.orbax import LinenOrbax, NnxOrbax
 from converters.checkpoints.formats.safetensors import CanonicalSafetensors, TorchSafetensors
 from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
-             TorchSafetensors()):
+             TorchSafetensors(), Npz(), FlaxMsgpack()):
     register(_fmt)
 
-__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "LinenOrbax", "NativeFormat", "NnxOrbax",
-           "TorchPickle", "TorchSafetensors"]
+__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "FlaxMsgpack", "LinenOrbax", "NativeFormat",
+           "NnxOrbax", "Npz", "TorchPickle", "TorchSafetensors"]
