@@ -74,6 +74,7 @@ class CheckpointFormat(ABC):
     keeps_batch_counts: ClassVar[bool] = True  # stores BatchNorm's num_batches_tracked itself
     priority: ClassVar[int] = 0  # tried first when higher (a validated header before a magic)
     names_keys: ClassVar[bool] = True  # stores layer names (a foreign tree can be matched)
+    writable: ClassVar[bool] = True  # --to offers it (a hub folder is only read)
 
     @abstractmethod
     def detect(self, probe: Probe) -> Detection | None:
@@ -161,7 +162,7 @@ def registered() -> tuple[CheckpointFormat, ...]:
 
 def format_names() -> tuple[str, ...]:
     """The names ``--to`` accepts, in registration order."""
-    return tuple(dict.fromkeys(f.name for f in _REGISTRY))
+    return tuple(dict.fromkeys(f.name for f in _REGISTRY if f.writable))
 
 
 def for_detection(det: Detection) -> CheckpointFormat:
@@ -175,7 +176,7 @@ def for_detection(det: Detection) -> CheckpointFormat:
 def for_writing(name: str, dst: str | os.PathLike) -> CheckpointFormat:
     """The class that writes format `name` at `dst`: the one whose suffix `dst` has, else the
     first registered. A `dst` whose extension names another format is refused (UsageError)."""
-    candidates = [f for f in _REGISTRY if f.name == name]
+    candidates = [f for f in _REGISTRY if f.name == name and f.writable]
     if not candidates:
         raise UsageError(f"unknown format {name!r}; formats: {list(format_names())}")
     dst = Path(dst)

@@ -6,6 +6,7 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
+from converters.checkpoints.formats.hub_folder import HubFolder
 from converters.checkpoints.formats.msgpack import FlaxMsgpack
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.npz import Npz
@@ -14,8 +15,8 @@ from converters.checkpoints.formats.safetensors import CanonicalSafetensors, Tor
 from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
-             TorchSafetensors(), Npz(), FlaxMsgpack()):
+             TorchSafetensors(), Npz(), FlaxMsgpack(), HubFolder()):
     register(_fmt)
 
-__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "FlaxMsgpack", "LinenOrbax", "NativeFormat",
-           "NnxOrbax", "Npz", "TorchPickle", "TorchSafetensors"]
+__all__ = ["CanonicalSafetensors", "EquinoxLeaves", "FlaxMsgpack", "HubFolder", "LinenOrbax",
+           "NativeFormat", "NnxOrbax", "Npz", "TorchPickle", "TorchSafetensors"]
