@@ -1,7 +1,7 @@
 """Command line: convert and inspect checkpoints of Equinox, Linen, NNX and PyTorch.
 
-    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch} [--force]
-        [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
+    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,npz,msgpack}
+        [--force] [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
         [--weights {main,ema}] [--progress | --no-progress]
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
