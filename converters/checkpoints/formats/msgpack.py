@@ -19,7 +19,7 @@ from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
-from converters.checkpoints.metadata import read_sidecar
+from converters.checkpoints.metadata import read_sidecar, restore_num_batches_tracked
 from converters.checkpoints.unwrap import unwrap_variables
 from converters.core import ConversionError, to_canonical
 from zoo.configs import Config
@@ -104,6 +104,7 @@ class FlaxMsgpack(NativeFormat):
             raise ConversionError(f"{path}: shapes differ from {config.arch} "
                                   f"{config.to_json()}: " + "; ".join(bad[:5]))
         state = numpy_state(to_canonical((module, found.state), self.impl))
+        restore_num_batches_tracked(state, det.meta)
         return Checkpoint(config, state, notes=(found.note,) if found.note else ())
 
     def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
