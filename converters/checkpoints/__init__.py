@@ -12,14 +12,21 @@ Formats (each the library's own way of saving):
 - ``linen``: an orbax-checkpoint directory of the variables (plus ``zoo.json`` inside);
 - ``nnx``: an orbax-checkpoint directory of ``nnx.state(model)`` (plus ``zoo.json`` inside);
 - ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
-- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``.
+- ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``;
+- ``npz``: ``np.savez`` of the canonical arrays (read with ``allow_pickle=False``), a sidecar;
+- ``msgpack``: ``flax.serialization.to_bytes`` of Linen variables, a sidecar;
+- hub folders (read only): a ``config.json`` a `HubConfigReader` knows beside the weights.
+
+Wrapped and training checkpoints give their model weights (`converters.checkpoints.unwrap`):
+``weights="main" | "ema"`` chooses live or EMA weights, `Checkpoint.notes` says what was left out.
 
 Each format is one class (`converters.checkpoints.format.CheckpointFormat`: detect, read,
 write, entries) registered in `converters.checkpoints.formats`; detection, `read`, `write`,
 `inspect_checkpoint` and the command line all consult that registry.
 
-Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
-records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
+Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader (with a few
+inert globals allowed for that call), ``.npy`` records with ``allow_pickle=False``, msgpack,
+JSON for metadata. Output is atomic: written next to the
 destination under a temporary name and renamed at the end.
 """
 
@@ -35,7 +42,14 @@ from converters.checkpoints.api import (
 from converters.checkpoints.base import FORMAT_VERSION, Checkpoint, Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detect
-from converters.checkpoints.format import CheckpointFormat, format_names, register, registered
+from converters.checkpoints.format import (
+    CheckpointFormat,
+    ForeignTree,
+    format_names,
+    register,
+    registered,
+)
+from converters.checkpoints.hub import HubConfigReader, register_hub_reader
 from converters.checkpoints.inspect import Report, disk_size, inspect_checkpoint
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import DestinationWarning, read, write
@@ -44,8 +58,10 @@ FORMATS: tuple[str, ...] = format_names()  # the built-in formats; `format_names
 
 __all__ = [
     "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "CheckpointFormat",
-    "DestinationWarning", "Detection", "ProgressFn", "Report", "as_checkpoint", "convert_file",
+    "DestinationWarning", "Detection", "ForeignTree", "HubConfigReader", "ProgressFn", "Report",
+    "as_checkpoint", "convert_file",
     "detect", "detect_impl", "disk_size", "format_names", "inspect_checkpoint", "load",
-    "load_canonical", "parse_config", "read", "register", "registered", "save",
+    "load_canonical", "parse_config", "read", "register", "register_hub_reader", "registered",
+    "save",
     "save_canonical", "write",
 ]

@@ -53,7 +53,7 @@ def unwrap(obj: Any, is_array: Callable[[Any], bool], where: str,
     chosen, said = _choose(main, ema, weights, where)
     state, dropped = stripped[chosen]
     left = [_describe(obj, p) for p in _left_out(obj, chosen)]
-    left += [f"{chosen or 'the weights'}/{k}" for k in dropped]
+    left += [f"{chosen}/{k}" if chosen else k for k in dropped]
     parts = [said] if said else []
     if left:
         parts.append("left out: " + ", ".join(left))
