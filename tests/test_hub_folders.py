@@ -28,7 +28,7 @@ def cli(capsys, *args: object) -> tuple[int, str, str]:
 def timm_folder(tmp_path_factory):
     """timm's resnet18 (7 classes, 64x64 input, random weights, BatchNorm statistics
     perturbed) saved the way ``push_to_hf_hub`` saves it, offline."""
-    from timm.models._hub import save_for_hf
+    from timm.models import save_for_hf
 
     torch.manual_seed(0)
     model = timm.create_model("resnet18", pretrained=False, num_classes=7).eval()
