@@ -1,10 +1,10 @@
 """Command line: convert and inspect checkpoints of Equinox, Linen, NNX and PyTorch.
 
-    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,hub} [--force]
-        [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
+    python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,npz,msgpack,hub}
+        [--force] [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
-        [--progress | --no-progress] [--num-classes N] [--image-size H,W] [--in-channels C]
-        [--seed S]
+        [--weights {main,ema}] [--progress | --no-progress] [--num-classes N]
+        [--image-size H,W] [--in-channels C] [--seed S] [--shard-size SIZE]
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
 
 --num-classes / --image-size / --in-channels adapt the weights to a model of that many
@@ -50,6 +50,7 @@ from converters.checkpoints import (
 from converters.checkpoints import inspect_checkpoint as inspect_file
 from converters.checkpoints.base import Detection
 from converters.checkpoints.configs import parse_config
+from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
@@ -114,6 +115,9 @@ def _parser() -> ArgumentParser:
     c.add_argument("--shard-size", metavar="SIZE",
                    help="write sharded safetensors (--to torch or canonical): a folder of "
                         "shards of at most SIZE (e.g. 5GB, 500MB) and an HF-style index")
+    c.add_argument("--weights", choices=("main", "ema"),
+                   help="a training checkpoint holding live and EMA weights: which to take "
+                        "(default: the live ones, and the output says so)")
     bar = c.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show a progress bar")
@@ -203,11 +207,11 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
                               progress=progress, cast=args.cast,
-                              shard_size=args.shard_size)
+                              shard_size=args.shard_size, weights=args.weights)
     except KeyMismatchError as e:
         config = parse_config(args.arch, args.config)
-        if det.meta is not None or det.fmt == "eqx" or config is None:
-            raise  # ours, or an Equinox file (no names to match), or no architecture given
+        if det.meta is not None or not for_detection(det).names_keys or config is None:
+            raise  # ours, or a file storing no names to match, or no architecture given
         try:  # a checkpoint written by other code: match its layers by structure
             return convert_foreign_cli(args, console)
         except MatchError as m:
@@ -227,7 +231,7 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
 def _convert_adapted(args: argparse.Namespace, target: Config, console: Console) -> int:
     ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
                       progress=None, cast=args.cast, adapt=True, seed=args.seed,
-                      shard_size=args.shard_size)
+                      shard_size=args.shard_size, weights=args.weights)
     for note in ck.notes:
         console.print(f"  adapted: {note}", markup=False)
     if not ck.notes:

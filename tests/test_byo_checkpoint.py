@@ -5,6 +5,7 @@ or misshaped input refused with the mapping table and a suggested --map."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 
 import jax
@@ -339,3 +340,32 @@ def test_cli_prefixed_state_dict_and_show_mapping(tmp_path, capsys):
                          "mlp", "--config", config.to_json(), "--show-mapping")
     assert code == 0, err
     assert all(has_row(out, n, n) for n in layer_names(config))
+
+
+def _nnx_sequential_mlp(config: zoo.Config) -> nnx.Sequential:
+    """`nnx.Sequential(Linear, relu, Linear, relu, Linear)`: its layers are `layers.0/2/4`, and
+    `layers.2` is also a zoo layer name, of another shape."""
+    sizes = (config.in_features, *config.hidden, config.out_features)
+    rngs = nnx.Rngs(0)
+    layers: list = []
+    for a, b in itertools.pairwise(sizes):
+        layers += [nnx.Linear(a, b, rngs=rngs), nnx.relu]
+    return nnx.Sequential(*layers[:-1])
+
+
+@pytest.mark.parametrize("maps", [(), (r"layers\.2=layers.1", r"layers\.4=layers.2")])
+def test_a_misshaped_name_match_is_no_veto_and_map_wins(tmp_path, capsys, maps):
+    config = zoo.tiny_config("mlp")
+    seq = _nnx_sequential_mlp(config)
+    save_orbax(tmp_path / "seq", nnx.state(seq))
+    dst = tmp_path / "o.eqx"
+    flags = [f"--map={m}" for m in maps]
+    code, out, err = cli(capsys, "convert", tmp_path / "seq", dst, "--to", "eqx", "--arch", "mlp",
+                         "--config", config.to_json(), *flags)
+    assert code == 0, err
+    assert has_row(out, "layers.4", "layers.2") and has_row(out, "layers.2", "layers.1")
+    if maps:
+        assert f"map {maps[0]}" in out
+    x = np.random.default_rng(3).standard_normal((2, config.in_features)).astype(np.float32)
+    got = forward(converters.load(dst, "eqx"), "eqx", x)
+    assert max_difference(np.asarray(seq(jnp.asarray(x))), got) <= tolerance()

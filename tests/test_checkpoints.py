@@ -41,7 +41,8 @@ if not HAVE_TORCH:  # .pt files need PyTorch; PyTorch-layout safetensors do not
     del SOURCES["torch"]
 DST_NAMES = {"eqx": "out.eqx", "linen": "out_linen", "nnx": "out_nnx",
              "canonical": "out.safetensors",
-             "torch": "out.pt" if HAVE_TORCH else "out_torch.safetensors"}
+             "torch": "out.pt" if HAVE_TORCH else "out_torch.safetensors",
+             "npz": "out.npz", "msgpack": "out.msgpack"}
 
 
 def small_config(arch: str) -> zoo.Config:

@@ -29,10 +29,9 @@ BRANCHES = (
 )
 # A dict keyed by library names (a layer kind's `classes=` lists its class in each library).
 TABLE = re.compile(r'(\w+\s*=\s*)?\{[^{}]*"linen"\s*:[^{}]*"nnx"\s*:[^{}]*\}', re.S)
-# Not yet moved: the foreign-checkpoint path (converters/matching reads and writes format names
-# instead of asking the format classes). Each entry must still hold a branch, so the list only
-# shrinks.
-PENDING = {"converters/matching/files.py", "converters/__main__.py"}
+# Files allowed a branch until it is moved into a library or format object (none left). Each
+# entry must still hold a branch, so the list only shrinks.
+PENDING: set[str] = set()
 
 
 def _library_branches() -> list[str]:

@@ -1,6 +1,8 @@
-"""Hub folders (`config.json` beside `model.safetensors`): one `HubReader` per family reads its
-`config.json` into a zoo config, names the layout adapter of its weights, and writes the
-`config.json` of a zoo config back. A family is added with `register`."""
+"""Hub folders (`config.json` beside `model.safetensors` or `pytorch_model.bin`): one `HubReader`
+per family (HF transformers' ViT, timm, ...) reads its `config.json` into a zoo config, names the
+layout adapter of its weights and, for a family that has one zoo architecture, writes the
+`config.json` of a zoo config back. A family is added with `register`; the first registered
+reader that claims a `config.json` reads it."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from converters.adapters.base import Adapter
-from zoo.configs import Config
+from zoo.configs import Config, ConfigError
 
-WEIGHTS = "model.safetensors"
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # as the Hub stores them, first found
 CONFIG = "config.json"
 
 
@@ -19,7 +21,7 @@ class HubReader(ABC):
     """The `config.json` of one model family."""
 
     name: ClassVar[str]
-    arch: ClassVar[str]  # the zoo architecture its configs become
+    arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
 
     @abstractmethod
@@ -30,9 +32,11 @@ class HubReader(ABC):
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         """The zoo config of `raw`; ConfigError naming the field (and `where`) otherwise."""
 
-    @abstractmethod
     def hub_config(self, config: Config) -> dict[str, Any]:
-        """The `config.json` of a zoo `config` (the family's own field names)."""
+        """The `config.json` of a zoo `config` (the family's own field names); a family that
+        is only read (no `arch`) refuses."""
+        raise ConfigError(f"{self.name} config.json files are read, not written "
+                          f"(a {config.arch})")
 
 
 _READERS: list[HubReader] = []
@@ -52,7 +56,7 @@ def reader_for(raw: Mapping[str, Any]) -> HubReader | None:
 
 def writer_for(config: Config) -> HubReader | None:
     """A reader that writes `config.json` for `config`'s architecture, if any."""
-    return next((r for r in _READERS if r.arch == config.arch), None)
+    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch), None)
 
 
 def readers() -> tuple[HubReader, ...]:

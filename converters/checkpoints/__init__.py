@@ -14,20 +14,30 @@ Formats (each the library's own way of saving):
 - ``canonical``: safetensors, PyTorch names and layouts, metadata with architecture and config;
 - ``torch``: a ``state_dict`` as ``.pt`` (read only with ``weights_only=True``) or ``.safetensors``;
 - ``torch`` / ``canonical`` sharded: a folder of safetensors shards and HF's
-  ``model.safetensors.index.json`` (read from the folder or the index; ``shard_size=`` writes it).
+  ``model.safetensors.index.json`` (read from the folder or the index; ``shard_size=`` writes it);
+- ``npz``: ``np.savez`` of the canonical arrays (read with ``allow_pickle=False``), a sidecar;
+- ``msgpack``: ``flax.serialization.to_bytes`` of Linen variables, a sidecar;
+- ``hub``: a ``config.json`` a `HubReader` knows (HF transformers' ViT, timm) beside the
+  weights; written for a family with one architecture (HF ViT).
 
 Safetensors and ``.pt`` sources are memory-mapped, safetensors targets written tensor by tensor:
 a conversion holds at most one copy of the checkpoint (see docs/checkpoints.md).
+
+Wrapped and training checkpoints give their model weights (`converters.checkpoints.unwrap`):
+``weights="main" | "ema"`` chooses live or EMA weights, `Checkpoint.notes` says what was left out.
 
 Each format is one class (`converters.checkpoints.format.CheckpointFormat`: detect, read,
 write, entries) registered in `converters.checkpoints.formats`; detection, `read`, `write`,
 `inspect_checkpoint` and the command line all consult that registry.
 
-Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader, ``.npy``
-records with ``allow_pickle=False``, JSON for metadata. Output is atomic: written next to the
+Nothing read is ever executed: no pickle except PyTorch's ``weights_only`` loader (with a few
+inert globals allowed for that call), ``.npy`` records with ``allow_pickle=False``, msgpack,
+JSON for metadata. Output is atomic: written next to the
 destination under a temporary name and renamed at the end.
 """
 
+from converters.adapters.hub import HubReader
+from converters.adapters.hub import register as register_hub_reader
 from converters.checkpoints.api import (
     as_checkpoint,
     convert_file,
@@ -40,7 +50,13 @@ from converters.checkpoints.api import (
 from converters.checkpoints.base import FORMAT_VERSION, Checkpoint, Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detect
-from converters.checkpoints.format import CheckpointFormat, format_names, register, registered
+from converters.checkpoints.format import (
+    CheckpointFormat,
+    ForeignTree,
+    format_names,
+    register,
+    registered,
+)
 from converters.checkpoints.inspect import Report, disk_size, inspect_checkpoint
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import DestinationWarning, read, write
@@ -50,8 +66,10 @@ FORMATS: tuple[str, ...] = format_names(holding_any=True)
 
 __all__ = [
     "FORMATS", "FORMAT_VERSION", "Checkpoint", "CheckpointError", "CheckpointFormat",
-    "DestinationWarning", "Detection", "ProgressFn", "Report", "as_checkpoint", "convert_file",
+    "DestinationWarning", "Detection", "ForeignTree", "HubReader", "ProgressFn", "Report",
+    "as_checkpoint", "convert_file",
     "detect", "detect_impl", "disk_size", "format_names", "inspect_checkpoint", "load",
-    "load_canonical", "parse_config", "read", "register", "registered", "save",
+    "load_canonical", "parse_config", "read", "register", "register_hub_reader", "registered",
+    "save",
     "save_canonical", "write",
 ]

@@ -77,7 +77,7 @@ def save(obj: Any, path: str | os.PathLike, fmt: str, *, impl: str | None = None
 
 def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None = None,
          config: Any = None, optimizer: Any = None, model_only: bool = False,
-         progress: ProgressFn | None = None) -> Any:
+         progress: ProgressFn | None = None, weights: str | None = None) -> Any:
     """Read a checkpoint of any format.
 
     - ``load(path)``: the `Checkpoint` (canonical arrays, config, optimizer state, step);
@@ -85,8 +85,11 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
       ``impl="canonical"`` gives the state dict);
     - ``load(path, impl, optimizer=tx)``: ``(model, opt_state, step)``, `opt_state` in the
       structure of ``tx.init(zoo.interface(impl).split(model)[1])``.
+
+    `weights` ("main" or "ema") chooses the live or EMA weights of a training checkpoint.
     """
-    ck = read(path, arch=arch, config=config, model_only=model_only, progress=progress)
+    ck = read(path, arch=arch, config=config, model_only=model_only, progress=progress,
+              weights=weights)
     if impl is None:
         return ck
     model = ck.model(impl)
@@ -99,13 +102,15 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  force: bool = False, arch: str | None = None, config: Any = None,
                  model_only: bool = False, progress: ProgressFn | None = None,
                  cast: Any = None, adapt: bool = False, seed: int = 0,
-                 shard_size: int | str | None = None) -> Checkpoint:
+                 shard_size: int | str | None = None,
+                 weights: str | None = None) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
     With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
     `dst` appears complete or not at all (see `converters.checkpoints.destination`). `cast`
-    converts every floating array to that dtype (e.g. float64 for a JAX format without x64).
+    converts every floating array to that dtype (e.g. float64 for a JAX format without x64);
+    `weights` ("main" or "ema") chooses between live and EMA weights (see `read`).
     `shard_size` (bytes or ``"5GB"``) writes sharded safetensors: a folder with an index.
 
     Arrays are read lazily where the source format allows it (memory-mapped safetensors and
@@ -115,7 +120,7 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     for_writing(to, dst, shard_bytes(shard_size))  # refused before reading: an unknown
     # format, a DST named for another, shards of a format that has none
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
-              cast=cast, adapt=adapt, seed=seed)
+              cast=cast, adapt=adapt, seed=seed, weights=weights)
     write(ck, dst, to, force=force, progress=progress, source=src, shard_size=shard_size)
     return ck
 

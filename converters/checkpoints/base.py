@@ -58,7 +58,7 @@ class Checkpoint:
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
     layout: str = field(default="", compare=False)  # the foreign layout adapter read through
-    notes: list[str] = field(default_factory=list, compare=False)  # adaptations made on reading
+    notes: tuple[str, ...] = field(default=(), compare=False)  # left out or adapted on reading
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property

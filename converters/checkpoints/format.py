@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -52,6 +53,18 @@ class Probe:
         return self.fact("head", read)
 
 
+@dataclass(frozen=True)
+class ForeignTree:
+    """A checkpoint read as a tree of named arrays, for matching its layers (any names):
+    the library whose names and layouts it has (`impl`), whether its keys keep definition
+    order, and one line on what was left out ("" if nothing)."""
+
+    tree: Mapping[str, Any]
+    impl: str
+    ordered: bool
+    note: str = ""
+
+
 class CheckpointFormat(ABC):
     """A way of storing a checkpoint on disk, known by its `name` (what ``--to`` says)."""
 
@@ -65,6 +78,7 @@ class CheckpointFormat(ABC):
     holds_any: ClassVar[bool] = True  # any architecture and training state (a hub folder: not)
     carries_config: ClassVar[bool] = False  # its own files give the config (a hub config.json)
     shards: ClassVar[bool] = False  # writes its data split into files of a chosen size
+    names_keys: ClassVar[bool] = True  # stores layer names (a foreign tree can be matched)
 
     @abstractmethod
     def detect(self, probe: Probe) -> Detection | None:
@@ -79,6 +93,32 @@ class CheckpointFormat(ABC):
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
         """The checkpoint at `path` (`given`: the config from --arch/--config, if any)."""
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        """The arrays at `path` under their stored names, whatever wrote them (default: this
+        format stores no names to match)."""
+        self.one_set(path, weights)
+        raise CheckpointError(f"{path}: a {self.name} checkpoint stores no layer names, so its "
+                              "layers cannot be matched")
+
+    def one_set(self, path: Path, weights: str | None) -> None:
+        """UsageError when --weights chooses among the weights of a format holding one set."""
+        if weights is not None:
+            raise UsageError(f"--weights {weights}: {path} is a {self.name} checkpoint, which "
+                             "holds one set of weights")
+
+    def save_plain(self, res_state: Mapping[str, Any], model: Any, data: Path) -> None:
+        """Store a matched result without metadata: `res_state` (canonical names) or the
+        native `model` of this format's library (default: this format cannot)."""
+        del res_state, model, data
+        raise UsageError(f"a {self.name} checkpoint cannot be written without its config")
+
+    def read_weights(self, path: Path, det: Detection, given: Config | None,
+                     progress: ProgressFn | None, weights: str) -> Checkpoint:
+        """`read`, choosing the live ("main") or EMA ("ema") weights where the file holds
+        both (default: a format that holds one set of weights refuses the choice)."""
+        self.one_set(path, weights)
+        return self.read(path, det, given, progress)
 
     @abstractmethod
     def write(self, ck: Checkpoint, data: Path) -> None:

@@ -39,12 +39,15 @@ class DestinationWarning(UserWarning):
 
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
          model_only: bool = False, progress: ProgressFn | None = None,
-         cast: Any = None, adapt: bool = False, seed: int = 0) -> Checkpoint:
+         cast: Any = None, adapt: bool = False, seed: int = 0,
+         weights: str | None = None) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
     dtype) converts every floating array explicitly; nothing is ever cast without it.
+    `weights` ("main" or "ema") chooses the live or the EMA weights of a training checkpoint
+    holding both (the live ones by default, and `Checkpoint.notes` says so).
 
     With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
     config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
@@ -56,7 +59,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     det = detect(path)
     check_version(path, det.meta)
     given = parse_config(arch, config)
-    ck = _read_as_stored(path, det, given, progress, adapt)
+    ck = _read_as_stored(path, det, given, progress, adapt, weights)
     if adapt:
         if given is None:
             raise UsageError("adapting a checkpoint needs the target model: pass --arch / "
@@ -64,7 +67,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
         if ck.config.arch != given.arch:
             raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {given.arch}")
         state, notes = adapt_state(ck.state, given, seed)
-        ck = Checkpoint(given, state, layout=ck.layout, notes=notes)
+        ck = Checkpoint(given, state, layout=ck.layout, notes=tuple(notes))
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -93,11 +96,14 @@ def adapted(ck: Checkpoint) -> Checkpoint:
 
 
 def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | None,
-                    adapt: bool) -> Checkpoint:
+                    adapt: bool, weights: str | None = None) -> Checkpoint:
     """The file's arrays, not yet validated; with `adapt`, read with the file's own config when
-    it carries one (`given` is then the target, not a claim about the file)."""
+    it carries one (`given` is then the target, not a claim about the file); `weights` as in
+    `read`."""
     stored = adapt and det.meta is not None and det.meta.get("config") is not None
-    ck = for_detection(det).read(path, det, None if stored else given, progress)
+    fmt, claim = for_detection(det), None if stored else given
+    ck = (fmt.read(path, det, claim, progress) if weights is None else
+          fmt.read_weights(path, det, claim, progress, weights))
     try:
         return adapted(ck)  # a foreign layout's keys renamed (converters.adapters)
     except ConversionError as e:

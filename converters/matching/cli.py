@@ -25,6 +25,8 @@ def describe(console: Console, ck: Any) -> None:
     kind = (f"training checkpoint (step {ck.step}, optimizer state "
             f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
     console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+    for note in ck.notes:
+        console.print(f"  note: {note}", markup=False)
     if ck.layout:
         layout = adapters.get(ck.layout)
         console.print(f"  layout: {layout.description} ({layout.name}), keys renamed and fused "
@@ -74,7 +76,7 @@ def convert_foreign_cli(args: argparse.Namespace, console: Console) -> int:
                          "pass --arch (and --config), or --like MODULE:ATTR")
     ck, res = convert_foreign(args.src, args.dst, args.to, config, maps=args.map,
                               strip=args.strip_prefix, add=args.add_prefix, verify=args.verify,
-                              force=args.force, cast=args.cast)
+                              force=args.force, cast=args.cast, weights=args.weights)
     if not args.verify:
         res.notes.append("not verified (--no-verify)")
     print_mapping(console, res, args.show_mapping)
@@ -110,10 +112,10 @@ def convert_like_cli(args: argparse.Namespace, console: Console) -> int:
 
 def propose(args: argparse.Namespace, r: Report, console: Console) -> int:
     """The mapping of a checkpoint written by other code to the given architecture."""
-    tree, impl, ordered, _ = read_tree(args.src)
+    src = read_tree(args.src)
     try:
-        res = import_state(tree, impl, r.config, maps=args.map, strip=args.strip_prefix,
-                           add=args.add_prefix, ordered=ordered)
+        res = import_state(src.tree, src.impl, r.config, maps=args.map, strip=args.strip_prefix,
+                           add=args.add_prefix, ordered=src.ordered)
     except MatchError as m:
         raise CheckpointError(f"{r.problem}\nmatching the layers by structure failed too: {m}"
                               ) from m

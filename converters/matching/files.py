@@ -10,60 +10,42 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.api import detect_impl
-from converters.checkpoints.base import Checkpoint, Detection
+from converters.checkpoints.base import Checkpoint
 from converters.checkpoints.destination import check_pair, publishing
 from converters.checkpoints.detect import detect
-from converters.checkpoints.format import for_writing
-from converters.checkpoints.formats.orbax_io import restore
-from converters.checkpoints.formats.torch_pickle import load_state_dict
+from converters.checkpoints.format import ForeignTree, for_detection, for_writing
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.checkpoints.readwrite import write
 from converters.matching.transfer import Result, import_state, transfer
 from zoo.configs import Config
-from zoo.interface import native_interface
 from zoo.libraries import IMPLS, library
 
 
-def read_tree(path: str | os.PathLike) -> tuple[Any, str, bool, Detection]:
-    """(tree of arrays, library, whether its keys keep definition order, detection) of any
-    checkpoint file: a torch.save state_dict (safe loader), safetensors, an orbax directory of
-    Linen variables or an NNX state (restored without a target: any names)."""
+def read_tree(path: str | os.PathLike, weights: str | None = None) -> ForeignTree:
+    """Any checkpoint's arrays under their stored names (a torch.save state_dict or training
+    checkpoint through the safe loader, safetensors, an orbax directory restored without a
+    target): a question asked of its format class."""
     path = Path(path)
-    det = detect(path)
-    if det.fmt in ("torch", "canonical"):
-        if det.variant == "safetensors":
-            from safetensors.numpy import load_file
-
-            try:
-                return load_file(str(path)), "torch", False, det  # stored sorted by name
-            except Exception as e:
-                raise CheckpointError(f"{path}: cannot read the safetensors file ({e})") from e
-        return load_state_dict(path), "torch", True, det
-    if det.fmt in ("linen", "nnx"):
-        return restore(path), det.fmt, False, det
-    raise CheckpointError(f"{path}: an Equinox leaf file stores no names, so its layers cannot be "
-                          "matched: load it into its own model and use converters.transfer")
+    return for_detection(detect(path)).read_tree(path, weights)
 
 
 def convert_foreign(src: str | os.PathLike, dst: str | os.PathLike, to: str, config: Config, *,
                     maps: Sequence[str] = (), strip: str = "", add: str = "",
-                    verify: bool = True, force: bool = False, cast: Any = None
-                    ) -> tuple[Checkpoint, Result]:
+                    verify: bool = True, force: bool = False, cast: Any = None,
+                    weights: str | None = None) -> tuple[Checkpoint, Result]:
     """Convert a checkpoint written by other code than the zoo's into zoo architecture
     `config` as format `to`: layers matched (see `converters.matching.match`), outputs of the
     source's and the target's library compared on a random input first (`verify`)."""
     check_pair(src, dst)
-    tree, impl, ordered, det = read_tree(src)
-    res = import_state(tree, impl, config, maps=maps, strip=strip, add=add, ordered=ordered,
+    src_tree = read_tree(src, weights)
+    res = import_state(src_tree.tree, src_tree.impl, config, maps=maps, strip=strip, add=add,
+                       ordered=src_tree.ordered,
                        verify_with=(to if to in IMPLS else _reference()) if verify else None)
-    ck = Checkpoint(config, res.state)
+    ck = Checkpoint(config, res.state, notes=(src_tree.note,) if src_tree.note else ())
     if cast is not None:
         ck = ck.cast(cast)
-    ck.source = det
+    ck.source = detect(src)
     write(ck, dst, to, force=force, source=src)
     return ck, res
 
@@ -105,28 +87,16 @@ def convert_like(src: str | os.PathLike, dst: str | os.PathLike, to: str, like: 
     if to not in (dst_impl, "torch", "canonical"):
         raise UsageError(f"--like gives a {dst_impl} model: write it --to {dst_impl}, torch or "
                          "canonical")
-    tree, impl, ordered, _ = read_tree(src)
-    res = transfer(tree, impl, like, dst_impl, maps=maps, strip=strip, add=add, ordered=ordered,
-                   input_shape=input_shape, flatten_shape=flatten_shape, verify=False)
+    src_tree = read_tree(src)
+    res = transfer(src_tree.tree, src_tree.impl, like, dst_impl, maps=maps, strip=strip,
+                   add=add, ordered=src_tree.ordered, input_shape=input_shape,
+                   flatten_shape=flatten_shape, verify=False)
+    if src_tree.note:
+        res.notes.append(src_tree.note)
     res.notes.append("not verified: the source is a file, not a runnable model")
     with publishing(dst, with_sidecar=False, force=force, source=src) as staged:
-        _save_native(res, to, dst_impl, staged.data, Path(dst))
+        for_writing(to, dst).save_plain(res.state, res.model, staged.data)
     return res
-
-
-def _save_native(res: Result, to: str, impl: str, path: Path, dst: Path) -> None:
-    """Write the result into `path`, the staged data of `dst`."""
-    if to == "torch" and dst.suffix.lower() != ".safetensors":
-        import torch
-
-        torch.save({k: numpy_to_torch(v) for k, v in res.state.items()}, path)
-        return
-    if to in ("torch", "canonical"):
-        from safetensors.numpy import save_file
-
-        save_file({k: np.ascontiguousarray(v) for k, v in res.state.items()}, str(path))
-        return
-    for_writing(impl, dst).save_tree(native_interface(impl).checkpoint_tree(res.model), path)
 
 
 def _reference() -> str:

@@ -1,9 +1,10 @@
 """Match the layers of a foreign source to those of a target, evidence in a fixed order:
 
-1. **name**: the source key is the target's canonical name (after `strip`/`add` prefix rules,
-   or the longest prefix all source keys share, such as HF's ``model.``);
-2. **map**: an explicit user rule ``SRC=DST`` (a regular expression on the source key, fully
-   matched, and its replacement, e.g. ``Dense_(\\d+)=fc\\1``);
+1. **map**: an explicit user rule ``SRC=DST`` (a regular expression on the source key, fully
+   matched, and its replacement, e.g. ``Dense_(\\d+)=fc\\1``): it overrides every other rule;
+2. **name**: the source key is the target's canonical name (after `strip`/`add` prefix rules,
+   or the longest prefix all source keys share, such as HF's ``model.``); a name whose layer
+   has another kind or shape is no match (not a veto: structure may still pair it);
 3. **shape**: the only layer of the target's kind with exactly these canonical shapes;
 4. **order**: layers of the same kind and shapes, paired in source order, which counts as
    evidence only where the source keeps definition order (a torch state_dict, a live model)
@@ -144,7 +145,7 @@ class _Matcher:
                 continue
             if self.fits(s, t):
                 self.pair(s, t, rule)
-            elif strict or t.kind in s.kinds:
+            elif strict:
                 got = _main_shape(s.shapes(t.kind)) if t.kind in s.kinds else s.kinds
                 self.problems.append(f"{s.key!r} -> {t.name!r} ({rule}): the target is a "
                                      f"{t.kind} of shape {_main_shape(t.shapes)}, the source "
@@ -219,15 +220,6 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
     if unknown:
         leaves = {s.key: sorted(s.arrays) for s in sources if not s.kinds}
         raise MatchError(f"no layer kind holds the arrays of {unknown} ({leaves})", m.rows())
-    renamed = {k: add + (k[len(strip):] if strip and k.startswith(strip) else k) for k in keys}
-    m.by_names(renamed, "name", strict=False)
-    prefixes = _shared_prefixes(keys) if not m.pairs and not strip and len(keys) > 1 else []
-    # The shared prefix whose removal names the most target layers (HF's ``model.`` before
-    # ``model.layers.``, whose removal would also strip the target's own ``layers.``).
-    prefix = max(prefixes, key=lambda p: sum(add + k[len(p):] in m.by_name for k in keys),
-                 default="")
-    if prefix and any(add + k[len(prefix):] in m.by_name for k in keys):
-        m.by_names({k: add + k[len(prefix):] for k in keys}, f"name ({prefix!r} stripped)", False)
     for rule in maps:
         pattern, repl = _parse_map(rule)
         hits = {s.key: pattern.fullmatch(s.key) for s in m.free()[0]}
@@ -238,6 +230,16 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
         if not rename:
             m.problems.append(f"--map {rule!r} matches no unmatched source key")
         m.by_names(rename, f"map {rule}", strict=True)
+    renamed = {k: add + (k[len(strip):] if strip and k.startswith(strip) else k) for k in keys}
+    m.by_names(renamed, "name", strict=False)
+    named = any(rule == "name" for _, rule in m.pairs.values())
+    prefixes = _shared_prefixes(keys) if not named and not strip and len(keys) > 1 else []
+    # The shared prefix whose removal names the most target layers (HF's ``model.`` before
+    # ``model.layers.``, whose removal would also strip the target's own ``layers.``).
+    prefix = max(prefixes, key=lambda p: sum(add + k[len(p):] in m.by_name for k in keys),
+                 default="")
+    if prefix and any(add + k[len(prefix):] in m.by_name for k in keys):
+        m.by_names({k: add + k[len(prefix):] for k in keys}, f"name ({prefix!r} stripped)", False)
     m.by_structure()
     rows = m.rows()
     left = [r for r in rows if not r.rule]

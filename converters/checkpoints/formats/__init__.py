@@ -7,7 +7,9 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
 from converters.checkpoints.formats.hub import HubFolder
+from converters.checkpoints.formats.msgpack import FlaxMsgpack
 from converters.checkpoints.formats.native import NativeFormat
+from converters.checkpoints.formats.npz import Npz
 from converters.checkpoints.formats.orbax import LinenOrbax, NnxOrbax
 from converters.checkpoints.formats.safetensors import CanonicalSafetensors, TorchSafetensors
 from converters.checkpoints.formats.safetensors_shards import (
@@ -20,9 +22,9 @@ from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
              TorchSafetensors(), CanonicalShards(), CanonicalShardIndex(), TorchShards(),
-             TorchShardIndex(), HubFolder()):
+             TorchShardIndex(), Npz(), FlaxMsgpack(), HubFolder()):
     register(_fmt)
 
 __all__ = ["CanonicalSafetensors", "CanonicalShardIndex", "CanonicalShards", "EquinoxLeaves",
-           "HubFolder", "LinenOrbax", "NativeFormat", "NnxOrbax", "TorchPickle",
-           "TorchSafetensors", "TorchShardIndex", "TorchShards"]
+           "FlaxMsgpack", "HubFolder", "LinenOrbax", "NativeFormat", "NnxOrbax", "Npz",
+           "TorchPickle", "TorchSafetensors", "TorchShardIndex", "TorchShards"]

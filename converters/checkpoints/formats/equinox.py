@@ -13,7 +13,7 @@ import numpy as np
 
 from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import Entry, Probe
+from converters.checkpoints.format import Entry, ForeignTree, Probe
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.io import (
     NPY_MAGIC,
@@ -66,6 +66,12 @@ class EquinoxLeaves(NativeFormat):
     suffixes: ClassVar[tuple[str, ...]] = (".eqx",)
     sidecar: ClassVar[bool] = True
     ordered_opt: ClassVar[bool] = True
+    names_keys: ClassVar[bool] = False
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        raise CheckpointError(f"{path}: an Equinox leaf file stores no names, so its layers "
+                              "cannot be matched: load it into its own model and use "
+                              "converters.transfer")
 
     def detect(self, probe: Probe) -> Detection | None:
         if not probe.head.startswith(NPY_MAGIC):

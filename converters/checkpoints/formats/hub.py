@@ -1,5 +1,7 @@
-"""Hub folders: `config.json` (read by a `converters.adapters.hub` reader: HF transformers,
-timm, ...) beside `model.safetensors` in the family's own key layout."""
+"""Hub folders: a `config.json` that a `converters.adapters.hub` reader claims (HF transformers'
+ViT, timm, ...) beside the weights (`model.safetensors` or `pytorch_model.bin`, read by their own
+format class) in the family's key layout. The config comes from `config.json`, so no
+``--arch`` / ``--config`` is needed."""
 
 from __future__ import annotations
 
@@ -11,60 +13,80 @@ from safetensors.numpy import save_file
 
 from converters.adapters import hub
 from converters.checkpoints.base import Checkpoint, Detection, ordered_state
-from converters.checkpoints.format import CheckpointFormat, Entry, Probe
-from converters.checkpoints.formats.safetensors import TorchSafetensors, read_header
+from converters.checkpoints.format import (
+    CheckpointFormat,
+    Entry,
+    ForeignTree,
+    Probe,
+    for_detection,
+    registered,
+)
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from zoo.configs import Config, ConfigError
 
+Found = tuple[dict[str, Any] | None, str, Path | None]  # config.json, why not, weights file
 
-def _hub_json(path: Path) -> tuple[dict[str, Any] | None, str]:
-    """The parsed `config.json` of a folder, or None and why it is no hub folder."""
+
+def _hub_json(path: Path) -> Found:
+    """The parsed `config.json` of a folder and its weights file, or None and why it is no hub
+    folder."""
     config = path / hub.CONFIG
     if not config.is_file():
-        return None, f"no {hub.CONFIG}"
-    if not (path / hub.WEIGHTS).is_file():
-        return None, f"{hub.CONFIG} but no {hub.WEIGHTS}"
+        return None, f"no {hub.CONFIG}", None
+    weights = next((path / w for w in hub.WEIGHTS if (path / w).is_file()), None)
+    if weights is None:
+        return None, f"{hub.CONFIG} but none of {', '.join(hub.WEIGHTS)}", None
     try:
         raw = json.loads(config.read_bytes())
     except (OSError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{config}: not a readable JSON file ({type(e).__name__})") from e
     if not isinstance(raw, dict):
         raise CheckpointError(f"{config}: must be a JSON object, found {type(raw).__name__}")
-    return raw, ""
+    return raw, "", weights
+
+
+def _detect_file(path: Path) -> Detection:
+    """The detection of the folder's weights file by the single-file formats."""
+    probe = Probe(path)
+    for fmt in registered():
+        if not fmt.directory and (det := fmt.detect(probe)) is not None:
+            return det
+    raise CheckpointError(f"{path}: the weights file of the hub folder is in no known format")
 
 
 class HubFolder(CheckpointFormat):
-    """``hub``: a model folder as the Hugging Face Hub stores it (`config.json` and
-    `model.safetensors`), read and written through the family's hub reader and layout."""
+    """``hub``: a model folder as the Hugging Face Hub stores it (`config.json` and the
+    weights), read and written through the family's hub reader and layout."""
 
     name: ClassVar[str] = "hub"
     directory: ClassVar[bool] = True
     holds_any: ClassVar[bool] = False  # the families with a hub reader, model weights only
     carries_config: ClassVar[bool] = True
 
-    def _raw(self, probe: Probe) -> tuple[dict[str, Any] | None, str]:
+    def _found(self, probe: Probe) -> Found:
         return probe.fact("hub", _hub_json)
 
     def detect(self, probe: Probe) -> Detection | None:
-        raw, _ = self._raw(probe)
+        raw, _, weights = self._found(probe)
         reader = None if raw is None else hub.reader_for(raw)
-        if reader is None:
+        if reader is None or weights is None:
             return None
-        return self.detection(f"{hub.CONFIG} of the {reader.name} family and {hub.WEIGHTS}")
+        return self.detection(f"{hub.CONFIG} of the {reader.name} family beside {weights.name} "
+                              f"(a {reader.name} hub folder)")
 
     def rejection(self, probe: Probe) -> str:
-        raw, why = self._raw(probe)
+        raw, why, _ = self._found(probe)
         if raw is None:
             return f"not a hub folder ({why})"
         return (f"not a hub folder of a known family ({hub.CONFIG} with model_type "
                 f"{raw.get('model_type')!r}, architecture {raw.get('architecture')!r}; known: "
                 f"{[r.name for r in hub.readers()]})")
 
-    def read(self, path: Path, det: Detection, given: Config | None,
-             progress: ProgressFn | None) -> Checkpoint:
-        raw, _ = _hub_json(path)
+    def _parts(self, path: Path, given: Config | None) -> tuple[Config, Path, Detection]:
+        """The folder's config (checked against `given`), weights file and its detection."""
+        raw, _, weights = _hub_json(path)
         reader = hub.reader_for(raw or {})
-        if raw is None or reader is None:
+        if raw is None or reader is None or weights is None:
             raise CheckpointError(f"{path}: no longer a hub folder of a known family")
         try:
             config = reader.config(raw, str(path / hub.CONFIG))
@@ -74,18 +96,27 @@ class HubFolder(CheckpointFormat):
             raise CheckpointError(
                 f"{path / hub.CONFIG} gives {config.arch} {config.to_json()}, but --arch/--config "
                 f"gave {given.arch} {given.to_json()}; drop --arch/--config to use the folder's")
-        weights = path / hub.WEIGHTS
-        if read_header(weights)[0] is None:
-            raise CheckpointError(f"{weights}: not a valid safetensors file "
-                                  f"({read_header(weights)[1]})")
-        return TorchSafetensors().read(weights, det, config, progress)
+        return config, weights, _detect_file(weights)
+
+    def read(self, path: Path, det: Detection, given: Config | None,
+             progress: ProgressFn | None) -> Checkpoint:
+        config, weights, wdet = self._parts(path, given)
+        ck = for_detection(wdet).read(weights, wdet, config, progress)
+        said = f"config from {path / hub.CONFIG}: {config.arch} {config.to_json()}"
+        ck.notes = (said, *ck.notes)
+        return ck
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        _, file, wdet = self._parts(path, None)
+        return for_detection(wdet).read_tree(file, weights)
 
     def refuse(self, ck: Checkpoint) -> None:
         if ck.training:
             raise CheckpointError("a hub folder holds model weights only: pass --model-only")
         if hub.writer_for(ck.config) is None:
-            raise CheckpointError(f"no hub family writes a {ck.config.arch}; families: "
-                                  f"{[r.name for r in hub.readers()]}")
+            raise CheckpointError(
+                f"no hub family writes a {ck.config.arch}; families written: "
+                f"{[r.name for r in hub.readers() if r.arch is not None]}")
 
     def write(self, ck: Checkpoint, data: Path) -> None:
         reader = hub.writer_for(ck.config)
@@ -97,8 +128,12 @@ class HubFolder(CheckpointFormat):
             state = reader.adapter.from_zoo(state)
         data.mkdir()
         (data / hub.CONFIG).write_text(json.dumps(hub_config, indent=2) + "\n")
-        save_file({k: v.copy(order="C") for k, v in state.items()}, str(data / hub.WEIGHTS),
+        save_file({k: v.copy(order="C") for k, v in state.items()}, str(data / hub.WEIGHTS[0]),
                   metadata={"format": "pt"})
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
-        return TorchSafetensors().entries(path / hub.WEIGHTS, det, ck)
+        weights = _hub_json(path)[2]
+        if weights is None:
+            raise CheckpointError(f"{path}: no longer a hub folder")
+        wdet = _detect_file(weights)
+        return for_detection(wdet).entries(weights, wdet, ck)

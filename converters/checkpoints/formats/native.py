@@ -17,6 +17,7 @@ from converters.checkpoints.format import CheckpointFormat
 from converters.checkpoints.io import CheckpointError, detached
 from converters.core import from_canonical
 from converters.optim import build, to_native_opt
+from zoo.interface import native_interface
 
 Layout = Any  # an optimizer layout (see `converters.optim`)
 
@@ -54,6 +55,9 @@ class NativeFormat(CheckpointFormat):
     def save_tree(self, tree: Any, path: Path) -> None:
         """Store a native tree (``zoo.interface(impl).checkpoint_tree(model)``) at `path` the
         library's way, without metadata."""
+
+    def save_plain(self, res_state: Any, model: Any, data: Path) -> None:
+        self.save_tree(native_interface(self.impl).checkpoint_tree(model), data)
 
     def abstract_opt(self, layout: Layout, params: Any) -> Any:
         """The abstract optimizer state of `layout` for the abstract `params`."""

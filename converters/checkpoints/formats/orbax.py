@@ -12,7 +12,7 @@ import numpy as np
 
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import Entry, Probe, registered
+from converters.checkpoints.format import Entry, ForeignTree, Probe, registered
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, stored_tree
 from converters.checkpoints.io import (
@@ -28,6 +28,7 @@ from converters.checkpoints.metadata import (
     stored_dtype,
     write_json,
 )
+from converters.checkpoints.unwrap import unwrap_variables
 from converters.core import ConversionError, KeyMismatchError, to_canonical
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
@@ -151,6 +152,8 @@ class Orbax(NativeFormat):
         meta = det.meta
         config = resolve_config(path, meta, given)
         stored = stored_tree(path)
+        if meta is None and self._around_variables(config, stored):
+            return self._from_training_tree(path, config)
         pure = self.pure(stored)
         dtype = stored_dtype(meta)
         if dtype is None:
@@ -173,6 +176,25 @@ class Orbax(NativeFormat):
                                             self.impl, ordered=False)
             step = int(restored["step"]) if "step" in restored else None
         return Checkpoint(config, state, opt, step)
+
+    def _around_variables(self, config: Config, stored: dict[str, Any]) -> bool:
+        """A tree not written by the zoo holding more than the model's top-level entries
+        beside a ``params`` collection (a Flax `TrainState`: ``opt_state``, ``step``)."""
+        tops = {k.split(".")[0] for k in stored}
+        return "params" in tops and bool(tops - set(self.target(config, "float32", None)[1]))
+
+    def _from_training_tree(self, path: Path, config: Config) -> Checkpoint:
+        """The model of a training tree's variables; the rest is left out (`Checkpoint.notes`
+        says what)."""
+        found = unwrap_variables(restore(path), str(path))
+        stored = _flat_abstract(found.state)
+        skel, target = self.target(config, "float32", None)
+        dtype = most_common(_floating_dtypes(stored, _flat_abstract(target)))
+        skel, target = self.target(config, dtype, None)
+        self._check(path, config, stored, _flat_abstract(target))
+        model = self.model_from(skel, found.state, False, False)
+        state = numpy_state(to_canonical(model, self.impl))
+        return Checkpoint(config, state, notes=(found.note,) if found.note else ())
 
     def _check(self, path: Path, config: Config, stored: dict[str, Any],
                target: dict[str, Any]) -> None:
@@ -197,6 +219,11 @@ class Orbax(NativeFormat):
                 tree["step"] = int(ck.step)
         save_orbax_tree(tree, data)
         write_json(data / DIR_METADATA, self.metadata(ck))
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        self.one_set(path, weights)
+        found = unwrap_variables(restore(path), str(path))  # restored without a target
+        return ForeignTree(found.state, self.impl, False, found.note)
 
     def save_tree(self, tree: Any, path: Path) -> None:
         save_orbax_tree(tree, path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from converters.checkpoints.base import (
     ordered_state,
 )
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import CheckpointFormat, Entry, Probe
+from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
 from converters.checkpoints.formats.safetensors_io import mapped_tensors, write_stream
 from converters.checkpoints.io import CheckpointError, ProgressFn, first_line
 from converters.checkpoints.metadata import check_meta, loads_json
@@ -151,6 +151,20 @@ class Safetensors(CheckpointFormat):
         ck = Checkpoint(config, state, opt, meta.get("step"))
         ck.state = ordered_state(ck)  # safetensors stores its keys sorted by name
         return ck
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        self.one_set(path, weights)
+        header, why_not = read_header(path)
+        if header is None:
+            raise CheckpointError(f"{path}: cannot read the safetensors file ({why_not}): "
+                                  "truncated or corrupted")
+        tree = mapped_tensors(path, header)
+        return ForeignTree(tree, "torch", False)  # stored sorted by name: no definition order
+
+    def save_plain(self, res_state: Mapping[str, Any], model: Any, data: Path) -> None:
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in res_state.items()}, str(data))
 
     def write(self, ck: Checkpoint, data: Path) -> None:
         self.write_counted(ck, data, lambda n: None)

@@ -1,9 +1,19 @@
 """torch.save files (``.pt``): a PyTorch state_dict, read only with PyTorch's safe loader,
-metadata in a JSON sidecar."""
+metadata in a JSON sidecar.
+
+Besides tensors and containers, the safe loader accepts only the inert globals of
+`SAFE_GLOBALS` (objects training scripts store beside the weights, which hold data and run no
+code), and only while this module reads a file: PyTorch's global allowlist is never changed.
+Anything else is refused, naming the global. A wrapped file (``{"model": sd, "optimizer": ...}``,
+timm's and torchvision's training checkpoints) gives its weights (`converters.checkpoints.unwrap`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import pathlib
 import pickle
+import types
 import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -13,7 +23,7 @@ from typing import Any, ClassVar
 from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state, ordered_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import CheckpointFormat, Entry, Probe
+from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
 from converters.checkpoints.io import (
     CheckpointError,
     ProgressFn,
@@ -21,6 +31,7 @@ from converters.checkpoints.io import (
     first_line,
 )
 from converters.checkpoints.metadata import read_sidecar
+from converters.checkpoints.unwrap import Unwrapped, unwrap
 from zoo.configs import Config
 
 
@@ -72,15 +83,23 @@ def _check_tensors(path: Path, obj: Mapping[str, Any]) -> None:
                                   f"store (supported: {', '.join(DTYPES)})")
 
 
-def load_state_dict(path: Path) -> dict[str, Any]:
-    """The tensors of a torch.save file, read only with PyTorch's safe loader (after the zip's
-    CRC checks): a state_dict, or the ``state_dict`` entry of a dict holding one."""
+# Inert globals a torch.save file may hold beside its tensors (training scripts save their
+# arguments and paths): building them sets attributes or joins strings, nothing more.
+SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace, types.SimpleNamespace, pathlib.PosixPath,
+                                  pathlib.PurePosixPath, pathlib.WindowsPath,
+                                  pathlib.PureWindowsPath)
+
+
+def _load(path: Path) -> Any:
+    """The object of a torch.save file, read with PyTorch's safe loader (after the zip's CRC
+    checks), `SAFE_GLOBALS` allowed for this call only."""
     torch = _import_torch()
     mapped = zipfile.is_zipfile(path)  # a zip's tensors are mapped from the file, read lazily
     if mapped:
         _check_zip(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
+        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
     except pickle.UnpicklingError as e:
         # torch's message wraps the reason in advice to retry unsafely: keep only the reason
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -88,21 +107,28 @@ def load_state_dict(path: Path) -> dict[str, Any]:
                    "not a plain tensor pickle.")
         raise CheckpointError(
             f"{path}: refused by PyTorch's safe loader (torch.load(weights_only=True)): {why} "
-            "The file is corrupted or holds more than tensors (e.g. pickled objects that would "
-            "run code); this tool never loads it any other way") from e
+            "The file is corrupted or holds more than tensors and inert objects (e.g. pickled "
+            "objects that would run code); this tool never loads it any other way") from e
     except Exception as e:
         raise CheckpointError(f"{path}: cannot read the torch.save file ({type(e).__name__}: "
                               f"{first_line(e)}): truncated or corrupted") from e
-    if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
-        obj = obj["state_dict"]
+
+
+def load_weights(path: Path, weights: str | None = None) -> Unwrapped:
+    """The model weights of a torch.save file: a state_dict, or the one found inside a wrapped
+    training checkpoint (`weights`: "main" or "ema" where both exist)."""
+    torch = _import_torch()
+    obj = _load(path)
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state_dict")
-    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
-    if bad:
-        raise CheckpointError(f"{path}: not a state_dict of tensors: entries {bad[:10]} are not "
-                              "name -> tensor")
-    _check_tensors(path, obj)
-    return dict(obj)
+    found = unwrap(obj, lambda v: isinstance(v, torch.Tensor), str(path), weights)
+    _check_tensors(path, found.state)
+    return found
+
+
+def load_state_dict(path: Path) -> dict[str, Any]:
+    """The model's tensors of a torch.save file (see `load_weights`)."""
+    return load_weights(path).state
 
 
 class TorchPickle(CheckpointFormat):
@@ -133,12 +159,29 @@ class TorchPickle(CheckpointFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
+        return self._read(path, det, given, progress, None)
+
+    def read_weights(self, path: Path, det: Detection, given: Config | None,
+                     progress: ProgressFn | None, weights: str) -> Checkpoint:
+        return self._read(path, det, given, progress, weights)
+
+    def _read(self, path: Path, det: Detection, given: Config | None,
+              progress: ProgressFn | None, weights: str | None) -> Checkpoint:
         size = path.stat().st_size
         task = ProgressTask(progress, "reading", size)
-        state = numpy_state(load_state_dict(path))
+        found = load_weights(path, weights)
+        state = numpy_state(found.state)
         task.advance(size)
         config = resolve_config(path, det.meta, given, list(state))
-        return Checkpoint(config, state)
+        return Checkpoint(config, state, notes=(found.note,) if found.note else ())
+
+    def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
+        found = load_weights(path, weights)
+        return ForeignTree(found.state, "torch", True, found.note)  # torch keeps module order
+
+    def save_plain(self, res_state: Mapping[str, Any], model: Any, data: Path) -> None:
+        torch = _import_torch()
+        torch.save({k: numpy_to_torch(v) for k, v in res_state.items()}, data)
 
     def refuse(self, ck: Checkpoint) -> None:
         if ck.training:

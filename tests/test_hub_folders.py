@@ -1,0 +1,91 @@
+"""Hub folders as timm writes them (``save_for_hf``: ``config.json`` + ``model.safetensors``)
+convert with no --arch/--config: the config comes from config.json through `zoo.names`; an
+unknown field is refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import converters
+from converters.__main__ import main
+from converters.checkpoints import detect
+from converters.matching.verify import forward, max_difference, tolerance
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm")
+
+
+def cli(capsys, *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def timm_folder(tmp_path_factory):
+    """timm's resnet18 (7 classes, 64x64 input, random weights, BatchNorm statistics
+    perturbed) saved the way ``push_to_hf_hub`` saves it, offline."""
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=7).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+    folder = tmp_path_factory.mktemp("hub") / "resnet18-demo"
+    folder.mkdir()
+    save_for_hf(model, str(folder), safe_serialization=True,
+                data_config={"input_size": (3, 64, 64)})
+    return folder, model
+
+
+def test_timm_folder_converts_without_arch(timm_folder, tmp_path, capsys):
+    folder, model = timm_folder
+    assert detect(folder).fmt == "hub"
+    dst = tmp_path / "r18.safetensors"
+    code, out, err = cli(capsys, "convert", folder, dst, "--to", "canonical")
+    assert code == 0, err
+    assert "timm hub folder" in out and "config from" in out
+    ck = converters.load(dst)
+    assert ck.config.num_classes == 7 and tuple(ck.config.input_size) == (64, 64)
+    assert ck.config.layers == (2, 2, 2, 2)
+    x = np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    got = forward(converters.load(dst, "torch"), "torch", x)  # the zoo's model, not timm's
+    assert max_difference(forward(model, "torch", x), got) <= tolerance()
+    back = tmp_path / "r18.pt"
+    code, _, err = cli(capsys, "convert", dst, back, "--to", "torch")
+    assert code == 0, err
+    fresh = timm.create_model("resnet18", pretrained=False, num_classes=7).eval()
+    fresh.load_state_dict(torch.load(back, weights_only=True), strict=True)
+
+
+def test_unknown_config_fields_are_refused_by_name(timm_folder, tmp_path, capsys):
+    folder, _ = timm_folder
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.safetensors").symlink_to(folder / "model.safetensors")
+    cfg = json.loads((folder / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "model_args": {
+        **cfg.get("model_args", {}), "output_stride": 8}}))
+    code, _, err = cli(capsys, "convert", bad, tmp_path / "o.pt", "--to", "torch")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "model_args.output_stride=8" in err and "config.json" in err
+    (bad / "config.json").write_text(json.dumps({**cfg, "extra_field": 1}))
+    code, _, err = cli(capsys, "convert", bad, tmp_path / "o.pt", "--to", "torch")
+    assert code == 1 and "'extra_field'" in err
+
+
+def test_timm_folders_are_read_not_written(timm_folder, tmp_path, capsys):
+    """timm's reader maps many architectures, so it writes none: --to hub for a ResNet is
+    refused in one line naming the architecture (the HF ViT family writes its own)."""
+    folder, _ = timm_folder
+    assert "hub" not in converters.checkpoints.FORMATS  # not a format for any checkpoint
+    code, _, err = cli(capsys, "convert", folder, tmp_path / "again", "--to", "hub")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "no hub family writes a resnet" in err and "hf-vit" in err
+    assert not (tmp_path / "again").exists()
