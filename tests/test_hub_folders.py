@@ -89,3 +89,25 @@ def test_timm_folders_are_read_not_written(timm_folder, tmp_path, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert "no hub family writes a resnet" in err and "hf-vit" in err
     assert not (tmp_path / "again").exists()
+
+
+def test_timm_folder_with_pytorch_model_bin(timm_folder, tmp_path, capsys):
+    """The weights file of a hub folder is read by its own format class: timm's
+    ``pytorch_model.bin`` (a torch.save zip) gives the same checkpoint as the safetensors."""
+    from timm.models import save_for_hf
+
+    _, model = timm_folder
+    folder = tmp_path / "bin-folder"
+    folder.mkdir()
+    save_for_hf(model, str(folder), safe_serialization=False,
+                data_config={"input_size": (3, 64, 64)})
+    assert (folder / "pytorch_model.bin").is_file()
+    assert not (folder / "model.safetensors").exists()
+    code, out, err = cli(capsys, "inspect", folder)
+    assert code == 0, err
+    assert "hub" in out and "pytorch_model.bin" in out and "conv1.weight" in out
+    got = converters.load(folder)
+    want = {k: v.numpy() for k, v in model.state_dict().items()}
+    assert set(got.state) == set(want)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got.state[k], v, err_msg=k)
