@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+from typing import Any
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
@@ -49,3 +54,16 @@ class ConvTranspose(eqx.nn.ConvTranspose):
         if self.use_bias:
             y = y + jnp.asarray(self.bias)
         return y
+
+
+def with_new_head(model: Any, name: str, in_features: int, num_classes: int, *,
+                  key: jax.Array) -> Any:
+    """A copy of `model` whose Linear `name` is a fresh one for `num_classes` and whose config
+    says so (timm's `reset_classifier`, functionally); `model` is not changed. The config is a
+    static field, which `eqx.tree_at` cannot replace."""
+    head = getattr(model, name)
+    new = copy.copy(model)
+    object.__setattr__(new, "config", dataclasses.replace(model.config, num_classes=num_classes))
+    object.__setattr__(new, name, eqx.nn.Linear(in_features, num_classes, key=key,
+                                                dtype=head.weight.dtype))
+    return new

@@ -6,8 +6,6 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -15,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import BatchNorm
+from zoo.layers.eqx import BatchNorm, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
@@ -162,12 +160,7 @@ class ResNet(eqx.Module):
     def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ResNet:
         """A new model whose `fc` is a fresh Equinox Linear for `num_classes` (and whose
         config says so); this one is not changed."""
-        config = dataclasses.replace(self.config, num_classes=num_classes)
-        new = copy.copy(self)  # the config is a static field: tree_at cannot replace it
-        object.__setattr__(new, "config", config)
-        object.__setattr__(new, "fc", eqx.nn.Linear(config.features, num_classes, key=key,
-                                                    dtype=self.fc.weight.dtype))
-        return new
+        return with_new_head(self, "fc", self.config.features, num_classes, key=key)
 
     def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
         """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled

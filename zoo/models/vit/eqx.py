@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
+from zoo.layers.eqx import with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.vit.config import ViTConfig
 
@@ -131,12 +129,7 @@ class ViT(eqx.Module):
     def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ViT:
         """A new model whose `head` is a fresh Equinox Linear for `num_classes` (and whose
         config says so); this one is not changed."""
-        config = dataclasses.replace(self.config, num_classes=num_classes)
-        new = copy.copy(self)  # the config is a static field: tree_at cannot replace it
-        object.__setattr__(new, "config", config)
-        object.__setattr__(new, "head", eqx.nn.Linear(config.width, num_classes, key=key,
-                                                    dtype=self.head.weight.dtype))
-        return new
+        return with_new_head(self, "head", self.config.width, num_classes, key=key)
 
     def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
         """Logits of one image's tokens: pool (class token or patch average), `fc_norm`,
