@@ -31,15 +31,23 @@ precision.set_global(precision.EXACT)
 jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPTIMIZED") != "1")
 
 
-# The quick subset (`pytest --quick`, README): one architecture per kind of layer, every
-# converter path and the command lines' refusals; the whole suite is what CI runs.
+# The quick subset (`pytest --quick`, README): one architecture per kind of layer through the
+# library-wide tests, every converter path and the command lines' refusals; the whole suite is
+# what CI runs.
 QUICK_ARCHS = frozenset({"mlp", "cnn", "vit"})  # dense layers, convolutions + BN, attention
-# Whole programs end to end, multi-device and multi-process runs, sweeps over every method or
-# damaged byte, and the conv-transpose architectures (their layer rule stays in the subset).
+# A test marked `whole_model` runs a whole model through every format, optimizer or library: the
+# path is the same for every architecture, so the subset runs it for this one only.
+QUICK_WHOLE_MODEL_ARCH = "cnn"
+# Whole programs end to end, multi-device and multi-process runs, sweeps over every method,
+# damaged byte or kill point, the conv-transpose architectures (their layer rule stays in the
+# subset), and the reference-model features of the ResNet and the ViT (named torchvision/timm
+# models, timm options, adaptation, the features API).
 FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py",
-             "test_sharding.py", "test_cuda_export.py", "test_multiprocess.py",
-             "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py", "test_depth.py",
-             "test_unet3d.py")
+             "test_bench_mesh.py", "test_sharding.py", "test_cuda_export.py",
+             "test_multiprocess.py", "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py",
+             "test_depth.py", "test_unet3d.py", "test_resnet.py", "test_resnet_same_padding.py",
+             "test_named_models.py", "test_model_api.py", "test_adapt.py", "test_vit.py",
+             "test_intermediates.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,12 +71,14 @@ def _architecture_of(value: object) -> str | None:
 
 
 def _outside_quick(item: pytest.Item) -> bool:
-    if item.path.name in FULL_ONLY:
+    if item.path.name in FULL_ONLY or item.get_closest_marker("full_only"):
         return True
     params = getattr(item, "callspec", None)
     values = params.params.values() if params is not None else ()
     variant = any(isinstance(v, str) and v in CASE_IDS and v not in zoo.ARCHS for v in values)
     archs = {a for a in map(_architecture_of, values) if a is not None}
+    if item.get_closest_marker("whole_model"):
+        return variant or bool(archs - {QUICK_WHOLE_MODEL_ARCH})
     return variant or bool(archs - QUICK_ARCHS)
 
 

@@ -25,6 +25,7 @@ IMPLS = (*zoo.JAX_IMPLS, "torch") if HAVE_TORCH else zoo.JAX_IMPLS
 
 
 # --------------------------------------------------------------------------- CI: tiny presets
+@pytest.mark.whole_model
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_preset_every_impl(arch, tmp_path):
     """CI: the tiny preset of every architecture, every implementation, forward and train.

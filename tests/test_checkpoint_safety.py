@@ -318,6 +318,7 @@ def _ours(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".zoo-"))
 
 
+@pytest.mark.full_only
 def test_a_kill_at_any_point_leaves_the_old_or_the_new_checkpoint(tmp_path):
     old, new = Checkpoint(MLP, state_of(MLP, seed=1)), Checkpoint(MLP, state_of(MLP, seed=2))
     src = write(new, tmp_path / "src.safetensors", "canonical")
@@ -373,6 +374,7 @@ def test_orphan_sidecar_of_ours_never_blocks_a_write(tmp_path):
     assert code == 0 and read(p).source.note == "", err
 
 
+@pytest.mark.full_only
 def test_two_concurrent_writers_never_mix_their_outputs(tmp_path):
     a = write(Checkpoint(MLP, state_of(MLP, seed=1)), tmp_path / "a.safetensors", "canonical")
     b = write(Checkpoint(MLP, state_of(MLP, seed=2)), tmp_path / "b.safetensors", "canonical")

@@ -75,6 +75,7 @@ def write_sources(ck: Checkpoint, folder: Path) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------- round trips
+@pytest.mark.whole_model
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_pair_of_formats_is_bitwise_exact(arch, tmp_path):
     cfg = small_config(arch)

@@ -58,6 +58,7 @@ def max_diff(a: dict, b: dict) -> float:
                for k in a)
 
 
+@pytest.mark.whole_model
 @pytest.mark.parametrize("arch", zoo.ARCHS)
 def test_three_eqx_steps_then_three_nnx_or_linen_steps_equal_six(arch, tmp_path):
     config, tx = zoo.tiny_config(arch), optimizer()
