@@ -128,6 +128,7 @@ def test_too_few_devices_once_jax_has_started(capsys, tmp_path):
     (["--mesh", "8", "--impl", "torch"], "PyTorch is not sharded"),
     (["--mesh", "8", "--call", "all"], "--call all is not sharded"),
     (["--mesh", "8", "--strategy", "zero3"], "invalid choice: 'zero3'"),
+    (["--strategy", "dp"], "--strategy dp needs --mesh"),
 ])
 def test_bad_mesh_arguments_exit_2(argv, needle, capsys):
     if "torch" in argv and "torch" not in zoo.IMPLS:

@@ -141,8 +141,8 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="time the sharded step of every JAX library on N devices (a data axis) "
                         "or D x M (data x model); on the CPU, N host devices are made "
                         "(PyTorch is not sharded: left out)")
-    p.add_argument("--strategy", choices=tuple(STRATEGIES), default="fsdp",
-                   help="with --mesh: how parameters are split (docs/scaling.md)")
+    p.add_argument("--strategy", choices=tuple(STRATEGIES), default=None,
+                   help="with --mesh: how parameters are split (default fsdp; docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--wide", action="store_true",
                    help="every column (min, dispatch, throughput, TFLOP/s, GB/s, memory); the "
@@ -169,6 +169,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     impls = parse_impls(args.impl)
     parse_methods(args.method)  # ValueError -> exit 2
     shape, not_sharded = None, ()
+    if args.strategy is not None and args.mesh is None:
+        raise MeshError(f"--strategy {args.strategy} needs --mesh (N or DATAxMODEL devices)")
     if args.mesh is not None:
         shape = parse_mesh(args.mesh)
         impls, not_sharded = mesh_impls(impls, args)
@@ -182,7 +184,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
         torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
         steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags, mesh=shape,
-        strategy=args.strategy, not_sharded=not_sharded)
+        strategy=args.strategy or "fsdp", not_sharded=not_sharded)
 
 
 def mesh_impls(impls: tuple[str, ...], args: argparse.Namespace

@@ -284,10 +284,13 @@ def agreement(record: dict[str, Any]) -> str:
     at_text = (f"; at precision {at['precision']} ({at['format']}) within "
                f"{at['output_tolerance']:g}" if at.get("output_tolerance") else "")
     params = sorted(set(f["parameters"].values()))
+    # On a mesh the counts compared are those of the program before partitioning.
+    before = "" if "compiled" in f.get("flops_sources", ("compiled",)) else (
+        " (programs before partitioning)")
     return (f"fairness check passed: {', '.join(f'{n:,}' for n in params)} parameters; "
             f"max relative difference to {f['reference']}: {measured} (tolerance "
             f"{f['output_tolerance']:g}, full float32{at_text}); FLOPs within "
-            f"{f['flops_tolerance']:.0%}.")
+            f"{f['flops_tolerance']:.0%}{before}.")
 
 
 def print_model_record(record: dict[str, Any], console: Any, *, wide: bool = False,
