@@ -24,8 +24,8 @@ def _load(path: str) -> dict:
 RECORDS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "bench", "results",
                                         "*", "*.json")))
 MODEL_RECORDS = [p for p in RECORDS if _load(p).get("kind") == "model"]
-PLAIN = next(p for p in MODEL_RECORDS
-             if len(_load(p)["config"].get("methods") or ()) <= 1)
+PLAIN = next(p for p in MODEL_RECORDS  # one device, one method: the default columns
+             if len(_load(p)["config"].get("methods") or ()) <= 1 and not _load(p).get("mesh"))
 
 
 def _render(renderable, width: int = 80) -> str:

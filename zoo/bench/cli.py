@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from zoo.bench.display import make_console
+from zoo.bench.mesh import MeshError, parse_mesh, request_devices
 from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
@@ -30,12 +32,16 @@ def bench_main(argv: list[str]) -> int:
     try:
         if args.xla_cpu_flags is not None:  # before any JAX computation starts the backend
             xla_flags = apply_xla_flags(args.xla_cpu_flags)
+        if args.mesh is not None:  # host devices for the mesh, before the backend starts
+            request_devices(math.prod(parse_mesh(args.mesh)))
         cfg = config_from_args(args)
     except (PresetError, ValueError, argparse.ArgumentTypeError) as e:
         parser.error(str(e))
     allocator = configure_allocator("torch" in cfg.impls)
     try:
         record = run(cfg, console=console, progress=not args.no_progress)
+    except MeshError as e:
+        parser.error(str(e))
     except FairnessError as e:
         Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
         return EXIT_UNFAIR

@@ -148,7 +148,9 @@ def compare_flops(counts: dict[str, dict[str, Any] | float | None], tol: float =
 
 def _check_mode(subjects: dict[str, Subject], mode: str, tol: float, flops_tolerance: float,
                 flops_groups: dict[str, str] | None, flops_floor: float | None,
-                notes: list[str], check_flops: bool = True) -> tuple[dict[str, Any], list[str]]:
+                notes: list[str], check_flops: bool = True,
+                flops_sources: tuple[str, ...] = flops_mod.SOURCES
+                ) -> tuple[dict[str, Any], list[str]]:
     """Outputs (or first losses) and FLOP counts of one mode, at the precision in effect."""
     if mode == "forward":
         results = {name: _forward_output(s) for name, s in subjects.items()}
@@ -160,7 +162,8 @@ def _check_mode(subjects: dict[str, Subject], mode: str, tol: float, flops_toler
         entries, problems = compare_outputs(values, tol, "training loss (first step)")
         for name, r in results.items():
             entries.setdefault(name, {})["loss"] = r[0]
-    counts = {name: r[1].flop_counts for name, r in results.items() if r[1] is not None}
+    counts = {name: {s: v for s, v in r[1].flop_counts.items() if s in flops_sources}
+              for name, r in results.items() if r[1] is not None}
     if not check_flops:  # FLOP counts do not depend on the precision: checked once, strictly
         return {"outputs": entries}, problems
     groups = flops_groups or {}
@@ -194,7 +197,8 @@ def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forw
                    dtype: str = "float32", precision: str = policy.EXACT,
                    flops_tolerance: float = FLOPS_TOLERANCE,
                    flops_groups: dict[str, str] | None = None,
-                   flops_floor: dict[str, float] | None = None) -> dict[str, Any]:
+                   flops_floor: dict[str, float] | None = None,
+                   flops_sources: tuple[str, ...] = flops_mod.SOURCES) -> dict[str, Any]:
     """Run every check over `subjects` (name -> Subject, the first is the reference).
 
     Outputs and FLOPs are checked strictly at full float32 (the report's top level), then, when
@@ -214,13 +218,19 @@ def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forw
     depends on the layout), recorded as a note, not refused. A program below the floor (the
     int-kernel mistake does 1/9 of the work) is always refused.
 
+    `flops_sources`: the counts compared (`zoo.bench.flops.SOURCES`). On a device mesh the
+    compiled program is one device's share, split differently for each library's parameter
+    layout, so the run compares the programs before partitioning ("lowered", "cpu"): the
+    global computation.
+
     Returns the report (also stored in JSON records); raises `FairnessError` on any failure.
     """
     policy.check_precision(precision)
     tol = output_tolerance(dtype)
     report: dict[str, Any] = {"reference": next(iter(subjects)), "dtype": dtype,
                               "precision": policy.EXACT, "output_tolerance": tol,
-                              "flops_tolerance": flops_tolerance}
+                              "flops_tolerance": flops_tolerance,
+                              "flops_sources": list(flops_sources)}
     problems: list[str] = []
     notes: list[str] = []
 
@@ -248,7 +258,8 @@ def check_fairness(subjects: dict[str, Subject], modes: tuple[str, ...] = ("forw
             for mode in modes:
                 out[mode], found = _check_mode(
                     subjects, mode, out["output_tolerance"], flops_tolerance, flops_groups,
-                    (flops_floor or {}).get(mode), notes, check_flops=i == 0)
+                    (flops_floor or {}).get(mode), notes, check_flops=i == 0,
+                    flops_sources=flops_sources)
                 problems += [f"{p} (at precision {prec})" if i else p for p in found]
     if notes:
         report["notes"] = list(dict.fromkeys(notes))

@@ -10,11 +10,13 @@ from typing import Any
 
 import zoo
 from zoo import precision as policy
+from zoo.bench.mesh import MeshError, parse_mesh
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
 from zoo.cli import ArgumentParser
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
+from zoo.sharding import STRATEGIES
 
 USAGE_EPILOG = """\
 other commands:
@@ -135,6 +137,12 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
     p.add_argument("--torch-threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (default: PyTorch's own choice)")
+    p.add_argument("--mesh", default=None, metavar="N|DxM",
+                   help="time the sharded step of every JAX library on N devices (a data axis) "
+                        "or D x M (data x model); on the CPU, N host devices are made "
+                        "(PyTorch is not sharded: left out)")
+    p.add_argument("--strategy", choices=tuple(STRATEGIES), default=None,
+                   help="with --mesh: how parameters are split (default fsdp; docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--wide", action="store_true",
                    help="every column (min, dispatch, throughput, TFLOP/s, GB/s, memory); the "
@@ -160,6 +168,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
         modes = preset.modes if preset else ("forward", "train")
     impls = parse_impls(args.impl)
     parse_methods(args.method)  # ValueError -> exit 2
+    shape, not_sharded = None, ()
+    if args.strategy is not None and args.mesh is None:
+        raise MeshError(f"--strategy {args.strategy} needs --mesh (N or DATAxMODEL devices)")
+    if args.mesh is not None:
+        shape = parse_mesh(args.mesh)
+        impls, not_sharded = mesh_impls(impls, args)
     return BenchConfig(
         arch=arch, impls=impls,
         calls=resolve_calls(args.call, impls, torch_compile=args.torch_compile,
@@ -169,4 +183,21 @@ def config_from_args(args: argparse.Namespace) -> Any:
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
         repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
         torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
-        steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags)
+        steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags, mesh=shape,
+        strategy=args.strategy or "fsdp", not_sharded=not_sharded)
+
+
+def mesh_impls(impls: tuple[str, ...], args: argparse.Namespace
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Under --mesh: (the JAX libraries, the others left out); only `zoo.fast`'s sharded step is
+    timed, so other call styles, fused steps and torch.compile are refused."""
+    sharded = tuple(i for i in impls if library(i).is_jax)
+    if not sharded:
+        raise MeshError(f"--mesh: none of {list(impls)} is a JAX library; PyTorch is not sharded")
+    if args.call not in ("default", "fast"):
+        raise MeshError(f"--mesh times zoo.fast's sharded step only; --call {args.call} is not "
+                        "sharded")
+    if args.steps_per_call > 1 or args.torch_compile:
+        raise MeshError("--mesh times one zoo.fast step per call: drop --steps-per-call and "
+                        "--torch-compile")
+    return sharded, tuple(i for i in impls if i not in sharded)

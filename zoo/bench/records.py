@@ -48,7 +48,8 @@ def is_loaded(record: dict[str, Any]) -> bool:
 
 def record_name(record: dict[str, Any]) -> str:
     """File name of a model record: arch, preset or batch, dtype, modes, methods, precision,
-    steps per call (`-k10`) and XLA:CPU flag preset (`-xla-onednn`)."""
+    steps per call (`-k10`), mesh and strategy (`-mesh8-fsdp`) and XLA:CPU flag preset
+    (`-xla-onednn`)."""
     if record["kind"] == "dispatch":
         return "dispatch.json"
     cfg = record["config"]
@@ -63,6 +64,8 @@ def record_name(record: dict[str, Any]) -> str:
     prec = "" if prec == "default" else f"-{prec}"
     k = cfg.get("steps_per_call") or 1
     extra = f"-k{k}" if k > 1 else ""
+    if cfg.get("mesh"):
+        extra += f"-mesh{'x'.join(map(str, cfg['mesh']))}-{cfg['strategy']}"
     flags = cfg.get("xla_cpu_flags")
     if flags:
         extra += "-xla-" + (flags if flags.replace("-", "").isalnum() else "custom")

@@ -16,12 +16,14 @@ import sys
 from typing import Any
 
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
+from zoo.bench.mesh import label as mesh_label
 from zoo.bench.records import host_load, is_loaded, record_name
 from zoo.bench.spec import bench_archs
 from zoo.bench.tables import (
     call_label,
     dispatch_index,
     dispatch_table,
+    mesh_note,
     model_table,
     precision_label,
     to_markdown,
@@ -218,6 +220,8 @@ def _heading(record: dict[str, Any], mode: str) -> str:
         parts.append(f"{cfg['steps_per_call']} steps per call")
     if cfg.get("xla_cpu_flags"):
         parts.append(f"XLA:CPU flags `{cfg['xla_cpu_flags']}`")
+    if record.get("mesh"):
+        parts.append(f"mesh {mesh_label(record['mesh']['shape'])} {record['mesh']['strategy']}")
     return f"### {cfg['arch']} {mode}: " + ", ".join(p for p in parts if p)
 
 
@@ -253,10 +257,11 @@ def summary_table(shown: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def _is_sweep(record: dict[str, Any]) -> bool:
-    """A method comparison, an XLA-flag preset or fused steps: shown after the plain runs."""
+    """A method comparison, an XLA-flag preset, fused steps or a device mesh: shown after the
+    plain runs."""
     cfg = record["config"]
     return bool(len(cfg.get("methods") or ()) > 1 or cfg.get("xla_cpu_flags")
-                or (cfg.get("steps_per_call") or 1) > 1)
+                or (cfg.get("steps_per_call") or 1) > 1 or record.get("mesh"))
 
 
 def _model_order(pr: tuple[str, dict[str, Any]]) -> tuple[Any, ...]:
@@ -337,6 +342,7 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
                              f"Taken {rec.get('timestamp', '?')}, {_load_text(rec)}. Record: "
                              f"`{os.path.relpath(path, here)}`.", "",
                              *to_markdown(model_table(rec, mode, wide=True)), "",
+                             *([mesh_note(rec), ""] if rec.get("mesh") else []),
                              f"![{cfg['arch']} {mode}]({plots_rel}/{png})", ""]
         lines += [*contents, "", *sections]
     if older:

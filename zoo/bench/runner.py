@@ -10,11 +10,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import jax
+from jax.sharding import Mesh
 
+import zoo
 from zoo import precision as policy
+from zoo import sharding
 from zoo.bench import accel
+from zoo.bench import flops as flops_mod
+from zoo.bench import mesh as mesh_mod
 from zoo.bench import styles as styles_mod
 from zoo.bench.fairness import check_fairness
+from zoo.bench.mesh import MeshError
 from zoo.bench.peaks import device_peak
 from zoo.bench.records import record_base
 from zoo.bench.roofline import model_roofline
@@ -29,11 +35,15 @@ from zoo.bench.timing import (
     run_steps,
     summarize,
 )
+from zoo.interface import interface
 from zoo.layers.conv_transpose import CHOICES, choose_method
 from zoo.layers.conv_transpose_spec import conv_transposes_of
 from zoo.libraries import JAX_IMPLS, library
 
 ALL_METHODS: tuple[str, ...] = CHOICES
+# On a mesh, FLOPs are compared before partitioning (the compiled count is one device's share).
+GLOBAL_FLOPS = tuple(s for s in flops_mod.SOURCES if s != "compiled")
+PROFILE_STEPS = 5  # profiled calls per row on a mesh (the collectives' share of time)
 BASELINE_METHOD = "lhs_dilation"
 
 
@@ -72,6 +82,9 @@ class BenchConfig:
     precision: str = "default"
     steps_per_call: int = 1  # K of the "fused" call style (train: K steps per call)
     xla_cpu_flags: str | None = None  # as given (preset name or string); applied by the CLI
+    mesh: tuple[int, ...] | None = None  # (data,) or (data, model) devices: the sharded step
+    strategy: str = "fsdp"  # zoo.sharding.STRATEGIES, with `mesh`
+    not_sharded: tuple[str, ...] = ()  # libraries asked for but left out under `mesh`
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -145,7 +158,9 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
     flops, nbytes, source = info.flops, info.bytes_accessed, info.flops_source
     if flops is None and mode in twin_flops:
         flops, nbytes, source = twin_flops[mode]
-    peak = device_peak()
+    # Under a mesh the count is one device's program and the devices may share one chip (host
+    # devices): no share of a peak is claimed.
+    peak = device_peak() if cfg.mesh is None else None
     res: dict[str, Any] = {
         "impl": impl, "call": call, "mode": mode,
         "default": styles_mod.default_style(impl) == call,
@@ -233,10 +248,49 @@ def run(cfg: BenchConfig, *, console: Any = None, progress: bool = True) -> dict
         for impl in cfg.impls:
             library(impl).set_threads(cfg.torch_threads)
     with policy.use(cfg.precision):
-        return _run(cfg, console, progress)
+        return _run(cfg, console, progress, mesh_mod.make_mesh(cfg.mesh) if cfg.mesh else None)
 
 
-def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
+def _place(natives: dict[str, Any], config: SubjectConfig, cfg: BenchConfig,
+           mesh: Mesh) -> dict[str, Any]:
+    """The models with their arrays on `mesh` as `cfg.strategy` splits them (`MeshError` for a
+    mesh or strategy the run cannot use)."""
+    if not isinstance(config, zoo.Config):
+        raise MeshError(f"--mesh: {cfg.arch} is a bench-only subject; only zoo architectures "
+                        "are sharded")
+    mesh_mod.check_batch(mesh, cfg.batch)
+    try:
+        sharding.strategy(cfg.strategy).check(mesh)
+    except ValueError as e:
+        raise MeshError(f"--strategy {cfg.strategy}: {e}") from None
+    placed = {i: sharding.shard(m, i, mesh, cfg.strategy, config=config)
+              for i, m in natives.items()}
+    mesh_mod.check_split(cfg.strategy, cfg.arch, [interface(i).split(m)[1:]
+                                                  for i, m in placed.items()])
+    return placed
+
+
+def _mesh_row(subject: Subject, prepared: Any, info: CompileInfo, mode: str,
+              steps: int) -> dict[str, Any]:
+    """What a row on a mesh records: bytes per device from the shardings, the collectives of
+    the compiled program and their share of the op time in a profile of `steps` calls."""
+    share = None
+    if info.hlo_ops:
+        share = mesh_mod.collective_time(lambda: prepared.fn(*prepared.args), steps,
+                                         info.hlo_ops)
+    return {"bytes": mesh_mod.held_bytes(subject.held_arrays(mode)),
+            "collectives": info.collectives, "collective_time": share}
+
+
+def _mesh_record(cfg: BenchConfig, mesh: Mesh) -> dict[str, Any]:
+    devices = mesh.devices.flatten()
+    return {"shape": list(cfg.mesh), "axes": list(mesh.axis_names), "strategy": cfg.strategy,
+            "devices": len(devices), "platform": devices[0].platform,
+            "device_kind": devices[0].device_kind, "not_sharded": list(cfg.not_sharded),
+            "collective_methods": [mesh_mod.HLO_METHOD, mesh_mod.PROFILE_METHOD]}
+
+
+def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     clock = time.perf_counter
@@ -251,10 +305,12 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     jax_impls = tuple(i for i in cfg.impls if library(i).is_jax)
     for m in methods:
         natives = build_models(configs[m], jax_impls, cfg.seed, cfg.dtype)
+        if mesh is not None:
+            natives = _place(natives, configs[m], cfg, mesh)
         for impl in jax_impls:
             name = f"{impl}:{m}" if multi else impl
             subjects[name] = Subject(impl, natives[impl], task, name=name,
-                                     steps_per_call=cfg.steps_per_call)
+                                     steps_per_call=cfg.steps_per_call, mesh=mesh)
             method_of[name] = m
     for impl in (i for i in cfg.impls if not library(i).is_jax):
         subjects[impl] = Subject(impl, build_models(config, (impl,), cfg.seed, cfg.dtype)[impl],
@@ -274,7 +330,8 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     fairness = check_fairness(
         {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
         flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
-        flops_floor=_flops_floors(config, cfg, rooflines))
+        flops_floor=_flops_floors(config, cfg, rooflines),
+        flops_sources=GLOBAL_FLOPS if mesh is not None else flops_mod.SOURCES)
     phases["fairness"] = clock()
 
     twin = _twin_flops(subjects, order, cfg, config, task)
@@ -333,6 +390,9 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
                               cfg, twin)
                 res["method"] = method_of[name]
                 res["steps_per_call"] = prepared[key].steps
+                if mesh is not None:
+                    res["mesh"] = _mesh_row(subjects[name], prepared[key], infos[key], mode,
+                                            min(cfg.repeat, PROFILE_STEPS))
                 if prepared[key].note:
                     res["note"] = prepared[key].note
                 results.append(res)
@@ -352,4 +412,6 @@ def _run(cfg: BenchConfig, console: Any, progress: bool) -> dict[str, Any]:
     record["results"] = results
     record["failed_styles"] = failed
     record["skipped_styles"] = styles_mod.skipped_styles(cfg.impls)
+    if mesh is not None:
+        record["mesh"] = _mesh_record(cfg, mesh)
     return record

@@ -15,10 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh
 
 import zoo
 from canonical.torch_arrays import numpy_to_torch
-from zoo import fast
+from zoo import fast, sharding
 from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
 from zoo.configs import Overrides
 from zoo.libraries import library
@@ -93,7 +94,9 @@ class Subject:
     """One implementation under test: its native model and the task in its own layout.
 
     `name` labels it in reports and errors (normally the impl). Models are never mutated by the
-    benchmark: styles that train in place (NNX, PyTorch) work on copies.
+    benchmark: styles that train in place (NNX, PyTorch) work on copies. With a `mesh` (the
+    native model's arrays already placed on it, `zoo.sharding.shard`), the data are split over
+    its "data" axis and the training step runs on it (`zoo.fast.train_step(mesh=)`).
     """
 
     impl: str
@@ -101,6 +104,7 @@ class Subject:
     task: Task
     name: str = ""
     steps_per_call: int = 1  # K of the "fused" call style
+    mesh: Mesh | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,7 +137,10 @@ class Subject:
     def _native_array(self, a: jax.Array, layout: bool = True) -> Any:
         if self.is_torch:
             return numpy_to_torch(np.asarray(a)).to(torch_device())
-        return jax.block_until_ready(self.api.to_native(a) if layout else a)
+        a = self.api.to_native(a) if layout else a
+        if self.mesh is not None:
+            a = jax.device_put(a, sharding.batch_sharding(self.mesh))
+        return jax.block_until_ready(a)
 
     # ---- losses and optimizers (the same in every library)
     @property
@@ -175,7 +182,17 @@ class Subject:
         """`zoo.fast.train_step` (`steps` > 1: K fused steps per call)."""
         name = "fast_train" if steps == 1 else f"fast_train{steps}"
         return self._memo(name, lambda: fast.train_step(
-            self.native, self.impl, self.optimizer(), self.loss_fn, steps_per_call=steps))
+            self.native, self.impl, self.optimizer(), self.loss_fn, steps_per_call=steps,
+            mesh=self.mesh))
+
+    def held_arrays(self, mode: str) -> dict[str, Any]:
+        """The arrays the fast path holds for `mode`: parameters, optimizer state (training) and
+        the model's state (BatchNorm statistics)."""
+        if mode == "forward":
+            fwd = self.fast_forward()
+            return {"params": fwd.param_leaves, "state": fwd.state_leaves}
+        step = self.fast_train()
+        return {"params": step.params, "opt_state": step.opt_state, "state": step.state}
 
     @staticmethod
     def stacked(a: Any, steps: int) -> Any:

@@ -16,6 +16,7 @@ from zoo.bench.display import (
     method_columns,
     time_unit,
 )
+from zoo.bench.mesh import label as mesh_label
 from zoo.bench.records import host_load, is_loaded
 
 
@@ -83,11 +84,59 @@ def precision_label(record: dict[str, Any]) -> str:
 
 
 def model_title(record: dict[str, Any], mode: str) -> str:
-    cfg = record["config"]
+    cfg, mesh = record["config"], record.get("mesh")
     return (f"{cfg['arch']} {mode}: batch {cfg['batch']}, {cfg['dtype']}, "
             f"{precision_label(record)}"
             f"{', preset ' + cfg['preset'] if cfg.get('preset') else ''}, "
-            f"{record['device']['name']}")
+            + (f"mesh {mesh_label(mesh['shape'])} {mesh['strategy']}, " if mesh else "")
+            + f"{record['device']['name']}")
+
+
+# --------------------------------------------------------------------------- device meshes
+def _mesh_mib(r: dict[str, Any]) -> str:
+    """Parameters + optimizer state (+ model state) on the fullest device, MiB."""
+    held = ((r.get("mesh") or {}).get("bytes") or {}).get("total")
+    return "-" if not held else f"{held['max'] / 2**20:.3g}"
+
+
+def _collectives(r: dict[str, Any]) -> str:
+    found = (r.get("mesh") or {}).get("collectives")
+    return "-" if found is None else str(found["count"])
+
+
+def _collective_mib(r: dict[str, Any]) -> str:
+    found = (r.get("mesh") or {}).get("collectives")
+    return "-" if found is None else f"{found['bytes'] / 2**20:.3g}"
+
+
+def _collective_share(r: dict[str, Any]) -> str:
+    timed = (r.get("mesh") or {}).get("collective_time")
+    return "-" if timed is None else f"{timed['share']:.0%}"
+
+
+MESH_COLUMNS: list[tuple[str, bool, Any]] = [
+    ("MiB/dev", False, _mesh_mib), ("colls", False, _collectives),
+    ("coll %", False, _collective_share)]
+
+
+def mesh_note(record: dict[str, Any]) -> str:
+    """The footer of a run on a mesh: what its columns measure, how, and what was left out."""
+    mesh = record["mesh"]
+    one = max((r["mesh"]["bytes"]["total"]["unsharded"] for r in record["results"]
+               if r["mode"] == "train" and r.get("mesh")), default=None)
+    text = (f"mesh {mesh_label(mesh['shape'])}, {mesh['strategy']}, {mesh['devices']} "
+            f"{mesh['platform']} devices. MiB/dev: parameters + optimizer state (forward: "
+            "parameters) and model state on the fullest device, from the arrays' shardings"
+            + (f" (one device: {one / 2**20:.3g} MiB for training)" if one else "")
+            + "; colls: collective ops in the compiled HLO; coll %: their share of the HLO "
+            "op time in a jax.profiler trace.")
+    if mesh.get("not_sharded"):
+        text += f" Not sharded, left out: {', '.join(mesh['not_sharded'])}."
+    if mesh["platform"] == "cpu":
+        cores = record["device"].get("host_cores")
+        text += (f" Host devices sharing {cores or 'the'} CPU cores: the times show the "
+                 "sharding's overhead, not scaling.")
+    return text
 
 
 def _scaled(value: float | None, factor: float) -> str:
@@ -120,7 +169,8 @@ def model_table(record: dict[str, Any], mode: str, *, wide: bool = False) -> Tab
     """One mode of a model record: every (impl, [method,] call) row, fastest first.
 
     The default columns fit an 80-column terminal (time, its spread, compile time, share of
-    peak, ratio to the fastest); `wide` adds min, dispatch, throughput, TFLOP/s, GB/s, memory
+    peak, ratio to the fastest; on a mesh, bytes per device and collectives instead of compile
+    time and share of peak); `wide` adds min, dispatch, throughput, TFLOP/s, GB/s, memory
     and roofline (the report's Markdown and `--wide`). Every header carries its unit.
     """
     rows = sorted((r for r in record["results"] if r["mode"] == mode),
@@ -160,9 +210,13 @@ def model_table(record: dict[str, Any], mode: str, *, wide: bool = False) -> Tab
              lambda r: "-" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.3g}"),
             ("MiB", False, memory_mib),
         ]
+        if record.get("mesh"):
+            spec += [("coll MiB", False, _collective_mib), *MESH_COLUMNS]
     else:
         spec += [(f"p10–p90 {unit}", False, lambda r: _spread(r, factor))]
-        if not methods:
+        if record.get("mesh"):  # compile time: --wide
+            spec += MESH_COLUMNS
+        elif not methods:
             spec += [("compile s", False, _compile_total),
                      ("% peak", False, lambda r: fmt_share(r.get("peak_flops_share")))]
     spec.append(("× fastest", False, lambda r: fmt_ratio(r.get("ratio_to_fastest"))))
@@ -230,10 +284,13 @@ def agreement(record: dict[str, Any]) -> str:
     at_text = (f"; at precision {at['precision']} ({at['format']}) within "
                f"{at['output_tolerance']:g}" if at.get("output_tolerance") else "")
     params = sorted(set(f["parameters"].values()))
+    # On a mesh the counts compared are those of the program before partitioning.
+    before = "" if "compiled" in f.get("flops_sources", ("compiled",)) else (
+        " (programs before partitioning)")
     return (f"fairness check passed: {', '.join(f'{n:,}' for n in params)} parameters; "
             f"max relative difference to {f['reference']}: {measured} (tolerance "
             f"{f['output_tolerance']:g}, full float32{at_text}); FLOPs within "
-            f"{f['flops_tolerance']:.0%}.")
+            f"{f['flops_tolerance']:.0%}{before}.")
 
 
 def print_model_record(record: dict[str, Any], console: Any, *, wide: bool = False,
@@ -250,6 +307,8 @@ def print_model_record(record: dict[str, Any], console: Any, *, wide: bool = Fal
     if record["config"].get("xla_flags"):
         console.print(f"XLA_FLAGS: {record['config']['xla_flags']}")
     console.print(f"[green]{agreement(record)}[/]", highlight=False)
+    if record.get("mesh"):
+        console.print(mesh_note(record), highlight=False)
     load, cores = host_load(record)
     if is_loaded(record):
         console.print(f"[yellow]host load average {load:.1f} on {cores} cores during the run: "

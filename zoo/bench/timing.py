@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from zoo.bench import flops as flops_mod
+from zoo.bench import mesh
 from zoo.bench.flops import jax_compiled
 
 
@@ -39,13 +40,17 @@ class Prepared:
 @dataclass
 class CompileInfo:
     """Seconds to lower (trace + StableHLO) and to compile (XLA), the program's FLOP counts per
-    source (`zoo.bench.flops`: source -> (flops, bytes accessed)) and its memory footprint."""
+    source (`zoo.bench.flops`: source -> (flops, bytes accessed)) and its memory footprint; for
+    a program on several devices, its collectives (`zoo.bench.mesh.hlo_collectives`) and its
+    HLO instruction names -> opcodes (to find its ops in a profile)."""
 
     lower_s: float | None = None
     compile_s: float | None = None
     first_call_s: float | None = None
     flop_counts: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     memory: dict[str, int] | None = None
+    collectives: dict[str, Any] | None = None
+    hlo_ops: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def flops_source(self) -> str | None:
@@ -62,7 +67,8 @@ class CompileInfo:
         return value[1] if value else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "flops": self.flops, "flops_source": self.flops_source}
+        return {**asdict(self), "hlo_ops": None, "flops": self.flops,
+                "flops_source": self.flops_source}
 
 
 _MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -92,7 +98,20 @@ def compile_ahead(lower: Callable[[], Any]) -> tuple[CompileInfo, Any]:
     compiled = lowered.compile()
     t2 = time.perf_counter()
     counts = flops_mod.count(lowered, compiled)
-    return CompileInfo(t1 - t0, t2 - t1, None, counts, memory_analysis(compiled)), compiled
+    info = CompileInfo(t1 - t0, t2 - t1, None, counts, memory_analysis(compiled))
+    if _devices(compiled) > 1:
+        hlo = compiled.as_text()
+        info.collectives, info.hlo_ops = mesh.hlo_collectives(hlo), mesh.instructions(hlo)
+    return info, compiled
+
+
+def _devices(compiled: Any) -> int:
+    """How many devices the compiled program runs on (1 when it does not say)."""
+    try:
+        shardings = jax.tree.leaves(compiled.input_shardings)
+    except Exception:
+        return 1
+    return max((getattr(s, "num_devices", 1) for s in shardings), default=1)
 
 
 def first_call(prepared: Prepared) -> float:
