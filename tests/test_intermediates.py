@@ -28,11 +28,11 @@ def _timm_vit(timm, **options):
         img_size=(32, 48), embed_dim=48, **VIT, **options)
 
 
-# timm's options (in the library's default layout), then every layout; the ViT's also with
-# its prefix tokens, the final norm and its tokens as they are.
-CALLS = ({}, {"indices": 2}, {"indices": [-2, 0], "stop_early": True},
-         {"indices": (1,), "intermediates_only": True},
-         {"output_fmt": "NCHW"}, {"output_fmt": "NHWC"})
+# timm's options, in the library's default layout and in both named ones; the ViT's also
+# with its prefix tokens, the final norm and its tokens as they are.
+CALLS = ({}, {"indices": 2, "output_fmt": "NCHW"},
+         {"indices": [-2, 0], "stop_early": True, "output_fmt": "NHWC"},
+         {"indices": (1,), "intermediates_only": True})
 VIT_CALLS = ({"norm": True, "return_prefix_tokens": True},
              {"indices": 1, "norm": True, "return_prefix_tokens": True,
               "intermediates_only": True}, {"output_fmt": "NLC"})
@@ -116,13 +116,18 @@ def test_intermediates_are_timms(name, impl):
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-def test_timm_resnet_keys_are_torchvisions():
-    """timm's ResNet-50 (the Bottleneck ResNet) has torchvision's state_dict keys and shapes,
-    so the zoo's ResNet converts from either; ResNet-18 is compared above."""
+def test_timms_resnet50_converts_with_no_mapping():
+    """timm's ResNet-50 (Bottlenecks) has the zoo's (torchvision's) state_dict keys and
+    shapes, as ResNet-18 above: its taps are the same modules' outputs. Built on the meta
+    device: no weights."""
+    torch = pytest.importorskip("torch")
     timm = pytest.importorskip("timm", reason="timm is not installed")
-    torchvision = pytest.importorskip("torchvision")
-    shapes = {k: v.shape for k, v in timm.create_model("resnet50").state_dict().items()}
-    assert shapes == {k: v.shape for k, v in torchvision.models.resnet50().state_dict().items()}
+    from zoo.models.resnet.torch import ResNet
+
+    with torch.device("meta"):
+        theirs = timm.create_model("resnet50").state_dict()
+        ours = ResNet(zoo.make_config("resnet50")).state_dict()
+    assert {k: v.shape for k, v in theirs.items()} == {k: v.shape for k, v in ours.items()}
 
 
 TINY = [(f"{arch}-{name}" if name else arch, zoo.tiny_config(arch, **over))
