@@ -93,7 +93,8 @@ class Interface:
 
     def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
         """The eval-mode result of the native `model`'s `method` (`forward_features`,
-        `forward_head`, ...) on the native batch `x`; the caller's model is not changed."""
+        `forward_head`, `forward_intermediates`, ...) on the native batch `x`, as the method
+        returns it (an array, or lists / tuples of them); the caller's model is not changed."""
         raise NotImplementedError(f"{self.impl} models have no method calls here")
 
     def clone(self, model: Any) -> Any:
@@ -235,8 +236,9 @@ class TorchInterface(Interface):
         import torch
 
         m = copy.deepcopy(model).eval()
-        with torch.no_grad():
-            return getattr(m, method)(torch.as_tensor(np.array(x)), **kwargs).numpy()
+        with torch.no_grad():  # tensors, or lists / tuples of them (forward_intermediates)
+            out = getattr(m, method)(torch.as_tensor(np.array(x)), **kwargs)
+        return jax.tree.map(lambda t: t.numpy(), out)
 
     def clone(self, model: Any) -> Any:
         return copy.deepcopy(model)

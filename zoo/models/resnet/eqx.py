@@ -6,7 +6,8 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -15,6 +16,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.eqx import BatchNorm, with_new_head
 from zoo.models.common import dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 State = eqx.nn.State
@@ -148,14 +150,37 @@ class ResNet(eqx.Module):
 
     def forward_features(self, x: Array, state: State) -> tuple[Array, State]:
         """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
+        (x, _), state = self.forward_intermediates(x, state, indices=1)
+        return x, state
+
+    def forward_intermediates(
+            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
+            intermediates_only: bool = False) -> tuple[Any, State]:
+        """timm's, per image, with the state: `((forward_features(x), taps), state)` or,
+        `intermediates_only`, `(taps, state)`; the taps are the feature maps after the stem's
+        ReLU (tap 0, before the max-pool) and after each stage (taps 1..), each `(C, H, W)`
+        for `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n
+        taps (int), those listed, or all (None); `stop_early` skips the stages after the last
+        one taken; `norm` changes nothing (a ResNet has no final norm, as timm's)."""
+        del norm
+        take, last = take_indices(1 + len(self.config.layers), indices)
+        check_format(output_fmt, MAPS)
         self.config.check_input(x.shape, batched=False)
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
+        taps = [x] if 0 in take else []
         if self.maxpool is not None:
             x = self.maxpool(x)
-        for block in (*self.layer1, *self.layer2, *self.layer3, *self.layer4):
-            x, state = block(x, state)
-        return x, state
+        stages = (self.layer1, self.layer2, self.layer3, self.layer4)
+        for i in range(last if stop_early else len(self.config.layers)):
+            for block in stages[i]:
+                x, state = block(x, state)
+            if i + 1 in take:
+                taps.append(x)
+        perm = permutation("NCHW", output_fmt, batched=False)
+        taps = [t.transpose(perm) for t in taps]
+        return (taps if intermediates_only else (x, taps)), state
 
     def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ResNet:
         """A new model whose `fc` is a fresh Equinox Linear for `num_classes` (and whose

@@ -7,6 +7,7 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo.models.common import dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
@@ -112,15 +114,34 @@ class ResNet(nn.Module):
     def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
         `module.apply(variables, x, method="forward_features")`."""
+        return self.forward_intermediates(x, indices=1, train=train)[0]
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
+            intermediates_only: bool = False, *, train: bool = False) -> Any:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
+        (taps 1..), channels-last by default ("NHWC"; "NCHW" is timm's layout). `indices`: the
+        last n taps (int), those listed, or all (None); `stop_early` skips the stages after
+        the last one taken; `norm` changes nothing (a ResNet has no final norm, as timm's).
+        Call it with `module.apply(variables, x, method="forward_intermediates", ...)`."""
+        del norm
+        take, last = take_indices(1 + len(self.config.layers), indices)
+        check_format(output_fmt, MAPS)
         self.config.check_input(x.shape, channels_last=True)
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
+        taps = [x] if 0 in take else []
         if self.config.stem_pool:
             k, s, _ = POOL
             x = nn.max_pool(x, (k, k), strides=(s, s), padding=self.config.pool_padding)
-        for i in range(len(self.config.layers)):
+        for i in range(last if stop_early else len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)
-        return x
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
+        return taps if intermediates_only else (x, taps)
 
     def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
                          ) -> tuple[nn.Module, Any]:

@@ -7,12 +7,14 @@ Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nn
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from zoo.models.common import dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
@@ -100,15 +102,34 @@ class ResNet(nnx.Module):
 
     def forward_features(self, x: jax.Array) -> jax.Array:
         """The last stage's feature map `(N, H', W', C')`, before pooling (timm's)."""
+        return self.forward_intermediates(x, indices=1)[0]
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
+            intermediates_only: bool = False,
+    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
+        (taps 1..), channels-last by default ("NHWC"; "NCHW" is timm's layout). `indices`: the
+        last n taps (int), those listed, or all (None); `stop_early` skips the stages after
+        the last one taken; `norm` changes nothing (a ResNet has no final norm, as timm's)."""
+        del norm
+        take, last = take_indices(1 + len(self.config.layers), indices)
+        check_format(output_fmt, MAPS)
         self.config.check_input(x.shape, channels_last=True)
         x = nnx.relu(self.bn1(self.conv1(x)))
+        taps = [x] if 0 in take else []
         if self.config.stem_pool:
             k, s, _ = POOL
             x = nnx.max_pool(x, (k, k), strides=(s, s), padding=self.config.pool_padding)
-        for i in range(len(self.config.layers)):
+        for i in range(last if stop_early else len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x)
-        return x
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
+        return taps if intermediates_only else (x, taps)
 
     def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
         """A new `fc` for `num_classes`, initialised by NNX (in place, as timm's; the config

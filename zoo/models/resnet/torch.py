@@ -4,11 +4,13 @@ torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig, same_pads
 
 
@@ -117,11 +119,31 @@ class ResNet(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The last stage's feature map `(N, C', H', W')`, before pooling (timm's)."""
+        return self.forward_intermediates(x, indices=1)[0]
+
+    def forward_intermediates(
+            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
+            intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
+        (taps 1..), in `output_fmt` ("NCHW" or "NHWC"). `indices`: the last n taps (int),
+        those listed, or all (None); `stop_early` skips the stages after the last one taken;
+        `norm` changes nothing (a ResNet has no final norm, as timm's)."""
+        del norm
+        take, last = take_indices(1 + len(self.config.layers), indices)
+        check_format(output_fmt, MAPS)
         self.config.check_input(x.shape)
-        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
-        for i in range(len(self.config.layers)):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        taps = [x] if 0 in take else []
+        x = self.maxpool(x)
+        for i in range(last if stop_early else len(self.config.layers)):
             x = getattr(self, f"layer{i + 1}")(x)
-        return x
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
+        return taps if intermediates_only else (x, taps)
 
     def reset_classifier(self, num_classes: int) -> None:
         """A new `fc` for `num_classes`, initialised by PyTorch (in place, as timm's; the

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.eqx import with_new_head
 from zoo.models.common import dtype_of
+from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
@@ -120,11 +124,37 @@ class ViT(eqx.Module):
     def forward_features(self, x: Array) -> Array:
         """Every token of one image after the blocks and the final `norm`, `(seq, width)`
         (timm's)."""
+        return self.forward_intermediates(x, indices=1, output_fmt="NLC")[0]
+
+    def forward_intermediates(
+            self, x: Array, indices: int | Sequence[int] | None = None,
+            return_prefix_tokens: bool = False, norm: bool = False, stop_early: bool = False,
+            output_fmt: str = "NCHW", intermediates_only: bool = False) -> Any:
+        """timm's, per image: `(forward_features(x), taps)` or, `intermediates_only`, the
+        taps: the tokens after each block (`norm`: with the final `norm`), the prefix tokens
+        left out, the patches as a map: `(C, H, W)` for `output_fmt` "NCHW" (the default),
+        `(H, W, C)` for "NHWC", the tokens `(patches, width)` for "NLC". `indices`: the last
+        n blocks (int), those listed, or all (None); `stop_early` skips the blocks after the
+        last one taken; `return_prefix_tokens`: each tap is `(map, prefix tokens (prefix,
+        width))` (when the model has any)."""
+        take, last = take_indices(self.config.depth, indices)
+        check_format(output_fmt, TOKENS)
         self.config.check_input(x.shape, batched=False)
         tokens = _tokenwise(self.norm_pre, self._embed(x))
-        for block in self.blocks:
+        taps = []
+        for i, block in enumerate(self.blocks[:last + 1] if stop_early else self.blocks):
             tokens = block(tokens)
-        return _tokenwise(self.norm, tokens)
+            if i in take:
+                taps.append(_tokenwise(self.norm, tokens) if norm else tokens)
+        n = self.config.num_prefix_tokens
+        maps = [t[n:] for t in taps]
+        if output_fmt != "NLC":
+            grid = (*self.config.grid, self.config.width)
+            perm = permutation("NHWC", output_fmt, batched=False)
+            maps = [t.reshape(grid).transpose(perm) for t in maps]
+        if return_prefix_tokens and n:
+            maps = [(m, t[:n]) for m, t in zip(maps, taps, strict=True)]
+        return maps if intermediates_only else (_tokenwise(self.norm, tokens), maps)
 
     def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ViT:
         """A new model whose `head` is a fresh Equinox Linear for `num_classes` (and whose

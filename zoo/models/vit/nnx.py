@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ from flax import nnx
 from zoo.layers.attention import dot_product_attention
 from zoo.layers.nnx import MultiHeadAttention
 from zoo.models.common import dtype_of
+from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
@@ -110,11 +113,36 @@ class ViT(nnx.Module):
 
     def forward_features(self, x: jax.Array) -> jax.Array:
         """Every token after the blocks and the final `norm`, `(N, seq, width)` (timm's)."""
+        return self.forward_intermediates(x, indices=1, output_fmt="NLC")[0]
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            return_prefix_tokens: bool = False, norm: bool = False, stop_early: bool = False,
+            output_fmt: str = "NHWC", intermediates_only: bool = False) -> Any:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        tokens after each block (`norm`: with the final `norm`), the prefix tokens left out,
+        the patches as a map in `output_fmt`: channels-last "NHWC" (the default), timm's
+        "NCHW", or "NLC" (the tokens, `(N, patches, width)`). `indices`: the last n blocks
+        (int), those listed, or all (None); `stop_early` skips the blocks after the last one
+        taken; `return_prefix_tokens`: each tap is `(map, prefix tokens (N, prefix, width))`
+        (when the model has any)."""
+        take, last = take_indices(self.config.depth, indices)
+        check_format(output_fmt, TOKENS)
         self.config.check_input(x.shape, channels_last=True)
         tokens = _apply(self.norm_pre, self._embed(x))
-        for block in self.blocks:
+        taps = []
+        for i, block in enumerate(self.blocks[:last + 1] if stop_early else self.blocks):
             tokens = block(tokens)
-        return _apply(self.norm, tokens)
+            if i in take:
+                taps.append(_apply(self.norm, tokens) if norm else tokens)
+        n = self.config.num_prefix_tokens
+        maps = [t[:, n:] for t in taps]
+        if output_fmt != "NLC":
+            grid = (x.shape[0], *self.config.grid, self.config.width)
+            maps = [t.reshape(grid).transpose(permutation("NHWC", output_fmt)) for t in maps]
+        if return_prefix_tokens and n:
+            maps = [(m, t[:, :n]) for m, t in zip(maps, taps, strict=True)]
+        return maps if intermediates_only else (_apply(self.norm, tokens), maps)
 
     def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
         """A new `head` for `num_classes`, initialised by NNX (in place, as timm's; the config

@@ -4,11 +4,14 @@ packed `qkv` Linear, heads split as `(3, heads, head_dim)`), batched `(N, C, H, 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
@@ -113,11 +116,36 @@ class ViT(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Every token after the blocks and the final `norm`, `(N, seq, width)` (timm's)."""
+        return self.forward_intermediates(x, indices=1, output_fmt="NLC")[0]
+
+    def forward_intermediates(
+            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+            return_prefix_tokens: bool = False, norm: bool = False, stop_early: bool = False,
+            output_fmt: str = "NCHW", intermediates_only: bool = False) -> Any:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        tokens after each block (`norm`: with the final `norm`), the prefix tokens left out,
+        the patches as a map in `output_fmt`: "NCHW" (the default), "NHWC", or "NLC" (the
+        tokens, `(N, patches, width)`). `indices`: the last n blocks (int), those listed, or
+        all (None); `stop_early` skips the blocks after the last one taken;
+        `return_prefix_tokens`: each tap is `(map, prefix tokens (N, prefix, width))` (when
+        the model has any)."""
+        take, last = take_indices(self.config.depth, indices)
+        check_format(output_fmt, TOKENS)
         self.config.check_input(x.shape)
         tokens = self.norm_pre(self._embed(x))
-        for block in self.blocks:
+        taps = []
+        for i, block in enumerate(self.blocks[:last + 1] if stop_early else self.blocks):
             tokens = block(tokens)
-        return self.norm(tokens)
+            if i in take:
+                taps.append(self.norm(tokens) if norm else tokens)
+        n = self.config.num_prefix_tokens
+        maps = [t[:, n:] for t in taps]
+        if output_fmt != "NLC":
+            grid = (x.shape[0], *self.config.grid, self.config.width)
+            maps = [t.reshape(grid).permute(permutation("NHWC", output_fmt)) for t in maps]
+        if return_prefix_tokens and n:
+            maps = [(m, t[:, :n]) for m, t in zip(maps, taps, strict=True)]
+        return maps if intermediates_only else (self.norm(tokens), maps)
 
     def reset_classifier(self, num_classes: int) -> None:
         """A new `head` for `num_classes`, initialised by PyTorch (in place, as timm's; the
