@@ -6,7 +6,8 @@ torchvision / timm build them; regenerate them with `python -m tests.test_named_
 torchvision and timm are installed (the reference models are built on PyTorch's meta device: no
 weights, no download). The zoo's canonical spec of every name is checked against them from the
 abstract skeleton (no weights either), and where the references are installed the fixtures are
-checked against the references themselves and the small models (resnet18, resnext50_32x4d,
+checked against the references themselves, every name cut to one block per stage gives the
+reference's logits in PyTorch, and the small models (resnet18, resnext50_32x4d,
 vit_tiny_patch16_224) are forward-equal to them in every library.
 """
 
@@ -232,6 +233,55 @@ def test_small_named_models_compute_the_references_logits(name, impl):
         got = np.asarray(api.to_canonical(y))
     err = np.abs(got - want).max() / np.abs(want).max()
     assert err < 1e-5, f"{name} {impl}: relative error {err:.2e}"
+
+
+# Every name at one block per stage: the blocks of a stage compute the same function, so this
+# checks each name's hyperparameters that shapes cannot show (heads, eps, strides, pooling,
+# groups) at a fraction of the cost; the full depth is pinned by the fixtures above.
+ONE_BLOCK = {"torchvision": ("layers", (1, 1, 1, 1), ("layer1", "layer2", "layer3", "layer4")),
+             "timm": ("depth", 1, ("blocks",))}
+
+
+def _one_block_reference(library: str, name: str):
+    """The reference `name` cut to its first block per stage, random weights (built on the
+    meta device, then filled: every array perturbed, BatchNorm variances positive)."""
+    import torch
+
+    with torch.device("meta"):
+        model = reference_model(library, name, num_classes=10)
+    for stage in ONE_BLOCK[library][2]:
+        setattr(model, stage, getattr(model, stage)[:1])
+    model = model.to_empty(device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            if not value.is_floating_point():
+                value.zero_()
+            elif "running_var" in key:
+                value.copy_(0.5 + torch.rand(value.shape, generator=generator))
+            else:
+                value.copy_(0.05 * torch.randn(value.shape, generator=generator))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_name_at_one_block_per_stage_computes_the_references_logits(name):
+    """The zoo's PyTorch model of every named config, cut to one block per stage as the
+    reference is, loads the reference's state_dict strictly and gives its logits; the JAX
+    libraries equal the zoo's PyTorch model on every config (test_equivalence)."""
+    torch = pytest.importorskip("torch")
+    library = "timm" if name.startswith("vit") else "torchvision"
+    pytest.importorskip(library)
+    field, value, _ = ONE_BLOCK[library]
+    reference = _one_block_reference(library, name)
+    size = {} if library == "timm" else {"input_size": (64, 64)}
+    config = zoo.make_config(name, num_classes=10, **{field: value}, **size)
+    model = converters.from_canonical(reference.state_dict(), config, "torch").eval()
+    x = torch.from_numpy(np.array(zoo.example_input(config, batch=1, seed=1)))
+    with torch.no_grad():
+        want, got = reference(x), model(x)
+    err = float((got - want).abs().max() / want.abs().max())
+    assert err < 1e-6, f"{name}: relative error {err:.2e}"
 
 
 if __name__ == "__main__":
