@@ -87,7 +87,22 @@ def main() -> None:
         for name, on in (("one", None), ("dp", mesh), ("fsdp", mesh)):
             step = _train_step(divisible, impl, on, name if on else "dp")
             memory[f"{impl}/{name}"] = sharding.bytes_per_device((step.params, step.opt_state))
-    json.dump({"devices": jax.device_count(), "steps": report, "memory": memory}, sys.stdout)
+    json.dump({"devices": jax.device_count(), "steps": report, "memory": memory,
+               "nnx_partition_specs": _nnx_partition_specs(divisible, mesh)}, sys.stdout)
+
+
+def _nnx_partition_specs(cfg: zoo.Config, mesh: jax.sharding.Mesh) -> dict[str, list]:
+    """Per array of an NNX model sharded with fsdp: (the partition its array lies in, the one
+    `nnx.get_partition_spec` reads from the Variables' metadata)."""
+    from flax import nnx
+
+    model = zoo.create(cfg, "nnx", mesh=mesh, strategy="fsdp")
+    state = nnx.state(model, nnx.Param)
+    placed = jax.tree.map(lambda v: str(v.sharding.spec), nnx.to_pure_dict(state))
+    read = jax.tree.map(str, nnx.to_pure_dict(nnx.get_partition_spec(state)))
+    flat = jax.tree_util.tree_flatten_with_path
+    return {jax.tree_util.keystr(p): [a, b] for (p, a), (_, b)
+            in zip(flat(placed)[0], flat(read)[0], strict=True)}
 
 
 if __name__ == "__main__":

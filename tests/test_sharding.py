@@ -134,3 +134,11 @@ def test_fsdp_divides_parameter_and_optimizer_bytes_by_the_devices(report):
         one, dp, fsdp = (memory[f"{impl}/{k}"] for k in ("one", "dp", "fsdp"))
         assert dp == one
         assert one / 8 <= fsdp <= one / 8 + 64, (impl, one, fsdp)
+
+
+def test_nnx_partition_specs_read_where_the_arrays_lie(report):
+    """An NNX model on a mesh says where its arrays lie the way Flax's guide reads it:
+    `nnx.get_partition_spec(nnx.state(model))`, from each Variable's metadata."""
+    specs = report["nnx_partition_specs"]
+    assert specs and any("data" in placed for placed, _ in specs.values()), specs
+    assert all(placed == read for placed, read in specs.values()), specs

@@ -15,7 +15,10 @@ Every native array carries logical axis names, given once per layer kind
   sharded over "model" where it divides them: a second mesh axis, e.g. `(4, 2)`.
 
 The arrays are placed with `jax.device_put` onto `NamedSharding`s through the canonical walkers
-(one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Reductions
+(one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Each
+array carries its sharding (`jax.tree.map(lambda a: a.sharding, params)` in every library);
+an NNX model also records it as each Variable's `out_sharding` metadata, so that
+`nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Reductions
 over the batch, BatchNorm's statistics included, are global: a BatchNorm layer normalises with
 the statistics of the whole global batch, as on one device, in every library.
 """
@@ -147,7 +150,7 @@ def shard(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fs
             n: jax.device_put(a, NamedSharding(mesh, strat.spec(
                 kind.logical_axes(w.family, n, a.ndim), a.shape, mesh)))
             for n, a in native[layer.name].items()}
-    return w.write(interface(impl).clone(model), placed, found)
+    return library(impl).annotate_shardings(w.write(interface(impl).clone(model), placed, found))
 
 
 def bytes_per_device(tree: Any) -> int:

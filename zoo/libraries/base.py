@@ -90,6 +90,11 @@ class Library:
         """The model's structure without computing weights (abstract arrays where possible)."""
         return self.native_init(cls, config, jax.random.key(0), dtype)
 
+    def annotate_shardings(self, model: Any) -> Any:
+        """`model`, whose arrays lie on a mesh, with their partitions also written where the
+        library's own sharding tools read them (the arrays themselves carry theirs)."""
+        return model
+
     def set_threads(self, n: int) -> None:
         """Give the library's own thread pool `n` threads (a no-op where XLA decides)."""
 

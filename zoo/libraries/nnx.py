@@ -49,5 +49,16 @@ class NNXLibrary(Library):
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
         return nnx.eval_shape(lambda: self.native_init(cls, config, jax.random.key(0), dtype))
 
+    def annotate_shardings(self, model: Any) -> Any:
+        """Each Variable's partition as its `out_sharding` metadata, which
+        `nnx.get_partition_spec(nnx.state(model))` reads (in place: `model` is the zoo's
+        own sharded copy)."""
+        for _, var in nnx.iter_graph(model):
+            sharding = getattr(var, "value", None) if isinstance(var, nnx.Variable) else None
+            spec = getattr(getattr(sharding, "sharding", None), "spec", None)
+            if spec is not None:
+                var.set_metadata(out_sharding=(*spec, *(None,) * (var.value.ndim - len(spec))))
+        return model
+
 
 NNX = NNXLibrary()
