@@ -29,7 +29,11 @@ from converters.checkpoints.metadata import (
     write_json,
 )
 from converters.checkpoints.unwrap import unwrap_variables
-from converters.core import ConversionError, KeyMismatchError, to_canonical
+from converters.core import (
+    KeyMismatchError,
+    StateMismatchError,
+    to_canonical,
+)
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
 from zoo.registry import skeleton
@@ -205,7 +209,7 @@ class Orbax(NativeFormat):
         hint = (f"\n(most keys do not match: is this a {self.label} {config.arch} checkpoint "
                 "with this config?)" if missing > len(target) // 2 else "")
         names_differ = any(p.startswith(("missing", "unexpected")) for p in problems)
-        raise (KeyMismatchError if names_differ else ConversionError)(
+        raise (KeyMismatchError if names_differ else StateMismatchError)(
             f"{path} does not fit {config.arch} {config.to_json()}: "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
 
