@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from typing import Any
 
 import jax
 import numpy as np
@@ -202,3 +203,49 @@ def test_a_state_dict_of_another_named_model_gets_the_hint(tmp_path, capsys):
     code, _, err = cli(capsys, "convert", src, tmp_path / "o.pt", "--to", "torch", "--arch",
                        "resnet20-cifar", "--map", "([=x")
     assert code == 1 and "hint:" not in err
+
+
+class EmaTrainState(TrainState):
+    """A train state keeping an exponential moving average of the params beside them."""
+
+    ema_params: Any = None
+
+
+@pytest.mark.parametrize("how", ["variables-msgpack", "train-state-orbax"])
+def test_ema_params_follow_weights(tmp_path, capsys, how):
+    """`ema_params` beside `params` is the EMA copy: `--weights ema` takes it, the default
+    takes the live params and says so in the one note line."""
+    module = ResNet(stage_sizes=(1, 1), block_cls=ResNetBlock, num_classes=5, num_filters=4)
+    live, ema = (random_variables(module, 16, seed=s) for s in (4, 5))
+    stats = live["batch_stats"]
+    if how == "variables-msgpack":
+        src = tmp_path / "ema.msgpack"
+        src.write_bytes(serialization.to_bytes(
+            {"params": live["params"], "ema_params": ema["params"], "batch_stats": stats}))
+    else:
+        import flax
+
+        state = EmaTrainState.create(apply_fn=module.apply, params=live["params"],
+                                     tx=optax.sgd(0.1), batch_stats=stats,
+                                     ema_params=ema["params"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            src = checkpoints.save_checkpoint(tmp_path / "workdir", state, step=3)
+        assert flax.config.flax_use_orbax_checkpointing
+    flags = ["--arch", "resnet", "--config", json.dumps(
+        {"padding": "same", "layers": [1, 1], "widths": [4, 8], "stem_width": 4,
+         "input_size": [16, 16], "num_classes": 5})]
+    for weights, params in ((None, live["params"]), ("ema", ema["params"])):
+        dst = tmp_path / f"{weights}.pt"
+        chosen = ["--weights", weights] if weights else []
+        code, out, err = cli(capsys, "convert", src, dst, "--to", "torch", *flags, *chosen)
+        assert code == 0, err
+        note = next(line for line in out.splitlines() if line.startswith("  note:"))
+        if weights is None:
+            assert ("both live and EMA weights found: used the live ones (--weights ema takes "
+                    "'ema_params')") in note
+        else:
+            assert "params from 'ema_params'" in note and "params (live weights)" in note
+        x, ref = source_outputs(module, {"params": params, "batch_stats": stats}, 16)
+        got = forward(converters.load(dst, "torch"), "torch", x)
+        assert max_difference(ref, got) <= RTOL, weights

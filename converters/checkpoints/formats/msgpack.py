@@ -83,8 +83,12 @@ class FlaxMsgpack(NativeFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
+        return self.read_weights(path, det, given, progress, None)
+
+    def read_weights(self, path: Path, det: Detection, given: Config | None,
+                     progress: ProgressFn | None, weights: str | None) -> Checkpoint:
         task = ProgressTask(progress, "reading", 1)
-        found = unwrap_variables(restore_file(path), str(path))
+        found = unwrap_variables(restore_file(path), str(path), weights)
         task.advance()
         config = resolve_config(path, det.meta, given)
         stored = _flat(found.state)
@@ -108,8 +112,7 @@ class FlaxMsgpack(NativeFormat):
         return Checkpoint(config, state, notes=(found.note,) if found.note else ())
 
     def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
-        self.one_set(path, weights)
-        found = unwrap_variables(restore_file(path), str(path))
+        found = unwrap_variables(restore_file(path), str(path), weights)
         return ForeignTree(found.state, self.impl, False, found.note)
 
     def refuse(self, ck: Checkpoint) -> None:
