@@ -57,6 +57,7 @@ class Nesting:
         self.ssig = {s.key: self._source_sig(s, sigs) for s in m.sources}
         self.order = {t.name: i for i, t in enumerate(m.targets)}
         self.scope_pairs: dict[str, str] = {"": ""}
+        self.sig_of: dict[tuple[str, str], Counter] = {}
 
     @staticmethod
     def tsig(t: Any) -> tuple:
@@ -90,32 +91,35 @@ class Nesting:
         return {scope: out[scope] for scope in deepest.values()}
 
     def _fits_scope(self, s_scope: str, members: list[Any], t_scope: str,
-                    t_members: list[Any]) -> bool:
+                    t_members: list[Any], paired_from: dict[str, str]) -> bool:
+        if self.sig_of[("s", s_scope)] != self.sig_of[("t", t_scope)]:
+            return False
         for k, t in self.scope_pairs.items():  # nested as the scopes paired already
             if not k:
                 continue
             if _inside(s_scope, k) != _inside(t_scope, t) or (
                     _inside(k, s_scope) != _inside(t, t_scope)):
                 return False
-        if Counter(self.ssig[s.key] for s in members) != Counter(map(self.tsig, t_members)):
-            return False
         inside = {t.name for t in t_members}
         for s in members:  # layers paired already must agree with the scope pair
             if s.key in self.m.pairs and self.m.pairs[s.key][0].name not in inside:
                 return False
-        keys = {s.key for s in members}
-        return all(src in keys for src, (t, _) in self.m.pairs.items() if t.name in inside)
+        return all(_inside(paired_from[t.name], s_scope) for t in t_members
+                   if t.name in paired_from)
 
     def pair_scopes(self) -> None:
         sources, targets = self.source_scopes(), self.target_scopes()
         sources = {k: v for k, v in sources.items() if all(self.ssig[s.key] for s in v)}
+        self.sig_of = {("s", k): Counter(self.ssig[s.key] for s in v) for k, v in sources.items()}
+        self.sig_of.update({("t", k): Counter(map(self.tsig, v)) for k, v in targets.items()})
         changed = True
         while changed:
             changed = False
             used = set(self.scope_pairs.values())
+            paired_from = {t.name: src for src, (t, _) in self.m.pairs.items()}
             todo = [k for k in sources if k not in self.scope_pairs]
-            cands = {k: [t for t in targets if t not in used and
-                         self._fits_scope(k, sources[k], t, targets[t])] for k in todo}
+            cands = {k: [t for t in targets if t not in used and self._fits_scope(
+                k, sources[k], t, targets[t], paired_from)] for k in todo}
             families: dict[tuple, list[str]] = {}
             for k in todo:
                 key = (k.rpartition(".")[0], _template(k), tuple(cands[k]))
