@@ -1,7 +1,9 @@
 """The official Flax ImageNet example's ResNet (flax/examples/imagenet/models.py), restated:
 explicit names (`conv_init`, `bn_init`, `conv_proj`, `norm_proj`) among auto names
 (`ResNetBlock_k`, `Conv_k`, `BatchNorm_k`, `Dense_0`); the blocks' convs pad as Flax's
-default SAME, the stem conv explicitly (3, 3), the max-pool SAME."""
+default SAME, the stem conv explicitly (3, 3), the max-pool SAME. With its `TrainState`
+(flax/examples/imagenet/train.py: BatchNorm statistics beside the params) and random
+variables drawn without compiling."""
 
 from __future__ import annotations
 
