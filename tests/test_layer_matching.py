@@ -168,3 +168,20 @@ def test_suggestions_name_candidates_never_sorted_pairs():
     text = str(e.value)
     assert "undecided: ['aa_second', 'zz_first'] fit ['layers.0', 'layers.1'] alike" in text
     assert not re.search(r"--map '(aa_second|zz_first)=layers", text)
+
+
+def test_nesting_never_orders_scopes_by_their_names():
+    """Two blocks of the same shapes whose names number nothing (`beta`, `alpha` for the
+    first two blocks): no evidence orders them, so their layers are refused, not guessed."""
+    from tests.flax_imagenet import ResNetBlock
+
+    config = zoo.make_config("resnet", widths=(8, 16, 32, 64), stem_width=8,
+                             input_size=(32, 32), num_classes=10)
+    names = {"ResNetBlock_0": "beta", "ResNetBlock_1": "alpha"}
+    tree = {".".join(names.get(p, p) for p in k.split(".")): v
+            for k, v in _flax_example_tree(ResNetBlock, (2, 2, 2, 2)).items()}
+    with pytest.raises(MatchError, match="ambiguous") as e:
+        match(from_flat(tree, "flax", ordered=False), targets_of(config))
+    paired = {r.source: r.target for r in e.value.rows if r.rule}
+    assert not any(k.startswith(("alpha.", "beta.")) for k in paired)
+    assert paired["ResNetBlock_2.norm_proj"] == "layer2.0.downsample.1"

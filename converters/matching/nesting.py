@@ -127,6 +127,9 @@ class Nesting:
             for (_, template, found), family in families.items():
                 if not found or len(found) != len(family):
                     continue
+                if any(cands[k] and set(cands[k]) <= set(found) for k in todo
+                       if k not in family):
+                    continue  # another scope fits only these places too: no guess
                 if len(family) > 1 and "#" not in template.rpartition(".")[2]:
                     continue  # several equal candidates and no numbers to order them by
                 ordered = sorted(found, key=lambda t: min(self.order[x.name]
