@@ -11,7 +11,7 @@ imports neither `zoo` nor `converters`.
 """
 
 from canonical import attention, rules  # the built-in layer kinds
-from canonical.errors import ConversionError, KeyMismatchError
+from canonical.errors import ConversionError, KeyMismatchError, StateMismatchError
 from canonical.kinds import (
     KINDS,
     Layer,
@@ -26,7 +26,8 @@ from canonical.state import layers, read, spec, walker, write
 from canonical.walkers import WALKERS, Walker
 
 __all__ = [
-    "KINDS", "WALKERS", "ConversionError", "KeyMismatchError", "Layer", "LayerKind", "Walker",
+    "KINDS", "WALKERS", "ConversionError", "KeyMismatchError", "Layer", "LayerKind",
+    "StateMismatchError", "Walker",
     "attention", "kind_of",
     "layers",
     "path_name", "read", "register_class", "register_kind", "rules", "spec", "unregister_kind",

@@ -53,7 +53,13 @@ from converters.checkpoints.configs import parse_config
 from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
-from converters.matching.cli import convert_foreign_cli, convert_like_cli, describe, propose
+from converters.matching.cli import (
+    convert_foreign_cli,
+    convert_like_cli,
+    describe,
+    mismatch_hint,
+    propose,
+)
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
 from zoo.configs import Config, ConfigError, config_from_dict
@@ -193,6 +199,16 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  detected format: [bold]{det.fmt}[/bold] ({det.reason})")
     if det.note:
         console.print(f"  note: {det.note}", markup=False)
+    try:
+        return _convert_detected(args, det, console)
+    except ConversionError as e:
+        line = mismatch_hint(e, args, det)
+        if not line:
+            raise
+        raise ConversionError(f"{e}\n{line}") from e
+
+
+def _convert_detected(args: argparse.Namespace, det: Detection, console: Console) -> int:
     if args.like:
         return convert_like_cli(args, console)
     target = _adapt_target(args, det)

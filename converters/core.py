@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import canonical
-from canonical import KINDS, ConversionError, KeyMismatchError, Layer
+from canonical import KINDS, ConversionError, KeyMismatchError, Layer, StateMismatchError
 from canonical.state import walker
 from canonical.torch_arrays import torch_to_numpy
 from zoo.configs import Config
@@ -108,7 +108,7 @@ def validate(state: Mapping[str, Any], config: Config, dtype: Any = None,
         hint = (f"\n(most keys do not match: is this a {config.arch} checkpoint with this config?)"
                 if len(problems) > len(spec) // 2 else "")
         names_differ = spec.keys() != state.keys()
-        raise (KeyMismatchError if names_differ else ConversionError)(
+        raise (KeyMismatchError if names_differ else StateMismatchError)(
             f"state does not fit {config.arch} {config.to_json()}: "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(sorted(problems)) + hint
         )

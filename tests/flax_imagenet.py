@@ -1,7 +1,9 @@
 """The official Flax ImageNet example's ResNet (flax/examples/imagenet/models.py), restated:
 explicit names (`conv_init`, `bn_init`, `conv_proj`, `norm_proj`) among auto names
 (`ResNetBlock_k`, `Conv_k`, `BatchNorm_k`, `Dense_0`); the blocks' convs pad as Flax's
-default SAME, the stem conv explicitly (3, 3), the max-pool SAME."""
+default SAME, the stem conv explicitly (3, 3), the max-pool SAME. With its `TrainState`
+(flax/examples/imagenet/train.py: BatchNorm statistics beside the params) and random
+variables drawn without compiling."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from functools import partial
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
+from flax.training import train_state
 
 ModuleDef = Any
 
@@ -94,3 +99,28 @@ class ResNet(nn.Module):
         x = jnp.mean(x, axis=(1, 2))
         x = nn.Dense(self.num_classes, dtype=self.dtype)(x)
         return jnp.asarray(x, self.dtype)
+
+
+class TrainState(train_state.TrainState):
+    """The example's train state (`train.py`): BatchNorm statistics beside the params."""
+
+    batch_stats: Any
+    dynamic_scale: Any = None
+
+
+def random_variables(module: nn.Module, size: int, seed: int = 0) -> dict:
+    """Variables of `module` for `size` x `size` RGB images, drawn with numpy (nothing
+    compiles): every parameter and BatchNorm statistic non-trivial, so that a mis-paired
+    layer changes the outputs."""
+    abstract = jax.eval_shape(lambda k: module.init(k, jnp.zeros((1, size, size, 3)),
+                                                    train=False), jax.random.key(0))
+    rng = np.random.default_rng(seed)
+
+    def draw(path, a):
+        name = str(path[-1].key)
+        if name == "var":
+            return (0.5 + rng.random(a.shape)).astype(a.dtype)
+        scale = 0.3 if name in ("mean", "bias", "scale") else 1 / np.sqrt(np.prod(a.shape[:-1]))
+        return (scale * rng.standard_normal(a.shape) + (name == "scale")).astype(a.dtype)
+
+    return jax.tree_util.tree_map_with_path(draw, abstract)

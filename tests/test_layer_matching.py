@@ -3,6 +3,8 @@ numbered names, and properties of random renamings (no models run: shapes only).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -106,3 +108,80 @@ def test_flax_trees_and_unknown_arrays():
     odd = {"a.gamma": np.zeros(3), "a.beta": np.zeros(3)}
     with pytest.raises(MatchError, match="no layer kind holds"):
         match(from_flat(odd, "torch", ordered=True), targets)
+
+
+def _flax_example_tree(block_cls, stages: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The Flax ImageNet example's variables as a flat tree of zeros (shapes only)."""
+    import jax
+    import jax.numpy as jnp
+
+    from tests.flax_imagenet import ResNet
+
+    module = ResNet(stage_sizes=stages, block_cls=block_cls, num_classes=10, num_filters=8)
+    abstract = jax.eval_shape(lambda k: module.init(k, jnp.zeros((1, 32, 32, 3)), train=False),
+                              jax.random.key(0))
+    flat, _ = jax.tree_util.tree_flatten_with_path(abstract)
+    return {".".join(str(p.key) for p in path): np.zeros(a.shape, a.dtype) for path, a in flat}
+
+
+def _example_names(config: zoo.Config, block: str) -> dict[str, str]:
+    """The example's layer names -> the zoo's, as the example's code defines them: blocks
+    numbered in call order, `Conv_k` / `BatchNorm_k` the block's (k+1)-th, the projection
+    `conv_proj` / `norm_proj`, the stem `conv_init` / `bn_init`, the head `Dense_0`."""
+    names = {"conv_init": "conv1", "bn_init": "bn1", "Dense_0": "fc"}
+    blocks = [(i, j) for i, n in enumerate(config.layers) for j in range(n)]
+    for b, (i, j) in enumerate(blocks):
+        scope, target = f"{block}_{b}", f"layer{i + 1}.{j}"
+        for k in range(3 if block.startswith("Bottleneck") else 2):
+            names[f"{scope}.Conv_{k}"] = f"{target}.conv{k + 1}"
+            names[f"{scope}.BatchNorm_{k}"] = f"{target}.bn{k + 1}"
+        if config.stages()[i][j].downsample:
+            names[f"{scope}.conv_proj"] = f"{target}.downsample.0"
+            names[f"{scope}.norm_proj"] = f"{target}.downsample.1"
+    return names
+
+
+@pytest.mark.parametrize(("block", "stages"), [("basic", (2, 2, 2, 2)),
+                                               ("bottleneck", (3, 4, 6, 3))])
+def test_nesting_pairs_the_flax_imagenet_example(block, stages):
+    """Explicit names among auto names (`bn_init` sorts after `ResNetBlock_*`): the scopes and
+    the numbers in them decide every pair; nothing is left to sorted names."""
+    from tests.flax_imagenet import BottleneckResNetBlock, ResNetBlock
+
+    cls = ResNetBlock if block == "basic" else BottleneckResNetBlock
+    config = zoo.make_config("resnet", block=block, layers=stages, widths=(8, 16, 32, 64),
+                             stem_width=8, input_size=(32, 32), num_classes=10)
+    sources = from_flat(_flax_example_tree(cls, stages), "flax", ordered=False)
+    rows = match(sources, targets_of(config))
+    assert {r.source: r.target for r in rows} == _example_names(config, cls.__name__)
+    assert {r.rule for r in rows} == {"shape", "nesting"}
+
+
+def test_suggestions_name_candidates_never_sorted_pairs():
+    """Two same-shaped layers whose names order nothing: the refusal names both candidates
+    and suggests no pairing (sorted names would pair `aa_second` with `layers.0`)."""
+    targets = targets_of(SQUARE)
+    flat = renamed_state(targets, dict(zip((t.name for t in targets),
+                                           ("zz_first", "aa_second", "head"), strict=True)))
+    with pytest.raises(MatchError) as e:
+        match(from_flat(flat, "torch", ordered=False), targets)
+    text = str(e.value)
+    assert "undecided: ['aa_second', 'zz_first'] fit ['layers.0', 'layers.1'] alike" in text
+    assert not re.search(r"--map '(aa_second|zz_first)=layers", text)
+
+
+def test_nesting_never_orders_scopes_by_their_names():
+    """Two blocks of the same shapes whose names number nothing (`beta`, `alpha` for the
+    first two blocks): no evidence orders them, so their layers are refused, not guessed."""
+    from tests.flax_imagenet import ResNetBlock
+
+    config = zoo.make_config("resnet", widths=(8, 16, 32, 64), stem_width=8,
+                             input_size=(32, 32), num_classes=10)
+    names = {"ResNetBlock_0": "beta", "ResNetBlock_1": "alpha"}
+    tree = {".".join(names.get(p, p) for p in k.split(".")): v
+            for k, v in _flax_example_tree(ResNetBlock, (2, 2, 2, 2)).items()}
+    with pytest.raises(MatchError, match="ambiguous") as e:
+        match(from_flat(tree, "flax", ordered=False), targets_of(config))
+    paired = {r.source: r.target for r in e.value.rows if r.rule}
+    assert not any(k.startswith(("alpha.", "beta.")) for k in paired)
+    assert paired["ResNetBlock_2.norm_proj"] == "layer2.0.downsample.1"

@@ -141,24 +141,42 @@ def _describe(obj: Any, path: str) -> str:
     return f"{path} ({kind})"
 
 
-def unwrap_variables(tree: Any, where: str) -> Unwrapped:
+def unwrap_variables(tree: Any, where: str, weights: str | None = None) -> Unwrapped:
     """The model variables of a Flax tree: the ``params`` collection and the collections beside
     it whose modules are modules of ``params`` (``batch_stats``); a `TrainState`'s
     ``opt_state``, ``step`` and anything else beside them are left out, said in one line.
+    An EMA copy beside ``params`` (a mapping shaped like it with ``ema`` in its name, such as
+    ``ema_params``) is the other set of weights: `weights` ("main" or "ema") chooses, as for
+    torch checkpoints; the chosen set is returned as ``params``.
     A tree without ``params`` (an NNX state, Linen ``params`` alone) is returned whole."""
+    if weights is not None and weights not in WEIGHTS:
+        raise UsageError(f"--weights {weights!r}: expected one of {list(WEIGHTS)}")
     found = _with_params(tree, "")
     if found is None:
+        if weights is not None:
+            raise UsageError(f"--weights {weights}: {where} holds one set of weights")
         return Unwrapped(dict(tree), "", "")
     path, node = found
+    shape = _structure(node["params"])
+    ema = [str(k) for k, v in node.items() if k != "params" and _EMA.search(str(k))
+           and isinstance(v, Mapping) and _structure(v) == shape]
+    chosen, said = _choose(["params"], ema, weights, where)
     modules = set(node["params"])
-    kept = {k: v for k, v in node.items() if k == "params" or (
-        isinstance(v, Mapping) and v and set(v) <= modules and _all_arrays(v))}
-    left = [f"{path}/{k}" if path else str(k) for k in node if k not in kept]
-    left = [_describe_jax(node, p.rsplit("/", 1)[-1], p) for p in left]
+    kept = {"params": node[chosen]}
+    kept.update({k: v for k, v in node.items() if k not in ("params", *ema) and (
+        isinstance(v, Mapping) and v and set(v) <= modules and _all_arrays(v))})
+    inside = (f"{path}/{{}}" if path else "{}").format
+    left = [_describe_jax(node, k, inside(k)) for k in node
+            if k not in kept and k not in ("params", *ema)]
+    left += [f"{inside(k)} ({'live weights' if k == 'params' else 'EMA weights'})"
+             for k in ("params", *ema) if k != chosen]
     left += [_describe(tree, p) for p in _left_out(tree, path)]
-    said = f"variables {sorted(kept)}" + (f" taken from {path!r}" if path else "")
-    note = f"{said}; left out: {', '.join(left)}" if left else ""
-    return Unwrapped(kept, path, note)
+    taken = f"variables {sorted(kept)}" + (f" taken from {path!r}" if path else "")
+    if chosen != "params":
+        taken += f", params from {inside(chosen)!r}"
+    parts = [taken, *([said] if said else []), *([f"left out: {', '.join(left)}"] if left
+                                                  else [])]
+    return Unwrapped(kept, path, "; ".join(parts) if left or said or chosen != "params" else "")
 
 
 def _with_params(tree: Any, path: str) -> tuple[str, Mapping] | None:

@@ -11,13 +11,16 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from canonical.errors import ConversionError, StateMismatchError
 from converters import adapters
 from converters.checkpoints import Report
+from converters.checkpoints.base import Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
+from converters.matching.hint import hint
 from converters.matching.match import MatchError, render
-from converters.matching.transfer import Result, import_state
+from converters.matching.transfer import Result, import_state, source_layers
 
 
 def describe(console: Console, ck: Any) -> None:
@@ -67,6 +70,24 @@ def print_mapping(console: Console, res: Result, show: bool) -> None:
                           "did not run, only a file was given)", markup=False)
     for note in res.notes:
         console.print(f"  {note}", markup=False)
+
+
+def mismatch_hint(error: Exception, args: argparse.Namespace, det: Detection) -> str:
+    """For a conversion of a file without our metadata that failed on its keys or shapes
+    (`StateMismatchError`, `MatchError`, also as a cause): the line naming the named models
+    of the architecture the file fits ("" if none, or another failure)."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, StateMismatchError | MatchError):
+        cause = cause.__cause__
+    if cause is None or det.meta is not None or args.like or not args.arch:
+        return ""
+    config, base = parse_config(args.arch, args.config), parse_config(args.arch)
+    try:
+        tree = read_tree(args.src, args.weights)
+        sources, _ = source_layers(tree.tree, tree.impl)
+    except (CheckpointError, ConversionError, UsageError):
+        return ""
+    return hint(sources, config, base) if config is not None else ""
 
 
 def convert_foreign_cli(args: argparse.Namespace, console: Console) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from canonical.errors import ConversionError
 from canonical.kinds import Layer
+from converters.matching.nesting import by_nesting
 from converters.matching.sources import SourceLayer
 
 Shapes = dict[str, tuple[int, ...]]
@@ -162,6 +163,8 @@ class _Matcher:
                     self.pair(fit[0], t, "shape")
                     changed = True
                     break
+        if not self.ordered:
+            by_nesting(self)
         sources, targets = self.free()
         groups: dict[tuple, list[TargetLayer]] = {}
         for t in targets:
@@ -252,17 +255,33 @@ def match(sources: list[SourceLayer], targets: list[TargetLayer], *, maps: Seque
     return rows
 
 
-def suggest(rows: Sequence[Row]) -> str:
-    """A `--map` suggestion pairing the unmatched layers of each kind and shape in order (a
-    layer whose shape fits no target gets no suggestion: a map cannot fix a shape)."""
+def suggest(rows: Sequence[Row], most: int = 4) -> str:
+    """What to pass: a `--map` for an unmatched source whose kind and shape fit exactly one
+    unmatched target (and that target no other source); where several fit, the candidates
+    (never a pairing by sorted names); nothing for a layer whose shape fits no target (a map
+    cannot fix a shape)."""
     src = [r for r in rows if r.source and not r.rule]
     dst = [r for r in rows if not r.source]
-    hints = []
+
+    def fit(a: Row, b: Row) -> bool:
+        return a.kind == b.kind and a.source_shape == b.target_shape
+
+    hints: list[str] = []
+    open_: dict[tuple[str, ...], list[str]] = {}
+    wanted = {t.target: sum(fit(s, t) for s in src) for t in dst}
     for s in src:
-        t = next((t for t in dst if t.kind == s.kind and t.target_shape == s.source_shape), None)
-        if t is not None:
-            dst.remove(t)
-            hints.append(f"--map '{re.escape(s.source)}={t.target}'")
-    return ("fix: give the pairs explicitly, e.g. " + " ".join(hints[:4]) if hints else
-            "fix: check --arch/--config (the layers or shapes differ), or give pairs with "
-            "--map SRC=DST")
+        cands = tuple(t.target for t in dst if fit(s, t))
+        if len(cands) == 1 and wanted[cands[0]] == 1:
+            hints.append(f"--map '{re.escape(s.source)}={cands[0]}'")
+        elif cands:
+            open_.setdefault(cands, []).append(s.source)
+    lines = [f"fix: give the pairs explicitly: {' '.join(hints[:most])}"] if hints else []
+    for cands, sources in list(open_.items())[:most]:
+        lines.append(f"undecided: {sources} fit {list(cands)} alike (same kind and shape; "
+                     "nothing in the source orders them): give one --map SRC=DST each, e.g. "
+                     f"--map '{re.escape(sources[0])}=<one of those>'")
+    if len(open_) > most:
+        lines.append(f"... and {len(open_) - most} more such groups")
+    return "\n".join(lines) if lines else (
+        "fix: check --arch/--config (the layers or shapes differ), or give pairs with "
+        "--map SRC=DST")

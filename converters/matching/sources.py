@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -37,6 +37,7 @@ class SourceLayer:
     arrays: dict[str, Any]
     kinds: tuple[str, ...]
     index: int = 0  # position in the source (definition order when `ordered`)
+    _shapes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def canonical(self, kind: str, flatten_shape: tuple[int, ...] | None = None
                   ) -> dict[str, Any]:
@@ -45,11 +46,15 @@ class SourceLayer:
         return KINDS[kind].convert(self.family, dict(self.arrays), layer, to="canonical")
 
     def shapes(self, kind: str) -> dict[str, tuple[int, ...]] | None:
-        """Canonical shapes as a `kind` layer, or None if the arrays do not fit that kind."""
-        try:
-            return {k: tuple(np.shape(v)) for k, v in self.canonical(kind).items()}
-        except (KeyError, ValueError, TypeError, AttributeError, IndexError):
-            return None
+        """Canonical shapes as a `kind` layer, or None if the arrays do not fit that kind
+        (computed once per kind)."""
+        if kind not in self._shapes:
+            try:
+                got = {k: tuple(np.shape(v)) for k, v in self.canonical(kind).items()}
+            except (KeyError, ValueError, TypeError, AttributeError, IndexError):
+                got = None
+            self._shapes[kind] = got
+        return None if self._shapes[kind] is None else dict(self._shapes[kind])
 
 
 def _names(kind: str, family: str) -> set[str]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from canonical.errors import KeyMismatchError
+from canonical.errors import KeyMismatchError, StateMismatchError
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe
@@ -21,7 +21,7 @@ from converters.checkpoints.formats.native import NativeFormat, most_common, wit
 from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line
 from converters.checkpoints.metadata import read_sidecar, restore_num_batches_tracked
 from converters.checkpoints.unwrap import unwrap_variables
-from converters.core import ConversionError, to_canonical
+from converters.core import to_canonical
 from zoo.configs import Config
 from zoo.registry import skeleton
 
@@ -83,8 +83,12 @@ class FlaxMsgpack(NativeFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
+        return self.read_weights(path, det, given, progress, None)
+
+    def read_weights(self, path: Path, det: Detection, given: Config | None,
+                     progress: ProgressFn | None, weights: str | None) -> Checkpoint:
         task = ProgressTask(progress, "reading", 1)
-        found = unwrap_variables(restore_file(path), str(path))
+        found = unwrap_variables(restore_file(path), str(path), weights)
         task.advance()
         config = resolve_config(path, det.meta, given)
         stored = _flat(found.state)
@@ -101,15 +105,14 @@ class FlaxMsgpack(NativeFormat):
                 f"missing {missing[:5]} ({len(missing)}), unexpected {extra[:5]} ({len(extra)})")
         bad = [f"{k}: {got[k]} != {want[k]}" for k in want if got[k] != want[k]]
         if bad:
-            raise ConversionError(f"{path}: shapes differ from {config.arch} "
+            raise StateMismatchError(f"{path}: shapes differ from {config.arch} "
                                   f"{config.to_json()}: " + "; ".join(bad[:5]))
         state = numpy_state(to_canonical((module, found.state), self.impl))
         restore_num_batches_tracked(state, det.meta)
         return Checkpoint(config, state, notes=(found.note,) if found.note else ())
 
     def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
-        self.one_set(path, weights)
-        found = unwrap_variables(restore_file(path), str(path))
+        found = unwrap_variables(restore_file(path), str(path), weights)
         return ForeignTree(found.state, self.impl, False, found.note)
 
     def refuse(self, ck: Checkpoint) -> None:

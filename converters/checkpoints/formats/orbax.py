@@ -29,7 +29,11 @@ from converters.checkpoints.metadata import (
     write_json,
 )
 from converters.checkpoints.unwrap import unwrap_variables
-from converters.core import ConversionError, KeyMismatchError, to_canonical
+from converters.core import (
+    KeyMismatchError,
+    StateMismatchError,
+    to_canonical,
+)
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
 from zoo.registry import skeleton
@@ -149,11 +153,16 @@ class Orbax(NativeFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
+        return self.read_weights(path, det, given, progress, None)
+
+    def read_weights(self, path: Path, det: Detection, given: Config | None,
+                     progress: ProgressFn | None, weights: str | None) -> Checkpoint:
         meta = det.meta
         config = resolve_config(path, meta, given)
         stored = stored_tree(path)
         if meta is None and self._around_variables(config, stored):
-            return self._from_training_tree(path, config)
+            return self._from_training_tree(path, config, weights)
+        self.one_set(path, weights)
         pure = self.pure(stored)
         dtype = stored_dtype(meta)
         if dtype is None:
@@ -183,10 +192,11 @@ class Orbax(NativeFormat):
         tops = {k.split(".")[0] for k in stored}
         return "params" in tops and bool(tops - set(self.target(config, "float32", None)[1]))
 
-    def _from_training_tree(self, path: Path, config: Config) -> Checkpoint:
-        """The model of a training tree's variables; the rest is left out (`Checkpoint.notes`
-        says what)."""
-        found = unwrap_variables(restore(path), str(path))
+    def _from_training_tree(self, path: Path, config: Config,
+                            weights: str | None) -> Checkpoint:
+        """The model of a training tree's variables (live or EMA `weights`); the rest is left
+        out (`Checkpoint.notes` says what)."""
+        found = unwrap_variables(restore(path), str(path), weights)
         stored = _flat_abstract(found.state)
         skel, target = self.target(config, "float32", None)
         dtype = most_common(_floating_dtypes(stored, _flat_abstract(target)))
@@ -205,7 +215,7 @@ class Orbax(NativeFormat):
         hint = (f"\n(most keys do not match: is this a {self.label} {config.arch} checkpoint "
                 "with this config?)" if missing > len(target) // 2 else "")
         names_differ = any(p.startswith(("missing", "unexpected")) for p in problems)
-        raise (KeyMismatchError if names_differ else ConversionError)(
+        raise (KeyMismatchError if names_differ else StateMismatchError)(
             f"{path} does not fit {config.arch} {config.to_json()}: "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
 
@@ -221,8 +231,7 @@ class Orbax(NativeFormat):
         write_json(data / DIR_METADATA, self.metadata(ck))
 
     def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
-        self.one_set(path, weights)
-        found = unwrap_variables(restore(path), str(path))  # restored without a target
+        found = unwrap_variables(restore(path), str(path), weights)  # without a target
         return ForeignTree(found.state, self.impl, False, found.note)
 
     def save_tree(self, tree: Any, path: Path) -> None:
