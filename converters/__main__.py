@@ -205,7 +205,8 @@ def _convert(args: argparse.Namespace, console: Console) -> int:
         line = mismatch_hint(e, args, det)
         if not line:
             raise
-        raise ConversionError(f"{e}\n{line}") from e
+        first, _, details = str(e).partition("\n")
+        raise ConversionError("\n".join(filter(None, (first, line, details)))) from e
 
 
 def _convert_detected(args: argparse.Namespace, det: Detection, console: Console) -> int:
@@ -330,6 +331,19 @@ def quiet_libraries() -> Iterator[None]:
         threading.excepthook, sys.unraisablehook = saved[1], saved[2]
 
 
+DETAIL_LINES = 12  # the lines an error prints after its first; --debug shows them all
+
+
+def _brief(error: Exception) -> str:
+    """`error`'s text cut to its first line and `DETAIL_LINES` more."""
+    lines = str(error).splitlines()
+    if len(lines) <= 1 + DETAIL_LINES:
+        return str(error)
+    more = len(lines) - 1 - DETAIL_LINES
+    return "\n".join([*lines[:1 + DETAIL_LINES],
+                      f"  ... {more} more lines (--debug shows them all)"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
@@ -346,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointError, ConversionError) as e:
         if args.debug:
             raise
-        errors.print(f"error: {e}", markup=False)
+        errors.print(f"error: {_brief(e)}", markup=False)
         return 1
     except OSError as e:
         if args.debug:
