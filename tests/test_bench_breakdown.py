@@ -74,7 +74,10 @@ def test_breakdown_command(capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["mlp", "--impl", "jax"], "unknown --impl ['jax']"),
     (["mlp", "--preset", "nope"], "no preset 'nope'"),
-    (["mlp", "--steps", "0"], "--steps must be >= 1"),
+    (["mlp", "--steps", "0"], "--steps 0: must be >= 1"),
+    (["mlp", "--torch-threads", "0"], "--torch-threads 0: must be >= 1"),
+    (["mlp", "--batch", "-1"], "--batch -1: must be >= 1"),
+    (["nope"], "unknown benchmark subject 'nope'"),
 ])
 def test_breakdown_bad_input(capsys, argv, message):
     assert main(["breakdown", *argv]) == 2

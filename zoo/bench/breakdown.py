@@ -1,6 +1,7 @@
 """`python -m zoo.bench breakdown`: where one step's time goes, per op category and library.
 
     python -m zoo.bench breakdown resnet --preset resnet18-cifar --batch 32 --impl nnx,torch
+    taskset -c 0 python -m zoo.bench breakdown vit --preset vit-cifar --torch-threads 1
 
 JAX: a `jax.profiler` trace of a few `zoo.fast` steps; every trace event (one XLA:CPU thunk)
 is looked up in the compiled HLO and classified by the ops its (fused) computation contains
@@ -158,6 +159,8 @@ def breakdown_main(argv: list[str]) -> int:
     p.add_argument("--impl", default="nnx,torch", help="comma list of eqx,linen,nnx,torch")
     p.add_argument("--mode", choices=("forward", "train"), default="train")
     p.add_argument("--steps", type=int, default=5, help="profiled steps (after 2 warm-ups)")
+    p.add_argument("--torch-threads", type=int, default=None, metavar="N",
+                   help="torch.set_num_threads(N) (with `taskset -c 0` and N=1: one core each)")
     args = p.parse_args(argv)
     try:
         preset = find_preset(args.preset, args.arch) if args.preset else None
@@ -167,10 +170,17 @@ def breakdown_main(argv: list[str]) -> int:
         return 2
     impls = tuple(args.impl.split(","))
     unknown = sorted(set(impls) - set(IMPLS))
-    if unknown or args.steps < 1:
+    threads = args.torch_threads
+    bad = [f"--{name.replace('_', '-')} {value}" for name in ("batch", "steps", "torch_threads")
+           if (value := getattr(args, name)) is not None and value < 1]
+    if unknown or bad:
         print(f"breakdown: unknown --impl {unknown} (use {', '.join(IMPLS)})" if unknown
-              else f"breakdown: --steps must be >= 1, got {args.steps}", file=sys.stderr)
+              else f"breakdown: {bad[0]}: must be >= 1", file=sys.stderr)
         return 2
+    if threads is not None and "torch" in impls:
+        import torch
+
+        torch.set_num_threads(threads)
     batch = args.batch or (preset.batch if preset else 8)
     dtype = preset.dtype if preset else "float32"
     task = make_task(config, batch, dtype)
