@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.convert import convert_main
 
         return convert_main(argv[1:])
+    if argv and argv[0] == "breakdown":
+        from zoo.bench.breakdown import breakdown_main
+
+        return breakdown_main(argv[1:])
     if argv and argv[0] == "matrix":
         from zoo.bench.matrix import matrix_main
 

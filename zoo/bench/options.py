@@ -25,6 +25,7 @@ other commands:
   python -m zoo.bench matrix --out DIR [--quick]  every architecture, library, mode, dtype, style
   python -m zoo.bench presets                    list the named shapes
   python -m zoo.bench xla-flags                  XLA:CPU flag presets, probed on this XLA
+  python -m zoo.bench breakdown ARCH --preset P   step time per op category
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
   nnx: nnx_jit, jit_tree, flaxlib, cached_partial, jit_partial, split, fast;

@@ -1,0 +1,201 @@
+"""`python -m zoo.bench breakdown`: where one step's time goes, per op category and library.
+
+    python -m zoo.bench breakdown resnet --preset resnet18-cifar --batch 32 --impl nnx,torch
+    taskset -c 0 python -m zoo.bench breakdown vit --preset vit-cifar --torch-threads 1
+
+JAX: a `jax.profiler` trace of a few `zoo.fast` steps; every trace event (one XLA:CPU thunk)
+is looked up in the compiled HLO and classified by the ops its (fused) computation contains
+(`classify`). PyTorch: `torch.profiler` self CPU time of the `aten::` ops (`torch_category`).
+Shares of a step are printed: unlike absolute times they survive a loaded machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+from typing import Any
+
+import jax
+
+IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
+# First match wins: a fusion holding a convolution is a convolution, whatever else it holds.
+HLO_ORDER: tuple[tuple[str, str], ...] = (
+    ("convolution", "convolution"), ("dot", "matmul"), ("reduce-window", "pooling"),
+    ("select-and-scatter", "pooling"), ("reduce", "reduction"),
+    ("transpose", "transpose/copy + elementwise"), ("copy", "transpose/copy + elementwise"),
+    ("scatter", "gather/scatter"), ("gather", "gather/scatter"))
+TORCH_ORDER: tuple[tuple[str, str], ...] = (
+    ("conv", "convolution"), ("mm", "matmul"), ("linear", "matmul"), ("bmm", "matmul"),
+    ("attention", "attention kernel"), ("norm", "normalization"), ("pool", "pooling"),
+    ("copy", "transpose/copy + elementwise"), ("cat", "transpose/copy + elementwise"),
+    ("sum", "reduction"), ("mean", "reduction"), ("softmax", "reduction"))
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+_INSTRUCTION = re.compile(r"^(?:ROOT )?%?([\w.\-]+) = .*? ([\w\-]+)\(")
+_CALLS = re.compile(r"(?:calls|to_apply)=%?([\w.\-]+)")
+_NO_WORK = frozenset({"while", "call", "conditional", "parameter", "constant", "tuple",
+                      "get-tuple-element", "bitcast"})
+
+
+def _parse(hlo: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """HLO text -> (computation -> its instruction lines, instruction -> its line)."""
+    computations: dict[str, list[str]] = {}
+    lines: dict[str, str] = {}
+    current = None
+    for raw in hlo.splitlines():
+        match = _COMPUTATION.match(raw)
+        if match and not raw.startswith(" "):
+            current = match.group(1)
+            computations[current] = []
+            continue
+        line = raw.strip()
+        if current is None or not line.startswith(("%", "ROOT")):
+            continue
+        computations[current].append(line)
+        inst = _INSTRUCTION.match(line)
+        if inst:
+            lines[inst.group(1)] = line
+    return computations, lines
+
+
+def _ops(line: str, computations: dict[str, list[str]], seen: set[str]) -> set[str]:
+    """The opcodes of `line` and of every computation it calls, recursively."""
+    inst = _INSTRUCTION.match(line)
+    ops = {inst.group(2)} if inst else set()
+    for called in _CALLS.findall(line):
+        if called not in seen:
+            seen.add(called)
+            for inner in computations.get(called, []):
+                ops |= _ops(inner, computations, seen)
+    return ops
+
+
+def classify(hlo: str) -> dict[str, str]:
+    """instruction name -> category, for every instruction of the compiled HLO text `hlo` that
+    does work (loops and calls are left out: their bodies are traced on their own)."""
+    computations, lines = _parse(hlo)
+    out = {}
+    for name, line in lines.items():
+        own = _INSTRUCTION.match(line).group(2)
+        if own in _NO_WORK:
+            continue
+        ops = _ops(line, computations, set())
+        out[name] = next((cat for op, cat in HLO_ORDER if op in ops), "elementwise")
+    return out
+
+
+def torch_category(op: str) -> str:
+    """An `aten::` op's category (first matching substring of `TORCH_ORDER`)."""
+    name = op.removeprefix("aten::")
+    return next((cat for key, cat in TORCH_ORDER if key in name), "elementwise")
+
+
+def shares(times: dict[str, float], categories: dict[str, str]) -> dict[str, float]:
+    """Time per category over the events that have one, as fractions summing to 1."""
+    total: collections.Counter[str] = collections.Counter()
+    for name, t in times.items():
+        if name in categories:
+            total[categories[name]] += t
+    whole = sum(total.values()) or 1.0
+    return {cat: t / whole for cat, t in total.most_common()}
+
+
+def _trace_times(directory: str, steps: int) -> dict[str, float]:
+    """Seconds per step of every complete event in the trace under `directory`."""
+    files = glob.glob(os.path.join(directory, "**", "*.trace.json.gz"), recursive=True)
+    if not files:
+        raise RuntimeError(f"jax.profiler wrote no trace under {directory}")
+    with gzip.open(files[0]) as f:
+        events = json.load(f)["traceEvents"]
+    times: collections.Counter[str] = collections.Counter()
+    for event in events:
+        # "$...": Python frames of the trace, not XLA thunks
+        if event.get("ph") == "X" and not event["name"].startswith("$"):
+            times[event["name"]] += event.get("dur", 0) / 1e6 / steps
+    return dict(times)
+
+
+def jax_breakdown(step: Any, args: tuple[Any, ...], steps: int) -> dict[str, float]:
+    """Shares per HLO category of `step(*args)` (a `zoo.fast` forward or train step)."""
+    categories = classify(step.lower(*args).compile().as_text())
+    for _ in range(2):
+        jax.block_until_ready(step(*args))
+    with tempfile.TemporaryDirectory() as directory:
+        with jax.profiler.trace(directory):
+            for _ in range(steps):
+                jax.block_until_ready(step(*args))
+        return shares(_trace_times(directory, steps), categories)
+
+
+def torch_breakdown(run: Any, steps: int) -> dict[str, float]:
+    """Shares per category of the `aten::` ops' self CPU time over `steps` calls of `run`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            run()
+    times = {e.key: e.self_cpu_time_total for e in prof.key_averages()
+             if e.key.startswith("aten::")}
+    return shares(times, {op: torch_category(op) for op in times})
+
+
+def breakdown_main(argv: list[str]) -> int:
+    from zoo.bench.presets import PresetError, find_preset
+    from zoo.bench.styles import torch_eager
+    from zoo.bench.subjects import Subject, build_config, build_models, make_task
+
+    p = argparse.ArgumentParser(prog="python -m zoo.bench breakdown",
+                                description="share of one step's time per op category")
+    p.add_argument("arch")
+    p.add_argument("--preset", default=None)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--impl", default="nnx,torch", help="comma list of eqx,linen,nnx,torch")
+    p.add_argument("--mode", choices=("forward", "train"), default="train")
+    p.add_argument("--steps", type=int, default=5, help="profiled steps (after 2 warm-ups)")
+    p.add_argument("--torch-threads", type=int, default=None, metavar="N",
+                   help="torch.set_num_threads(N) (with `taskset -c 0` and N=1: one core each)")
+    args = p.parse_args(argv)
+    try:
+        preset = find_preset(args.preset, args.arch) if args.preset else None
+        config = build_config(args.arch, dict(preset.config) if preset else {}, "auto")
+    except (PresetError, ValueError) as err:
+        print(f"breakdown: {err}", file=sys.stderr)
+        return 2
+    impls = tuple(args.impl.split(","))
+    unknown = sorted(set(impls) - set(IMPLS))
+    threads = args.torch_threads
+    bad = [f"--{name.replace('_', '-')} {value}" for name in ("batch", "steps", "torch_threads")
+           if (value := getattr(args, name)) is not None and value < 1]
+    if unknown or bad:
+        print(f"breakdown: unknown --impl {unknown} (use {', '.join(IMPLS)})" if unknown
+              else f"breakdown: {bad[0]}: must be >= 1", file=sys.stderr)
+        return 2
+    if threads is not None and "torch" in impls:
+        import torch
+
+        torch.set_num_threads(threads)
+    batch = args.batch or (preset.batch if preset else 8)
+    dtype = preset.dtype if preset else "float32"
+    task = make_task(config, batch, dtype)
+    models = build_models(config, impls, dtype=dtype)
+    print(f"{args.arch} {args.mode}, batch {batch}, load average "
+          f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    for impl in impls:
+        subject = Subject(impl, models[impl], task)
+        if subject.is_torch:
+            result = torch_breakdown(torch_eager(subject, args.mode).fn, args.steps)
+        elif args.mode == "train":
+            result = jax_breakdown(subject.fast_train(), subject.train_args(), args.steps)
+        else:
+            result = jax_breakdown(subject.fast_forward(), (subject.x,), args.steps)
+        print(f"  {impl}")
+        for cat, share in result.items():
+            print(f"    {cat:34s} {100 * share:5.1f}%")
+    return 0
