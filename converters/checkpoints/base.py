@@ -138,9 +138,27 @@ class Checkpoint:
         return opt_state_like(self.optimizer, self.state, self.config, impl, template)
 
 
-def numpy_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """A canonical state of numpy arrays (from torch tensors, JAX arrays, numpy)."""
-    return {k: np.asarray(v) for k, v in as_numpy_state(state).items()}
+def numpy_state(state: Mapping[str, Any], keep_sharded: bool = False
+                ) -> dict[str, np.ndarray]:
+    """A canonical state of numpy arrays (from torch tensors, JAX arrays, numpy); with
+    `keep_sharded`, JAX arrays spread over several devices stay there (orbax writes their
+    shards; other writers gather one array at a time)."""
+    return {k: v if keep_sharded and spread(v) else np.asarray(v)
+            for k, v in as_numpy_state(state).items()}
+
+
+def spread(a: Any) -> bool:
+    """Whether `a` is a JAX array held by several devices."""
+    return isinstance(a, jax.Array) and len(a.sharding.device_set) > 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Devices to read a checkpoint onto: a `jax.sharding.Mesh` and a `zoo.sharding`
+    strategy ("dp", "fsdp", "tp")."""
+
+    mesh: Any
+    strategy: str = "dp"
 
 
 @functools.lru_cache(maxsize=64)

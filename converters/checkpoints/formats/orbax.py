@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import canonical
-from converters.checkpoints.base import Checkpoint, Detection, numpy_state
+from converters.checkpoints.base import Checkpoint, Detection, Placement, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import (
     Entry,
@@ -47,7 +47,9 @@ from converters.checkpoints.metadata import (
 from converters.checkpoints.unwrap import unwrap_variables
 from converters.core import ConversionError, KeyMismatchError, canonical_spec, to_canonical
 from converters.optim import abstract_params, canonical_from_native
+from zoo import sharding
 from zoo.configs import Config
+from zoo.interface import interface
 from zoo.registry import skeleton, walk_facts
 
 MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")
@@ -165,6 +167,14 @@ class Orbax(NativeFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
+        return self.read_placed(path, det, given, progress, None)
+
+    def read_placed(self, path: Path, det: Detection, given: Config | None,
+                    progress: ProgressFn | None, placement: Placement | None) -> Checkpoint:
+        """A model checkpoint is read a few layers at a time (`orbax_layers.LayerReader`):
+        lazily to the host, or with `placement` straight onto the mesh, each array restored
+        onto the sharding the strategy gives it in this library. A training checkpoint is
+        restored whole (its optimizer state is read through the native model)."""
         meta = det.meta
         config = resolve_config(path, meta, given)
         stored = stored_tree(path)
@@ -180,10 +190,12 @@ class Orbax(NativeFormat):
         training = bool(meta and meta.get("kind") == "training")
         if not training:
             task = ProgressTask(progress, "reading", file_size(path))
-            reader = LayerReader(path, self.plan(config, dtype, pure), dtype,
+            where = None if placement is None else sharding.shardings(
+                skel, self.impl, placement.mesh, placement.strategy, config=config)
+            reader = LayerReader(path, self.plan(skel, config, pure), dtype, shardings=where,
                                  advance=task.advance)
-            state = dict(canonical_arrays(reader, canonical_spec(config, dtype, self.impl),
-                                          eager=False))
+            state = dict(canonical_arrays(reader, canonical_spec(config, dtype),
+                                          eager=where is not None))
             restore_num_batches_tracked(state, meta)
             return Checkpoint(config, state)
         size = file_size(path)
@@ -233,10 +245,11 @@ class Orbax(NativeFormat):
             f"{path} does not fit {config.arch} {config.to_json()}: "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
 
-    def plan(self, config: Config, dtype: Any, pure: bool = False) -> Plan:
-        """Where each native array of `config`'s model sits in the stored model tree."""
-        return plan(self.target(config, dtype, None)[0], self.impl,
-                    walk_facts(config, self.impl), lambda m: self.model_target(m, pure))
+    def plan(self, skel: Any, config: Config, pure: bool = False) -> Plan:
+        """Where each native array of the skeleton `skel` of `config` sits in the stored model
+        tree (`skel` is left as it was)."""
+        return plan(interface(self.impl).clone(skel), self.impl, walk_facts(config, self.impl),
+                    lambda m: self.model_target(m, pure))
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
         """A model checkpoint streamed layer by layer (`orbax_layers`): each native array is
@@ -247,8 +260,8 @@ class Orbax(NativeFormat):
             advance(checkpoint_bytes(ck))
             return
         dtype = ck.validate()
-        p = self.plan(ck.config, dtype)
         skel = self.target(ck.config, dtype, None)[0]
+        p = self.plan(skel, ck.config)
         model = canonical.walker(self.impl).write(skel, native_leaves(p, ck.state, advance),
                                                   p.layers)
         save_streamed(self.model_tree(model, False), data)

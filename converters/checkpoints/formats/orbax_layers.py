@@ -23,6 +23,7 @@ import canonical
 from canonical import KINDS, Layer
 from canonical.paths import key_name
 from canonical.state import split_by_layer
+from converters.checkpoints.base import spread
 from converters.checkpoints.formats.orbax_io import settled
 
 Arrays = dict[str, Any]
@@ -122,12 +123,13 @@ class Pending:
 def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], None]
                   ) -> dict[str, Arrays]:
     """Per layer, per native name: a `Pending` array, or the native array itself where the
-    layer's canonical arrays are on devices already (they are converted there)."""
+    layer's canonical arrays are spread over devices already (converted there, orbax writes
+    each device's shards)."""
     grouped = split_by_layer(state, p.layers)
     out = {}
     for layer in p.layers:
         source = LayerSource(p, layer, grouped[layer.name], advance)
-        if all(isinstance(a, jax.Array) for a in grouped[layer.name].values()):
+        if any(spread(a) for a in grouped[layer.name].values()):
             out[layer.name] = source.convert()
             advance(sum(a.nbytes for a in out[layer.name].values()))
         else:
