@@ -25,6 +25,7 @@ from canonical.paths import key_name
 from canonical.state import split_by_layer
 from converters.checkpoints.base import spread
 from converters.checkpoints.formats.orbax_io import settled
+from converters.checkpoints.io import detached
 
 Arrays = dict[str, Any]
 CHUNK_BYTES = 64 * 2**20  # the native bytes restored by one orbax call when reading
@@ -125,7 +126,8 @@ def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], No
     """Per layer, per native name: a `Pending` array, or the native array itself where the
     layer's canonical arrays are spread over devices already (converted there, orbax writes
     each device's shards)."""
-    grouped = split_by_layer(state, p.layers)
+    # mapped arrays are read afresh when converted: their pages never stay resident
+    grouped = split_by_layer({k: detached(v) for k, v in state.items()}, p.layers)
     out = {}
     for layer in p.layers:
         source = LayerSource(p, layer, grouped[layer.name], advance)
@@ -178,9 +180,9 @@ def save_streamed(tree: Any, path: Path) -> None:
 # --------------------------------------------------------------------------- reading
 class LayerReader:
     """The canonical arrays of a stored tree, restored a few layers at a time (in the plan's
-    order, at most `CHUNK_BYTES` of native arrays per orbax call) and converted by the rules;
-    each array is handed out once. `shardings` (layer -> name -> sharding) restores the arrays
-    onto devices instead of the host."""
+    order, at most `CHUNK_BYTES` of native arrays per orbax call) and converted by the rules.
+    Each array is kept only until it is handed out; asked for again, its layer is read afresh.
+    `shardings` (layer -> name -> sharding) restores the arrays onto devices, not the host."""
 
     def __init__(self, path: Path, p: Plan, dtype: Any, prefix: tuple[str, ...] = (),
                  shardings: Mapping[str, Mapping[str, Any]] | None = None,
@@ -188,13 +190,17 @@ class LayerReader:
         self.path, self.plan, self.dtype, self.prefix = path, p, np.dtype(dtype), prefix
         self.shardings, self.advance = shardings, advance
         self.ready: dict[str, Arrays] = {}
-        self.order = [layer.name for layer in p.layers]
+        self.taken: set[tuple[str, str]] = set()
+        self.index = {layer.name: i for i, layer in enumerate(p.layers)}
 
     def take(self, layer: str, key: str) -> Any:
+        if (layer, key) in self.taken:
+            return self._restore([self.plan.layers[self.index[layer]]])[layer][key]
         if layer not in self.ready:
-            self._restore(self.order.index(layer))
+            self.ready.update(self._restore(self._chunk(self.index[layer])))
         arrays = self.ready[layer]
         out = arrays.pop(key)
+        self.taken.add((layer, key))
         if not arrays:
             del self.ready[layer]
         return out
@@ -210,38 +216,40 @@ class LayerReader:
                 total += size
         return out
 
-    def _restore(self, start: int) -> None:
+    def _at(self, layer: Layer, name: str) -> tuple[str, ...]:
+        return (*self.prefix, *self.plan.paths[(layer.name, name)])
+
+    def _restore(self, chunk: list[Layer]) -> dict[str, Arrays]:
+        """The canonical arrays of the layers of `chunk`, from one orbax call."""
         import orbax.checkpoint as ocp
 
-        chunk = self._chunk(start)
         items, args = {}, {}
         for layer in chunk:
             for name, spec in self.plan.native[layer.name].items():
-                at = (*self.prefix, *self.plan.paths[(layer.name, name)])
-                floating = np.issubdtype(spec.dtype, np.floating)
-                dtype = self.dtype if floating else spec.dtype
-                items[at] = jax.ShapeDtypeStruct(spec.shape, dtype)
-                if self.shardings is None:
-                    args[at] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
-                else:
-                    args[at] = ocp.ArrayRestoreArgs(
+                dtype = self.dtype if np.issubdtype(spec.dtype, np.floating) else spec.dtype
+                items[self._at(layer, name)] = jax.ShapeDtypeStruct(spec.shape, dtype)
+                args[self._at(layer, name)] = (
+                    ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
+                    if self.shardings is None else ocp.ArrayRestoreArgs(
                         sharding=self.shardings[layer.name][name], dtype=dtype,
-                        global_shape=spec.shape)
+                        global_shape=spec.shape))
         handler = ocp.PyTreeCheckpointHandler()
         with settled(self.path, "restore the orbax checkpoint"), ocp.Checkpointer(handler) as c:
             restored = c.restore(self.path.absolute(), args=ocp.args.PyTreeRestore(
                 item=nested(items), restore_args=nested(args), partial_restore=True))
+        out = {}
         for layer in chunk:
             native = {}
             for name in self.plan.native[layer.name]:
                 node = restored
-                for part in (*self.prefix, *self.plan.paths[(layer.name, name)]):
+                for part in self._at(layer, name):
                     node = node[part]
                 native[name] = node
             self.advance(sum(int(a.nbytes) for a in native.values()))
-            out = KINDS[layer.kind].convert(self.plan.family, native, layer, to="canonical")
-            self.ready[layer.name] = {k: out[k] if self.shardings is not None
-                                      else np.asarray(out[k]) for k in out}
+            arrays = KINDS[layer.kind].convert(self.plan.family, native, layer, to="canonical")
+            out[layer.name] = {k: a if self.shardings is not None else np.asarray(a)
+                               for k, a in arrays.items()}
+        return out
 
 
 class Restored:
@@ -260,7 +268,7 @@ class Restored:
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        del copy  # handed out once: the reader keeps nothing
+        del copy  # always a new array: the reader keeps nothing once it is handed out
         a = np.asarray(self.reader.take(self.layer, self.key))
         return a if dtype is None else a.astype(dtype)
 
@@ -269,11 +277,7 @@ def canonical_arrays(reader: LayerReader, spec: Mapping[str, Any], eager: bool
                      ) -> Iterator[tuple[str, Any]]:
     """(key, array) of every canonical key of `spec`, in its order: `Restored` arrays, or
     the arrays themselves (`eager`: e.g. restored onto devices)."""
-    layer_of = {f"{layer}.{k}" if k else layer: (layer, k)
-                for layer, keys in split_by_layer(spec, reader.plan.layers).items()
-                for k in keys}
-    for key, s in spec.items():
-        layer, _ = layer_of[key]
-        yield key, (reader.take(layer, key[len(layer) + 1:] if key != layer else "")
-                    if eager else Restored(reader, layer, key[len(layer) + 1:]
-                                           if key != layer else "", s))
+    for layer, arrays in split_by_layer(spec, reader.plan.layers).items():
+        for key, s in arrays.items():
+            name = f"{layer}.{key}" if key else layer
+            yield name, reader.take(layer, key) if eager else Restored(reader, layer, key, s)
