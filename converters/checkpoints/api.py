@@ -19,6 +19,7 @@ from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import read, shard_bytes, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
+from zoo import sharding
 from zoo.configs import Config
 from zoo.libraries import owner
 from zoo.names import list_models
@@ -99,8 +100,6 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
         return ck
     model = ck.model(impl)
     if mesh is not None:
-        from zoo import sharding
-
         model = sharding.shard(model, impl, mesh, strategy, config=ck.config)
     if optimizer is None:
         return model
