@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import canonical
-from canonical import KINDS, Layer
+from canonical import KINDS, ConversionError, Layer
 from canonical.paths import key_name
 from canonical.state import split_by_layer
 from converters.checkpoints.base import spread
@@ -65,6 +65,10 @@ def plan(skel: Any, impl: str, facts: Mapping[str, Any],
                            for layer, arrays in native.items()}, found)
     flat = jax.tree_util.tree_flatten_with_path(stored(model))[0]
     paths = {m.key: tuple(key_name(k) for k in p) for p, m in flat if isinstance(m, Marker)}
+    lost = [f"{layer}.{n}" for layer, arrays in native.items() for n in arrays
+            if (layer, n) not in paths]
+    if lost:
+        raise ConversionError(f"the stored {impl} tree has no place for {lost[:5]}")
     return Plan(impl, found, native, paths)
 
 
@@ -184,10 +188,10 @@ class LayerReader:
     Each array is kept only until it is handed out; asked for again, its layer is read afresh.
     `shardings` (layer -> name -> sharding) restores the arrays onto devices, not the host."""
 
-    def __init__(self, path: Path, p: Plan, dtype: Any, prefix: tuple[str, ...] = (),
+    def __init__(self, path: Path, p: Plan, dtype: Any,
                  shardings: Mapping[str, Mapping[str, Any]] | None = None,
                  advance: Callable[[int], None] = lambda n: None):
-        self.path, self.plan, self.dtype, self.prefix = path, p, np.dtype(dtype), prefix
+        self.path, self.plan, self.dtype = path, p, np.dtype(dtype)
         self.shardings, self.advance = shardings, advance
         self.ready: dict[str, Arrays] = {}
         self.taken: set[tuple[str, str]] = set()
@@ -217,7 +221,7 @@ class LayerReader:
         return out
 
     def _at(self, layer: Layer, name: str) -> tuple[str, ...]:
-        return (*self.prefix, *self.plan.paths[(layer.name, name)])
+        return self.plan.paths[(layer.name, name)]
 
     def _restore(self, chunk: list[Layer]) -> dict[str, Arrays]:
         """The canonical arrays of the layers of `chunk`, from one orbax call."""
