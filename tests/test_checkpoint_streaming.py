@@ -247,3 +247,4 @@ def test_orbax_read_a_few_layers_at_a_time(src, tmp_path, monkeypatch):
     key, again = next(iter(ck.state.items()))
     np.testing.assert_array_equal(np.asarray(again), state[key])  # read afresh
     assert len(restores) == len(reader.plan.layers) + 1 and not reader.ready
+    assert again.tobytes() == state[key].tobytes() and again.ndim == state[key].ndim

@@ -46,7 +46,8 @@ class Detection:
 class Checkpoint:
     """A checkpoint in the canonical layout: everything every format can be written from.
 
-    `state` is the canonical model state (numpy arrays, dtypes as stored); `optimizer` the
+    `state` is the canonical model state (numpy arrays, dtypes as stored; a streamed source's
+    arrays are read when used, e.g. by `np.asarray`); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
     for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
     renamed a foreign layout's keys on reading ("" when none was needed).

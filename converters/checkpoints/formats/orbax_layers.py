@@ -257,15 +257,26 @@ class LayerReader:
 
 
 class Restored:
-    """A canonical array read from an orbax checkpoint when first used (once)."""
+    """A canonical array read from an orbax checkpoint when it is used (`np.asarray`; any other
+    ndarray attribute, `sum` or `tobytes`, is that of the array read afresh)."""
 
     def __init__(self, reader: LayerReader, layer: str, key: str, spec: Any):
         self.reader, self.layer, self.key = reader, layer, key
         self.shape, self.dtype = tuple(spec.shape), np.dtype(spec.dtype)
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or not hasattr(np.ndarray, name) or name in (
+                "reader", "layer", "key", "shape", "dtype"):
+            raise AttributeError(name)  # not an array's (e.g. torch's `is_floating_point`)
+        return getattr(np.asarray(self), name)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
 
     @property
     def nbytes(self) -> int:
