@@ -180,10 +180,13 @@ def test_file_size_limit_during_a_write(files, tmp_path, fmt):
 def test_interrupt_during_an_nnx_write_leaves_nothing(files, tmp_path, monkeypatch):
     import orbax.checkpoint as ocp
 
+    save = ocp.Checkpointer.save
+
     def interrupted(*args, **kwargs):
+        save(*args, **kwargs)  # the arrays are written, the checkpoint not yet published
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ocp.StandardCheckpointer, "wait_until_finished", interrupted)
+    monkeypatch.setattr(ocp.Checkpointer, "save", interrupted)
     code, _, err = run("convert", files["eqx"], tmp_path / "o_nnx", "--to", "nnx")
     assert code == 130 and err.strip() == "interrupted: nothing was written", err
     assert list(tmp_path.iterdir()) == []

@@ -192,3 +192,63 @@ def test_progress_counts_bytes(src, tmp_path):
     writing = seen["writing"]
     assert writing[0] == (0, total) and writing[-1] == (total, total)
     assert len(writing) == len(canonical_spec(VIT)) + 1  # one step per tensor
+
+
+@pytest.mark.parametrize("fmt", ["linen", "nnx"])
+def test_orbax_written_one_layer_at_a_time(tmp_path, monkeypatch, fmt):
+    """Each native array is made by its layer's rule as orbax writes it: at no time are the
+    native arrays of more than one layer held (no native model is built)."""
+    from converters.checkpoints.formats import orbax_layers
+
+    sources, held = [], []
+    init, take = orbax_layers.LayerSource.__init__, orbax_layers.LayerSource.take
+
+    def recording_init(self, *args):
+        init(self, *args)
+        sources.append(self)
+
+    def counting_take(self, name):
+        out = take(self, name)
+        held.append(sum(len(s.native) + 1 for s in sources if s.native))  # +1: `out`
+        return out
+
+    monkeypatch.setattr(orbax_layers.LayerSource, "__init__", recording_init)
+    monkeypatch.setattr(orbax_layers.LayerSource, "take", counting_take)
+    state = vit_state()
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / fmt, fmt)
+    largest = max(len(s.plan.native[s.layer.name]) for s in sources)
+    assert len(held) == sum(len(s.plan.native[s.layer.name]) for s in sources) > 3 * largest
+    assert max(held) <= largest
+    monkeypatch.undo()
+    assert_same(read(out), state)
+
+
+def test_orbax_read_a_few_layers_at_a_time(src, tmp_path, monkeypatch):
+    """Reading restores a chunk of layers per orbax call (at most CHUNK_BYTES, at least one
+    layer) when its first array is used; the reader keeps no array it handed out."""
+    from converters.checkpoints.formats import orbax_layers
+
+    out = tmp_path / "nnx"
+    converters.convert_file(src, out, "nnx", config=VIT)
+    monkeypatch.setattr(orbax_layers, "CHUNK_BYTES", 1)  # one layer per call
+    restores = []
+    restore = orbax_layers.LayerReader._restore
+    monkeypatch.setattr(orbax_layers.LayerReader, "_restore",
+                        lambda self, chunk: (restores.append(len(chunk)), restore(self, chunk))[1])
+    ck = read(out)
+    assert not restores and all(isinstance(v, orbax_layers.Restored) for v in ck.state.values())
+    reader = next(iter(ck.state.values())).reader
+    state, ready = vit_state(), []
+    for k, v in ck.state.items():
+        np.testing.assert_array_equal(np.asarray(v), state[k])
+        ready.append(len(reader.ready))
+    assert len(restores) == len(reader.plan.layers)
+    assert max(ready) <= 1 and not reader.ready
+    key, again = next(iter(ck.state.items()))
+    np.testing.assert_array_equal(np.asarray(again), state[key])  # read afresh
+    assert len(restores) == len(reader.plan.layers) + 1 and not reader.ready
+    assert again.tobytes() == state[key].tobytes() and again.ndim == state[key].ndim
+    # NumPy's operators and functions read it as they would an array
+    np.testing.assert_array_equal(again - state[key], np.zeros_like(state[key]))
+    np.testing.assert_array_equal(np.abs(2 * again), np.abs(2 * state[key]))
+    assert (again == state[key]).all()

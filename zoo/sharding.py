@@ -44,7 +44,7 @@ DATA = "data"
 MODEL = "model"
 
 __all__ = ["DATA", "MODEL", "STRATEGIES", "Strategy", "auto", "batch_sharding", "bytes_per_device",
-           "logical_axes", "replicated", "shard", "strategy"]
+           "logical_axes", "replicated", "shard", "shardings", "strategy"]
 
 
 @dataclass(frozen=True)
@@ -135,21 +135,29 @@ def logical_axes(model: Any, impl: str, config: Config) -> dict[str, dict[str, t
                          for n, a in native[layer.name].items()} for layer in found}
 
 
-def shard(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fsdp", *,
-          config: Config) -> Any:
-    """A copy of the native `model` (of zoo architecture `config`) whose arrays lie on `mesh`
-    as `strategy_name` partitions them; the caller's model is not changed."""
+def shardings(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fsdp", *,
+              config: Config) -> dict[str, dict[str, NamedSharding]]:
+    """Per layer name, per native array name: where `strategy_name` puts the array of the
+    native `model` on `mesh` (abstract arrays suffice: a skeleton, to restore a checkpoint
+    straight onto its devices)."""
     strat, mesh = strategy(strategy_name), auto(mesh)
     strat.check(mesh)
     w, found = _layers(model, impl, config)
     native = w.read(model, found)
-    placed = {}
-    for layer in found:
-        kind = KINDS[layer.kind]
-        placed[layer.name] = {
-            n: jax.device_put(a, NamedSharding(mesh, strat.spec(
-                kind.logical_axes(w.family, n, a.ndim), a.shape, mesh)))
-            for n, a in native[layer.name].items()}
+    return {layer.name: {n: NamedSharding(mesh, strat.spec(
+        KINDS[layer.kind].logical_axes(w.family, n, len(a.shape)), a.shape, mesh))
+        for n, a in native[layer.name].items()} for layer in found}
+
+
+def shard(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fsdp", *,
+          config: Config) -> Any:
+    """A copy of the native `model` (of zoo architecture `config`) whose arrays lie on `mesh`
+    as `strategy_name` partitions them; the caller's model is not changed."""
+    where = shardings(model, impl, mesh, strategy_name, config=config)
+    w, found = _layers(model, impl, config)
+    native = w.read(model, found)
+    placed = {layer.name: {n: jax.device_put(a, where[layer.name][n])
+                           for n, a in native[layer.name].items()} for layer in found}
     return library(impl).annotate_shardings(w.write(interface(impl).clone(model), placed, found))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, numpy_state
+from converters.checkpoints.base import Checkpoint, Placement, numpy_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import check_pair
 from converters.checkpoints.format import for_writing
@@ -19,6 +19,7 @@ from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import read, shard_bytes, write
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
+from zoo import sharding
 from zoo.configs import Config
 from zoo.libraries import owner
 from zoo.names import list_models
@@ -55,7 +56,7 @@ def as_checkpoint(obj: Any, *, impl: str | None = None, config: Any = None,
         return Checkpoint(cfg, numpy_state(obj), opt_state, step)
     impl = impl or detect_impl(obj)
     cfg = config_of(obj, impl)
-    state = numpy_state(to_canonical(obj, impl))
+    state = numpy_state(to_canonical(obj, impl), keep_sharded=True)
     opt = None
     if opt_state is not None:
         opt = (opt_state if isinstance(opt_state, CanonicalOptState)
@@ -77,7 +78,8 @@ def save(obj: Any, path: str | os.PathLike, fmt: str, *, impl: str | None = None
 
 def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None = None,
          config: Any = None, optimizer: Any = None, model_only: bool = False,
-         progress: ProgressFn | None = None, weights: str | None = None) -> Any:
+         progress: ProgressFn | None = None, weights: str | None = None,
+         mesh: Any = None, strategy: str = "dp") -> Any:
     """Read a checkpoint of any format.
 
     - ``load(path)``: the `Checkpoint` (canonical arrays, config, optimizer state, step);
@@ -87,12 +89,18 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
       structure of ``tx.init(zoo.interface(impl).split(model)[1])``.
 
     `weights` ("main" or "ema") chooses the live or EMA weights of a training checkpoint.
+    `mesh` (a `jax.sharding.Mesh`) and `strategy` (`zoo.sharding`) place the model as
+    ``zoo.create(..., mesh=, strategy=)`` does; an orbax checkpoint is restored straight onto
+    the mesh, each device reading its shards (whatever mesh wrote it).
     """
+    placement = None if mesh is None else Placement(mesh, strategy)
     ck = read(path, arch=arch, config=config, model_only=model_only, progress=progress,
-              weights=weights)
+              weights=weights, placement=placement)
     if impl is None:
         return ck
     model = ck.model(impl)
+    if mesh is not None:
+        model = sharding.shard(model, impl, mesh, strategy, config=ck.config)
     if optimizer is None:
         return model
     return model, ck.opt_state(impl, optimizer), ck.step

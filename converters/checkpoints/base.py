@@ -46,7 +46,8 @@ class Detection:
 class Checkpoint:
     """A checkpoint in the canonical layout: everything every format can be written from.
 
-    `state` is the canonical model state (numpy arrays, dtypes as stored); `optimizer` the
+    `state` is the canonical model state (numpy arrays, dtypes as stored; a streamed source's
+    arrays are read when used, e.g. by `np.asarray`); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
     for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
     renamed a foreign layout's keys on reading ("" when none was needed).
@@ -138,9 +139,27 @@ class Checkpoint:
         return opt_state_like(self.optimizer, self.state, self.config, impl, template)
 
 
-def numpy_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """A canonical state of numpy arrays (from torch tensors, JAX arrays, numpy)."""
-    return {k: np.asarray(v) for k, v in as_numpy_state(state).items()}
+def numpy_state(state: Mapping[str, Any], keep_sharded: bool = False
+                ) -> dict[str, np.ndarray]:
+    """A canonical state of numpy arrays (from torch tensors, JAX arrays, numpy); with
+    `keep_sharded`, JAX arrays spread over several devices stay there (orbax writes their
+    shards; other writers gather one array at a time)."""
+    return {k: v if keep_sharded and spread(v) else np.asarray(v)
+            for k, v in as_numpy_state(state).items()}
+
+
+def spread(a: Any) -> bool:
+    """Whether `a` is a JAX array held by several devices."""
+    return isinstance(a, jax.Array) and len(a.sharding.device_set) > 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Devices to read a checkpoint onto: a `jax.sharding.Mesh` and a `zoo.sharding`
+    strategy ("dp", "fsdp", "tp")."""
+
+    mesh: Any
+    strategy: str = "dp"
 
 
 @functools.lru_cache(maxsize=64)

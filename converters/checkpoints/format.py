@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Detection
+from converters.checkpoints.base import Checkpoint, Detection, Placement
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.metadata import describe
 from zoo.configs import Config
@@ -118,6 +118,13 @@ class CheckpointFormat(ABC):
         """`read`, choosing the live ("main") or EMA ("ema") weights where the file holds
         both (default: a format that holds one set of weights refuses the choice)."""
         self.one_set(path, weights)
+        return self.read(path, det, given, progress)
+
+    def read_placed(self, path: Path, det: Detection, given: Config | None,
+                    progress: ProgressFn | None, placement: Placement) -> Checkpoint:
+        """`read`, with the arrays restored straight onto `placement`'s devices where the
+        format can (default: read to the host; `converters.load` places the model after)."""
+        del placement
         return self.read(path, det, given, progress)
 
     @abstractmethod

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from converters import adapters
-from converters.checkpoints.base import Checkpoint, ordered_state
+from converters.checkpoints.base import Checkpoint, Placement, ordered_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect
@@ -40,14 +40,16 @@ class DestinationWarning(UserWarning):
 def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None,
          model_only: bool = False, progress: ProgressFn | None = None,
          cast: Any = None, adapt: bool = False, seed: int = 0,
-         weights: str | None = None) -> Checkpoint:
+         weights: str | None = None, placement: Placement | None = None) -> Checkpoint:
     """Read any supported checkpoint into a validated canonical `Checkpoint`.
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
     dtype) converts every floating array explicitly; nothing is ever cast without it.
     `weights` ("main" or "ema") chooses the live or the EMA weights of a training checkpoint
-    holding both (the live ones by default, and `Checkpoint.notes` says so).
+    holding both (the live ones by default, and `Checkpoint.notes` says so). `placement`
+    restores the arrays straight onto a mesh where the format can (orbax: each device reads
+    its shards), else they are read to the host.
 
     With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
     config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
@@ -59,7 +61,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     det = detect(path)
     check_version(path, det.meta)
     given = parse_config(arch, config)
-    ck = _read_as_stored(path, det, given, progress, adapt, weights)
+    ck = _read_as_stored(path, det, given, progress, adapt, weights, placement)
     if adapt:
         if given is None:
             raise UsageError("adapting a checkpoint needs the target model: pass --arch / "
@@ -96,14 +98,19 @@ def adapted(ck: Checkpoint) -> Checkpoint:
 
 
 def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | None,
-                    adapt: bool, weights: str | None = None) -> Checkpoint:
+                    adapt: bool, weights: str | None = None,
+                    placement: Placement | None = None) -> Checkpoint:
     """The file's arrays, not yet validated; with `adapt`, read with the file's own config when
-    it carries one (`given` is then the target, not a claim about the file); `weights` as in
-    `read`."""
+    it carries one (`given` is then the target, not a claim about the file); `weights` and
+    `placement` as in `read`."""
     stored = adapt and det.meta is not None and det.meta.get("config") is not None
     fmt, claim = for_detection(det), None if stored else given
-    ck = (fmt.read(path, det, claim, progress) if weights is None else
-          fmt.read_weights(path, det, claim, progress, weights))
+    if weights is not None:
+        ck = fmt.read_weights(path, det, claim, progress, weights)
+    elif placement is not None:
+        ck = fmt.read_placed(path, det, claim, progress, placement)
+    else:
+        ck = fmt.read(path, det, claim, progress)
     try:
         return adapted(ck)  # a foreign layout's keys renamed (converters.adapters)
     except ConversionError as e:

@@ -6,8 +6,10 @@ tensor by tensor (the benchmark itself never holds a checkpoint). Every conversi
 x target format; the other sources are the first conversions' outputs) runs as
 ``python -m converters convert`` in a fresh subprocess, recording wall time, peak RSS (the
 child's own ``wait4`` rusage) and bytes written. The floors run the same way:
-``safetensors.numpy.load_file`` + ``save_file``, and ``load_file`` + orbax
-``StandardCheckpointer().save``. Targets (issue 25): peak RSS <= 1.25 x checkpoint + 0.5 GB,
+``safetensors.numpy.load_file`` + ``save_file``, ``load_file`` + orbax
+``StandardCheckpointer().save``, and, for an orbax source, ``StandardCheckpointer().restore``
++ ``save_file`` (a conversion is compared with its source's reading floor where it has one,
+else with its target's). Targets (issue 25): peak RSS <= 1.25 x checkpoint + 0.5 GB,
 wall <= 1.5 x the floor of the target's kind. Every generated file is deleted at the end.
 """
 
@@ -48,6 +50,7 @@ class Fmt:
     name: str
     floor: str
     sharded: bool = False
+    read_floor: str | None = None  # the by-hand reading of it, where that is its own kind
 
 
 FORMATS = {
@@ -56,8 +59,8 @@ FORMATS = {
     "pt": Fmt("torch", "m.pt", "safetensors"),
     "canonical": Fmt("canonical", "m_canonical.safetensors", "safetensors"),
     "eqx": Fmt("eqx", "m.eqx", "safetensors"),
-    "nnx": Fmt("nnx", "m_nnx", "orbax"),
-    "linen": Fmt("linen", "m_linen", "orbax"),
+    "nnx": Fmt("nnx", "m_nnx", "orbax", read_floor="orbax-read"),
+    "linen": Fmt("linen", "m_linen", "orbax", read_floor="orbax-read"),
 }
 FLOORS = {  # the by-hand conversion each floor times (argv: SRC DST)
     "safetensors": "from safetensors.numpy import load_file, save_file\n"
@@ -67,6 +70,13 @@ FLOORS = {  # the by-hand conversion each floor times (argv: SRC DST)
              "with ocp.StandardCheckpointer() as c:\n"
              "    c.save(__import__('os').path.abspath(sys.argv[2]), load_file(sys.argv[1]))\n"
              "    c.wait_until_finished()",
+    "orbax-read": "import os, sys\nimport jax\nimport numpy as np\n"
+                  "import orbax.checkpoint as ocp\nfrom safetensors.numpy import save_file\n"
+                  "with ocp.StandardCheckpointer() as c:\n"
+                  "    tree = c.restore(os.path.abspath(sys.argv[1]))\n"
+                  "flat = jax.tree_util.tree_flatten_with_path(tree)[0]\n"
+                  "save_file({jax.tree_util.keystr(p): np.asarray(a) for p, a in flat}, "
+                  "sys.argv[2])",
 }
 
 
@@ -146,14 +156,14 @@ class Run:
     floors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def convert(self, source: str, target: str, src: Path) -> Path:
-        fmt = FORMATS[target]
+        fmt, floor = FORMATS[target], FORMATS[source].read_floor or FORMATS[target].floor
         dst = self.work / f"{source}-to-{fmt.name}"
         argv = [sys.executable, "-m", "converters", "convert", str(src), str(dst), "--to",
                 fmt.to, "--config", self.config.to_json(), "--no-progress"]
         if fmt.sharded:
             argv += ["--shard-size", str(math.ceil(self.checkpoint_bytes / 3))]
         row = {"source": source, "target": target, **measure(argv),
-               "bytes_written": disk_bytes(dst), "floor": fmt.floor}
+               "bytes_written": disk_bytes(dst), "floor": floor}
         self.rows.append(row)
         return dst
 
@@ -204,6 +214,10 @@ def run_size(size: str, sources: list[str], targets: list[str], scratch: Path,
         for source in sources:
             if source == "safetensors" or source not in made:
                 continue
+            floor = FORMATS[source].read_floor
+            if floor is not None and floor not in run.floors:
+                run.floor(floor, made[source])
+                log(f"  floor {floor}: {run.floors[floor]}")
             for target in ["safetensors"] if back_only else targets:
                 if target != source:
                     remove(run.convert(source, target, made[source]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -10,11 +11,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Detection, numpy_state
+import canonical
+from converters.checkpoints.base import Checkpoint, Detection, Placement, numpy_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import Entry, ForeignTree, Probe, registered
+from converters.checkpoints.format import (
+    Entry,
+    ForeignTree,
+    Probe,
+    checkpoint_bytes,
+    registered,
+)
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, stored_tree
+from converters.checkpoints.formats.orbax_layers import (
+    LayerReader,
+    Plan,
+    canonical_arrays,
+    native_leaves,
+    plan,
+    save_streamed,
+)
 from converters.checkpoints.io import (
     DIR_METADATA,
     ProgressFn,
@@ -32,11 +48,14 @@ from converters.checkpoints.unwrap import unwrap_variables
 from converters.core import (
     KeyMismatchError,
     StateMismatchError,
+    canonical_spec,
     to_canonical,
 )
 from converters.optim import abstract_params, canonical_from_native
+from zoo import sharding
 from zoo.configs import Config
-from zoo.registry import skeleton
+from zoo.interface import interface
+from zoo.registry import skeleton, walk_facts
 
 MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")
 TRAINING_KEYS = ("opt_state", "step")
@@ -153,10 +172,24 @@ class Orbax(NativeFormat):
 
     def read(self, path: Path, det: Detection, given: Config | None,
              progress: ProgressFn | None) -> Checkpoint:
-        return self.read_weights(path, det, given, progress, None)
+        return self._read(path, det, given, progress, None, None)
 
     def read_weights(self, path: Path, det: Detection, given: Config | None,
                      progress: ProgressFn | None, weights: str | None) -> Checkpoint:
+        return self._read(path, det, given, progress, weights, None)
+
+    def read_placed(self, path: Path, det: Detection, given: Config | None,
+                    progress: ProgressFn | None, placement: Placement | None) -> Checkpoint:
+        return self._read(path, det, given, progress, None, placement)
+
+    def _read(self, path: Path, det: Detection, given: Config | None,
+              progress: ProgressFn | None, weights: str | None,
+              placement: Placement | None) -> Checkpoint:
+        """A model checkpoint is read a few layers at a time (`orbax_layers.LayerReader`):
+        lazily to the host, or with `placement` straight onto the mesh, each array restored
+        onto the sharding the strategy gives it in this library. A training checkpoint is
+        restored whole (its optimizer state is read through the native model); a foreign
+        training tree gives its live or EMA `weights`."""
         meta = det.meta
         config = resolve_config(path, meta, given)
         stored = stored_tree(path)
@@ -170,11 +203,21 @@ class Orbax(NativeFormat):
                 stored, _flat_abstract(self.target(config, "float32", meta, pure)[1])))
         skel, target = self.target(config, dtype, meta, pure)
         self._check(path, config, stored, _flat_abstract(target))
+        training = bool(meta and meta.get("kind") == "training")
+        if not training:
+            task = ProgressTask(progress, "reading", file_size(path))
+            where = None if placement is None else sharding.shardings(
+                skel, self.impl, placement.mesh, placement.strategy, config=config)
+            reader = LayerReader(path, self.plan(skel, config, pure), dtype, shardings=where,
+                                 advance=task.advance)
+            state = dict(canonical_arrays(reader, canonical_spec(config, dtype),
+                                          eager=where is not None))
+            restore_num_batches_tracked(state, meta)
+            return Checkpoint(config, state)
         size = file_size(path)
         task = ProgressTask(progress, "reading", size)
         restored = restore(path, target)
         task.advance(size)
-        training = bool(meta and meta.get("kind") == "training")
         model = self.model_from(skel, restored, training, pure)
         state = numpy_state(to_canonical(model, self.impl))
         restore_num_batches_tracked(state, meta)
@@ -219,7 +262,31 @@ class Orbax(NativeFormat):
             f"{path} does not fit {config.arch} {config.to_json()}: "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems[:50]) + hint)
 
+    def plan(self, skel: Any, config: Config, pure: bool = False) -> Plan:
+        """Where each native array of the skeleton `skel` of `config` sits in the stored model
+        tree (`skel` is left as it was)."""
+        return plan(interface(self.impl).clone(skel), self.impl, walk_facts(config, self.impl),
+                    lambda m: self.model_target(m, pure))
+
+    def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        """A model checkpoint streamed layer by layer (`orbax_layers`): each native array is
+        made by its layer's rule as orbax writes it. A training checkpoint builds the native
+        model (its optimizer state is laid out on it)."""
+        if ck.training:
+            self.write(ck, data)
+            advance(checkpoint_bytes(ck))
+            return
+        dtype = ck.validate()
+        skel = self.target(ck.config, dtype, None)[0]
+        p = self.plan(skel, ck.config)
+        model = canonical.walker(self.impl).write(skel, native_leaves(p, ck.state, advance),
+                                                  p.layers)
+        save_streamed(self.model_tree(model, False), data)
+        write_json(data / DIR_METADATA, self.metadata(ck))
+
     def write(self, ck: Checkpoint, data: Path) -> None:
+        if not ck.training:
+            return self.write_counted(ck, data, lambda n: None)
         model, opt = self.native(ck)
         tree = self.model_tree(model, ck.training)
         if ck.training:
