@@ -19,7 +19,7 @@ import converters
 import zoo
 from converters import FORMATS, Checkpoint, convert_file, read, write
 from converters.__main__ import main
-from converters.core import canonical_spec, from_canonical
+from converters.core import ConversionError, canonical_spec, from_canonical
 from zoo.registry import skeleton
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,11 +267,16 @@ def test_cli_bare_torch_file_needs_arch_and_config(cnn, tmp_path, capsys):
     assert main(["convert", str(tmp_path / "bare.pt"), str(dst), "--to", "eqx"]) == 1
     err = capsys.readouterr().err
     assert "--arch" in err and "'cnn'" in err and not dst.exists()
-    # --arch alone: the default config does not fit, every bad key is named
+    # --arch alone: the default config does not fit; the first bad keys are named, and how
+    # many more lines --debug shows (its error names every one)
     assert main(["convert", str(tmp_path / "bare.pt"), str(dst), "--to", "eqx",
                  "--arch", "cnn"]) == 1
     err = capsys.readouterr().err
-    assert "'fc1.weight': expected shape" in err and "'convs.0.weight'" in err
+    assert "'convs.0.weight': expected shape" in err and len(err.splitlines()) == 14
+    assert err.splitlines()[-1].endswith("more lines (--debug shows them all)")
+    with pytest.raises(ConversionError, match=r"(?s)'convs\.0\.weight'.*'fc1\.weight'"):
+        main(["convert", str(tmp_path / "bare.pt"), str(dst), "--to", "eqx", "--arch", "cnn",
+              "--debug"])
     assert not dst.exists()
     cfg_file = tmp_path / "cfg.json"
     cfg_file.write_text(cfg.to_json())

@@ -137,6 +137,7 @@ def test_the_examples_files_convert_by_one_command(tmp_path, capsys, how, to):
     assert max_difference(ref, forward(model, to, x)) <= RTOL
 
 
+@pytest.mark.full_only  # named models: a reference-model feature
 def test_named_config_and_the_hint_for_another_one(tmp_path, capsys):
     """The example's ResNet-18 at its own widths and class count: `--arch resnet18` and the
     padding are all it takes; `--arch resnet34` fails on the shapes and names resnet18."""
@@ -193,6 +194,7 @@ def test_undecided_pairs_are_named_never_guessed(tmp_path, capsys):
     assert max_difference(ref, forward(converters.load(dst, "torch"), "torch", x)) <= RTOL
 
 
+@pytest.mark.full_only  # named models: a reference-model feature
 def test_a_state_dict_of_another_named_model_gets_the_hint(tmp_path, capsys):
     model = zoo.create("resnet20-cifar", "torch", seed=0)
     src = tmp_path / "r20.pt"
