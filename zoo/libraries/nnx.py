@@ -54,10 +54,10 @@ class NNXLibrary(Library):
         `nnx.get_partition_spec(nnx.state(model))` reads (in place: `model` is the zoo's
         own sharded copy)."""
         for _, var in nnx.iter_graph(model):
-            sharding = getattr(var, "value", None) if isinstance(var, nnx.Variable) else None
-            spec = getattr(getattr(sharding, "sharding", None), "spec", None)
+            value = var.get_value() if isinstance(var, nnx.Variable) else None
+            spec = getattr(getattr(value, "sharding", None), "spec", None)
             if spec is not None:
-                var.set_metadata(out_sharding=(*spec, *(None,) * (var.value.ndim - len(spec))))
+                var.set_metadata(out_sharding=(*spec, *(None,) * (value.ndim - len(spec))))
         return model
 
 
