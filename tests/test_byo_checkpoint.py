@@ -16,9 +16,9 @@ from flax import nnx
 
 import converters
 import zoo
-from converters.__main__ import main
 from converters.matching import transfer
 from converters.matching.verify import forward, max_difference, tolerance
+from tests.converter_cli import cli
 from tests.foreign_models import NNXMNIST, EqxPair, LinenMNIST, LinenPair, torch_sequential_mlp
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -52,11 +52,6 @@ def has_row(out: str, source: str, target: str) -> bool:
     row = re.compile(rf"(^|[\s│]){re.escape(source)}[\s│]+{re.escape(target)}([\s│]|$)")
     return any(row.search(line) for line in out.splitlines())
 
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main([*map(str, args)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def eqx_pair() -> EqxPair:

@@ -17,19 +17,14 @@ from flax.training import checkpoints, train_state
 
 import converters
 import zoo
-from converters.__main__ import main
 from converters.checkpoints import detect
 from converters.matching.verify import forward, max_difference, tolerance
+from tests.converter_cli import cli
 from tests.foreign_models import LinenMNIST
 
 CONFIG = zoo.tiny_config("resnet")
 ARCH = ("--arch", "resnet", "--config", CONFIG.to_json())
 
-
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def sample(shape=CONFIG.input_shape) -> np.ndarray:

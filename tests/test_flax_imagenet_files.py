@@ -21,8 +21,8 @@ from flax.training import checkpoints
 
 import converters
 import zoo
-from converters.__main__ import main
 from converters.matching.verify import forward, max_difference
+from tests.converter_cli import cli
 from tests.flax_imagenet import (
     BottleneckResNetBlock,
     ResNet,
@@ -37,11 +37,6 @@ SMALL = {"padding": "same", "widths": [8, 16, 32, 64], "stem_width": 8,
          "input_size": [SIZE, SIZE], "num_classes": 10}
 RTOL = 1e-5  # max |a - b| / max |a| against the Flax model itself
 
-
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def has_row(out: str, source: str, target: str) -> bool:

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 import converters  # noqa: E402
 from converters import adapters  # noqa: E402
-from converters.__main__ import main  # noqa: E402
 from converters.matching.verify import forward, max_difference, random_input, tolerance  # noqa: E402
+from tests.converter_cli import cli  # noqa: E402
 
 SIZES = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 16, "image_size": 8, "patch_size": 4, "num_labels": 5}
@@ -48,11 +48,6 @@ def hf_forward(model, x: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return model(pixel_values=torch.from_numpy(x)).logits.double().numpy()
 
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main([*map(str, args)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_hub_folder_converts_without_arch_and_reproduces_transformers(tmp_path, capsys):

@@ -10,18 +10,13 @@ import numpy as np
 import pytest
 
 import converters
-from converters.__main__ import main
 from converters.checkpoints import detect
 from converters.matching.verify import forward, max_difference, tolerance
+from tests.converter_cli import cli
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
-
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,14 @@ import pytest
 
 import converters
 import zoo
-from converters.__main__ import main
 from converters.matching.verify import forward, max_difference, tolerance
+from tests.converter_cli import cli
 
 torch = pytest.importorskip("torch")
 
 CONFIG = zoo.tiny_config("resnet")
 ARCH = ("--arch", "resnet", "--config", CONFIG.to_json())
 
-
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def source_model(seed: int):
