@@ -165,6 +165,11 @@ def _adapt_target(args: argparse.Namespace, det: Detection) -> Config | None:
     return type(base)(**{**dataclasses.asdict(base), **over})
 
 
+def _show_progress(args: argparse.Namespace) -> bool:
+    """--progress / --no-progress, else a bar for sources of PROGRESS_BYTES and more."""
+    return args.progress if args.progress is not None else disk_size(args.src) >= PROGRESS_BYTES
+
+
 @contextlib.contextmanager
 def _progress_bar(console: Console, enabled: bool) -> Iterator[ProgressFn | None]:
     if not enabled:
@@ -173,16 +178,17 @@ def _progress_bar(console: Console, enabled: bool) -> Iterator[ProgressFn | None
     from rich.progress import (
         BarColumn,
         DownloadColumn,
-        Progress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+    from zoo.progress import progress
+
+    with progress(console, TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
+                  TimeRemainingColumn(), transient=False, in_bytes=True) as bar:
         tasks: dict[str, Any] = {}
 
         def update(description: str, completed: int, total: int | None) -> None:
@@ -218,9 +224,8 @@ def _convert_detected(args: argparse.Namespace, det: Detection, console: Console
     rules = bool(args.map or args.strip_prefix or args.add_prefix)
     if det.meta is None and (rules or args.show_mapping):
         return convert_foreign_cli(args, console)
-    show = args.progress if args.progress is not None else disk_size(args.src) >= PROGRESS_BYTES
     try:
-        with _progress_bar(console, show) as progress:
+        with _progress_bar(console, _show_progress(args)) as progress:
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
                               progress=progress, cast=args.cast,
@@ -246,9 +251,10 @@ def _convert_detected(args: argparse.Namespace, det: Detection, console: Console
 
 
 def _convert_adapted(args: argparse.Namespace, target: Config, console: Console) -> int:
-    ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
-                      progress=None, cast=args.cast, adapt=True, seed=args.seed,
-                      shard_size=args.shard_size, weights=args.weights)
+    with _progress_bar(console, _show_progress(args)) as progress:
+        ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
+                          progress=progress, cast=args.cast, adapt=True, seed=args.seed,
+                          shard_size=args.shard_size, weights=args.weights)
     for note in ck.notes:
         console.print(f"  adapted: {note}", markup=False)
     if not ck.notes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
@@ -39,6 +38,7 @@ from zoo.interface import interface
 from zoo.layers.conv_transpose import CHOICES, choose_method
 from zoo.layers.conv_transpose_spec import conv_transposes_of
 from zoo.libraries import JAX_IMPLS, library
+from zoo.progress import progress as progress_display
 
 ALL_METHODS: tuple[str, ...] = CHOICES
 # On a mesh, FLOPs are compared before partitioning (the compiled count is one device's share).
@@ -291,6 +291,7 @@ def _mesh_record(cfg: BenchConfig, mesh: Mesh) -> dict[str, Any]:
 
 
 def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> dict[str, Any]:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     clock = time.perf_counter
@@ -327,23 +328,24 @@ def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> d
             rooflines[mode] = {**roof.to_dict(), "time_s": roof.time_s(
                 peak.flops_per_s(policy.compute_format(cfg.dtype, cfg.precision)) if peak else None,
                 peak.gbps * 1e9 if peak else None)}
-    fairness = check_fairness(
-        {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
-        flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
-        flops_floor=_flops_floors(config, cfg, rooflines),
-        flops_sources=GLOBAL_FLOPS if mesh is not None else flops_mod.SOURCES)
-    phases["fairness"] = clock()
-
-    twin = _twin_flops(subjects, order, cfg, config, task)
-
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    bar = (progress_display(console or Console(), *columns) if progress
+           else Progress(disable=True))
     # Per mode: compile and warm up every (subject, call style), then time them in interleaved
     # rounds, so that drifts of the machine (other processes, clocks) hit all styles alike.
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    bar = Progress(*columns, console=console, transient=True, disable=not progress)
-    with bar if progress else contextlib.nullcontext():
+    with bar:
+        check = bar.add_task("checking outputs and FLOP counts", total=None)
+        fairness = check_fairness(
+            {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
+            flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
+            flops_floor=_flops_floors(config, cfg, rooflines),
+            flops_sources=GLOBAL_FLOPS if mesh is not None else flops_mod.SOURCES)
+        bar.remove_task(check)
+        phases["fairness"] = clock()
+        twin = _twin_flops(subjects, order, cfg, config, task)
         for mode in cfg.modes:
             runs = [(name, call) for name in order for call in cfg.calls[subjects[name].impl]]
             prepared, infos, samples, torch_peaks = {}, {}, {}, {}
