@@ -63,6 +63,7 @@ from converters.matching.cli import (
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
 from zoo.configs import Config, ConfigError, config_from_dict
+from zoo.progress import progress as progress_display
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
 
@@ -184,11 +185,10 @@ def _progress_bar(console: Console, enabled: bool) -> Iterator[ProgressFn | None
         TransferSpeedColumn,
     )
 
-    from zoo.progress import progress
-
-    with progress(console, TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), transient=False, in_bytes=True) as bar:
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn())
+    with progress_display(console, *columns, transient=False, in_bytes=True) as bar:
         tasks: dict[str, Any] = {}
 
         def update(description: str, completed: int, total: int | None) -> None:

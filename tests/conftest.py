@@ -34,7 +34,10 @@ jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPT
 # The quick subset (`pytest --quick`, README): one architecture per kind of layer through the
 # library-wide tests, every converter path and the command lines' refusals; the whole suite is
 # what CI runs.
-QUICK_ARCHS = frozenset({"mlp", "cnn", "vit"})  # dense layers, convolutions + BN, attention
+# Both have dense layers (the CNN's head, the ViT's MLP blocks): the MLP adds no kind of its own.
+QUICK_ARCHS = frozenset({"cnn", "vit"})  # convolutions + BatchNorm + dense, attention + dense
+# Property tests (hypothesis) draw this share of their examples in the quick subset.
+QUICK_EXAMPLES_SHARE = 0.25
 # A test marked `whole_model` runs a whole model through every format, optimizer or library: the
 # path is the same for every architecture, so the subset runs it for this one only.
 QUICK_WHOLE_MODEL_ARCH = "cnn"
@@ -54,6 +57,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--quick", action="store_true",
                      help="the quick subset: the architectures " + ", ".join(sorted(QUICK_ARCHS))
                           + " (one per kind of layer), every converter path, the refusals")
+
+
+_QUICK = {"on": False}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _QUICK["on"] = bool(config.getoption("--quick"))
+
+
+def examples(n: int) -> int:
+    """How many hypothesis examples a property draws: `n` in the full suite, a share (at least
+    2) in the quick subset. Read when a test module is imported, i.e. after the options."""
+    return max(2, round(n * QUICK_EXAMPLES_SHARE)) if _QUICK["on"] else n
 
 
 def _architecture_of(value: object) -> str | None:

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from canonical import KINDS, Layer
 from canonical.walkers import get
+from tests.conftest import examples
 from zoo.layers.attention import dot_product_attention
 from zoo.testing import tolerance
 
 torch = pytest.importorskip("torch")
 TOL = tolerance("float32")
-SETTINGS = settings(max_examples=8, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=examples(8), deadline=None, derandomize=True)
 KIND = KINDS["attention"]
 
 
@@ -113,7 +114,7 @@ def _nnx(c, native, x, cot):
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-@settings(SETTINGS, max_examples=3)  # each example compiles 3 forward+backward programs
+@settings(SETTINGS, max_examples=examples(3))  # each example compiles 3 forward+backward programs
 @given(attention_cases())
 def test_attention_rule_matches_torch_forward_and_gradients(bias, c):
     c = {**c, "bias": bias}

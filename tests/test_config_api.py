@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zoo
+from tests.conftest import examples
 from zoo.configs import Config, ConfigError, config_from_dict, tuples
 
 _PAIRS = zoo.list_implementations()
@@ -129,7 +130,7 @@ _FIELDS = [(cls, f.name, typing.get_type_hints(cls)[f.name])
 
 @pytest.mark.parametrize(("cls", "name", "hint"), _FIELDS,
                          ids=[f"{c.arch}.{n}" for c, n, _ in _FIELDS])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_every_config_field_survives_json(cls: type[Config], name: str, hint: Any, data: Any):
     """Any value of any registered config field's type comes back from JSON equal, with the

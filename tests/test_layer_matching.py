@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import zoo
 from converters.matching import MatchError, TargetLayer, from_flat, match
+from tests.conftest import examples
 from zoo.registry import schema
 
 
@@ -36,7 +37,7 @@ NAMES = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).map(lambd
 DISTINCT = [zoo.tiny_config(a) for a in zoo.ARCHS]
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(25), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(arch=st.sampled_from(range(len(DISTINCT))), data=st.data())
 def test_random_renamings_with_distinct_shapes_match_back(arch, data):
@@ -57,7 +58,7 @@ def test_random_renamings_with_distinct_shapes_match_back(arch, data):
 SQUARE = zoo.make_config("mlp", in_features=8, hidden=(8, 8), out_features=3)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(25), deadline=None, derandomize=True, database=None)
 @given(names=st.lists(NAMES | st.integers(0, 99).map(lambda i: f"w{i}"), min_size=3,
                       max_size=3, unique=True), order=st.permutations(range(3)))
 def test_same_shaped_layers_are_refused_or_flagged(names, order):

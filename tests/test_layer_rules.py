@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from canonical import KINDS, Layer
 from canonical.torch_arrays import torch_to_numpy
+from tests.conftest import examples
 from tests.test_conv_transpose_methods import xla_operand_swap_hazard
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
@@ -31,7 +32,7 @@ from zoo.testing import tolerance
 
 torch = pytest.importorskip("torch")
 TOL = tolerance("float32")
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=examples(20), deadline=None, derandomize=True)
 
 
 def to_native(family, canon, layer):
@@ -105,7 +106,7 @@ def _linen_apply(module, native, x):
     return np.moveaxis(np.asarray(module.apply({"params": native}, _channels_last(x))), -1, 1)
 
 
-@settings(SETTINGS, max_examples=12)
+@settings(SETTINGS, max_examples=examples(12))
 @given(conv_cases(transpose=False))
 def test_conv_rule_matches_torch(c):
     _check_conv_rule(c)
@@ -140,7 +141,7 @@ def _check_conv_rule(c):
             assert np.array_equal(back[k], canon[k])
 
 
-@settings(SETTINGS, max_examples=10)
+@settings(SETTINGS, max_examples=examples(10))
 @given(conv_cases(transpose=True))
 def test_conv_transpose_rule_matches_torch(c):
     x, y, canon, spec = _reference(c, transpose=True)

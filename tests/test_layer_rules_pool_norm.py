@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from canonical import KINDS, Layer
 from canonical.torch_arrays import torch_to_numpy
+from tests.conftest import examples
 from zoo.testing import tolerance
 
 torch = pytest.importorskip("torch")
 TOL = tolerance("float32")
-SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=examples(10), deadline=None, derandomize=True)
 EPS = 1e-5  # PyTorch's GroupNorm default; the zoo passes it to every library (Flax's is 1e-6)
 
 
@@ -141,7 +142,7 @@ def concat_cases(draw):
                 out=draw(st.integers(1, 3)), k=draw(st.sampled_from([1, 3])))
 
 
-@settings(SETTINGS, max_examples=6)
+@settings(SETTINGS, max_examples=examples(6))
 @given(concat_cases())
 def test_concatenation_feeding_a_conv_keeps_the_channel_order(c):
     """torch.cat([skip, up], 1) -> conv equals each library's concatenation in the same order on
