@@ -136,3 +136,20 @@ def test_plot_flag_writes_one_png_per_run(tmp_path):
     path = tmp_path / "sub" / "run.png"
     report.plot_record(record, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_presets_fit_80_columns_with_every_name_whole(capsys, monkeypatch):
+    """`presets`: a name cut to '…' cannot be typed back; every name shows whole at 80 columns,
+    with its non-default dtype and modes."""
+    from zoo.bench.presets import PRESETS
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["presets"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80 and "…" not in out
+    names = {cell.strip() for line in lines if line.count("│") == 5
+             for cell in line.split("│")[2:3]}
+    assert {p.name for p in PRESETS} <= names
+    wgrad = next(p for p in PRESETS if p.dtype != "float32")
+    assert "bfloat16" in out and f"{' + '.join(wgrad.modes)} only" in " ".join(out.split())

@@ -63,12 +63,20 @@ def bench_main(argv: list[str]) -> int:
 
 def presets_main(argv: list[str]) -> int:
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="presets (python -m zoo.bench ARCH --preset NAME)", title_justify="left")
-    for col in ("arch", "name", "batch", "dtype", "modes", "shape"):
-        table.add_column(col)
+    table = Table(title="presets: python -m zoo.bench ARCH --preset NAME", title_justify="left",
+                  expand=True)
+    table.add_column("arch", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("batch", justify="right", no_wrap=True)
+    table.add_column("description (float32, forward + train unless said)", ratio=1)
     for p in PRESETS:
-        table.add_row(p.arch, p.name, str(p.batch), p.dtype, ",".join(p.modes), p.doc)
+        notes = [n for n in (p.dtype if p.dtype != "float32" else "",
+                             " + ".join(p.modes) + " only" if set(p.modes) != {"forward", "train"}
+                             else "") if n]
+        table.add_row(p.arch, p.name, str(p.batch),
+                      Text(p.doc + (f"; {', '.join(notes)}" if notes else "")))
     make_console().print(table)
     return 0
 
