@@ -92,7 +92,8 @@ def _parser() -> ArgumentParser:
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
     c.add_argument("src", help="source checkpoint: a file or an orbax directory")
     c.add_argument("dst", help="destination (written atomically; refused if it exists)")
-    c.add_argument("--to", required=True, choices=format_names(), help="target format")
+    c.add_argument("--to", required=True, choices=format_names(), metavar="FORMAT",
+                   help="target format: " + ", ".join(format_names()))
     c.add_argument("--force", action="store_true", help="replace DST if it exists")
     c.add_argument("--cast", metavar="DTYPE", choices=("float32", "float16", "bfloat16",
                                                        "float64"),

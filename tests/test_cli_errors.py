@@ -31,3 +31,27 @@ def test_benchmark_argument_errors_are_one_line(capsys):
             bench_cli.main(argv)
         assert e.value.code == 2
         one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv", [
+    ("converters", []), ("converters", ["convert"]), ("converters", ["inspect"]),
+    ("bench", []), ("bench", ["dispatch"]), ("bench", ["report"]), ("bench", ["matrix"]),
+    ("bench", ["breakdown"]), ("bench", ["convert"])], ids=lambda a: " ".join(a[1]) or a[0])
+def test_every_help_fits_80_columns(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    program, args = argv
+    entry = main if program == "converters" else bench_cli.main
+    with pytest.raises(SystemExit) as e:
+        entry([*args, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "usage:" in out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+
+
+def test_xla_flag_presets_fit_80_columns(capsys):
+    from zoo.bench.xla_flags import PRESETS
+
+    assert bench_cli.main(["xla-flags"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert all(f"  {name}\n" in out for name in PRESETS) and "accepted" in out

@@ -19,18 +19,20 @@ from zoo.libraries import library
 from zoo.sharding import STRATEGIES
 
 USAGE_EPILOG = """\
-other commands:
-  python -m zoo.bench dispatch [--impl ...] [--json PATH] [--record]   per-call overhead suite
-  python -m zoo.bench report [--results DIR]     render bench/README.md and bench/plots/
-  python -m zoo.bench matrix --out DIR [--quick]  every architecture, library, mode, dtype, style
-  python -m zoo.bench presets                    list the named shapes
-  python -m zoo.bench xla-flags                  XLA:CPU flag presets, probed on this XLA
-  python -m zoo.bench breakdown ARCH --preset P   step time per op category
+other commands (python -m zoo.bench COMMAND --help):
+  dispatch [--impl ...] [--json PATH]  per-call overhead suite
+  report [--results DIR]               render bench/README.md and bench/plots/
+  matrix --out DIR [--quick]           every architecture, library, mode, dtype
+  presets                              list the named shapes
+  xla-flags                            XLA:CPU flag presets, probed on this XLA
+  breakdown ARCH --preset P            step time per op category
+  convert                              checkpoint conversion, every format pair
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
   nnx: nnx_jit, jit_tree, flaxlib, cached_partial, jit_partial, split, fast;
   torch: eager, compile; fused (every JAX library, with --steps-per-call K).
-  "default" = each library's fastest (fast, torch eager); "all" = every style installed.
+  "default" = each library's fastest (fast, torch eager);
+  "all" = every style installed.
 exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
 """
 
@@ -92,8 +94,9 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
 
 def bench_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="python -m zoo.bench", description="Fair benchmarks of the zoo's models in "
-        "Equinox, Flax Linen, Flax NNX and PyTorch (same weights, checked before timing).",
+        prog="python -m zoo.bench",
+        description="Fair benchmarks of the zoo's models in Equinox, Flax Linen, Flax NNX\n"
+                    "and PyTorch (same weights, checked before timing).",
         epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("arch", nargs="?", choices=ARCHS,
                    help="architecture or bench-only subject (python -m zoo.bench presets); "

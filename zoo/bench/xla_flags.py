@@ -95,7 +95,9 @@ def xla_flags_main(argv: list[str]) -> int:
 
     print(f"jax {jax.__version__}: XLA:CPU flag presets (--xla-cpu-flags NAME)")
     for name, flags in PRESETS.items():
-        status = ", ".join(f"{f}: {'accepted' if msg is None else 'REJECTED ' + msg}"
-                           for f, msg in accepted(flags).items()) or "XLA defaults"
-        print(f"  {name:20s} {flags or '-'}\n  {'':20s} {status}")
+        print(f"  {name}")
+        for flag, msg in accepted(flags).items():
+            print(f"    {flag}: {'accepted' if msg is None else 'REJECTED ' + msg}")
+        if not flags:
+            print("    (XLA's defaults)")
     return 0
