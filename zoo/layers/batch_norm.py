@@ -72,14 +72,20 @@ class BatchNorm(eqx.Module):
             raise ValueError(
                 f"BatchNorm expects {self.weight.shape[0]} channels on axis 0, got shape {x.shape}"
             )
-        spatial = tuple(range(1, x.ndim))
+        # Computed channels-last, `(*spatial, C)`: under `vmap` XLA then sees `(N, *spatial, C)`,
+        # the layout of its convolutions, and the transposes around conv -> BN -> conv cancel.
+        # Channels-first, XLA:CPU re-reads a convolution's output transposed in each fusion of
+        # the BN (forward and backward; docs/benchmarks.md, "Equinox's layout transposes").
+        xl = jnp.moveaxis(x, 0, -1)
+        spatial = tuple(range(x.ndim - 1))
+        shape = (*(1,) * len(spatial), -1)
         if self.inference:
             mean, var = state.get(self.state_index)
         else:
             # Statistics in float32 (as Flax does), two-pass variance (no E[x^2] - E[x]^2).
-            x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+            x32 = xl.astype(jnp.promote_types(x.dtype, jnp.float32))
             mean = jax.lax.pmean(jnp.mean(x32, spatial), self.axis_name)
-            centred = x32 - mean.reshape(-1, *(1,) * len(spatial))
+            centred = x32 - mean.reshape(shape)
             var = jax.lax.pmean(jnp.mean(jnp.square(centred), spatial), self.axis_name)
             old_mean, old_var = state.get(self.state_index)
             m = self.momentum
@@ -92,10 +98,10 @@ class BatchNorm(eqx.Module):
             )
         # Normalise as Flax does: in the promoted dtype of the input and the statistics (float32
         # batch statistics in training; the stored ones, e.g. bfloat16, at inference).
-        shape = (-1, *(1,) * len(spatial))
         mul = jax.lax.rsqrt(var + self.eps) * self.weight
-        y = (x - mean.reshape(shape)) * mul.reshape(shape) + self.bias.reshape(shape)
-        return y.astype(jnp.result_type(x.dtype, self.weight.dtype, self.bias.dtype)), state
+        y = (xl - mean.reshape(shape)) * mul.reshape(shape) + self.bias.reshape(shape)
+        y = y.astype(jnp.result_type(x.dtype, self.weight.dtype, self.bias.dtype))
+        return jnp.moveaxis(y, -1, 0), state
 
 
 canonical.register_class("batch_norm", "eqx", BatchNorm)

@@ -1,4 +1,5 @@
-"""Equinox layers of the zoo: a Flax-semantics BatchNorm and a conv-transpose with methods."""
+"""Equinox layers of the zoo: a Flax-semantics BatchNorm, a conv-transpose with methods, and a
+Linear (and the MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jaxtyping import Array, PRNGKeyArray
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
 
-__all__ = ["BatchNorm", "ConvTranspose"]
+__all__ = ["BatchNorm", "ConvTranspose", "Linear", "MultiheadAttention"]
 
 
 class ConvTranspose(eqx.nn.ConvTranspose):
@@ -54,6 +55,42 @@ class ConvTranspose(eqx.nn.ConvTranspose):
         if self.use_bias:
             y = y + jnp.asarray(self.bias)
         return y
+
+
+class Linear(eqx.nn.Linear):
+    """`eqx.nn.Linear` computing `x @ weight.T + bias` instead of `weight @ x + bias`.
+
+    The same function, fields and parameter layout (converters and checkpoints treat both
+    alike). Under `vmap` (tokens, batch) `weight @ x` puts the batch dimensions after the
+    features, `(out, tokens, batch)`, and XLA:CPU transposes every such output and its
+    cotangent back to the row-major layout of the ops around it; `x @ weight.T` keeps them
+    leading, as a batched Flax Dense (docs/benchmarks.md, "Equinox's layout transposes").
+    """
+
+    @classmethod
+    def of(cls, linear: eqx.nn.Linear) -> Linear:
+        """This layer with the arrays and fields of `linear` (nothing copied)."""
+        new = object.__new__(cls)
+        for field in dataclasses.fields(linear):
+            object.__setattr__(new, field.name, getattr(linear, field.name))
+        return new
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """Apply to one input of shape `(in_features,)` (or `()` for "scalar")."""
+        if "scalar" in (self.in_features, self.out_features):
+            return super().__call__(x, key=key)
+        y = x @ self.weight.T
+        return y if self.bias is None else y + self.bias
+
+
+class MultiheadAttention(eqx.nn.MultiheadAttention):
+    """`eqx.nn.MultiheadAttention` whose four projections are the zoo's `Linear` (same
+    arguments, fields and parameters; see `Linear` for why)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("query_proj", "key_proj", "value_proj", "output_proj"):
+            setattr(self, name, Linear.of(getattr(self, name)))
 
 
 def with_new_head(model: Any, name: str, in_features: int, num_classes: int, *,

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import with_new_head
+from zoo.layers.eqx import Linear, MultiheadAttention, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
@@ -34,8 +34,8 @@ class PatchEmbed(eqx.Module):
 
 
 class Mlp(eqx.Module):
-    fc1: eqx.nn.Linear
-    fc2: eqx.nn.Linear
+    fc1: Linear
+    fc2: Linear
 
     def __call__(self, x: Array) -> Array:  # one token
         return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
@@ -52,7 +52,7 @@ class LayerScale(eqx.Module):
 
 class Block(eqx.Module):
     norm1: eqx.nn.LayerNorm
-    attn: eqx.nn.MultiheadAttention
+    attn: MultiheadAttention
     ls1: LayerScale | None
     norm2: eqx.nn.LayerNorm
     mlp: Mlp
@@ -62,12 +62,12 @@ class Block(eqx.Module):
         k1, k2, k3 = jax.random.split(key, 3)
         e, qkv_bias = config.width, config.qkv_bias
         self.norm1 = _layer_norm(config, dtype)
-        self.attn = eqx.nn.MultiheadAttention(
+        self.attn = MultiheadAttention(
             config.num_heads, e, use_query_bias=qkv_bias, use_key_bias=qkv_bias,
             use_value_bias=qkv_bias, use_output_bias=True, dtype=dtype, key=k1)
         self.norm2 = _layer_norm(config, dtype)
-        self.mlp = Mlp(eqx.nn.Linear(e, config.mlp_hidden, key=k2, dtype=dtype),
-                       eqx.nn.Linear(config.mlp_hidden, e, key=k3, dtype=dtype))
+        self.mlp = Mlp(Linear(e, config.mlp_hidden, key=k2, dtype=dtype),
+                       Linear(config.mlp_hidden, e, key=k3, dtype=dtype))
         self.ls1, self.ls2 = (
             [LayerScale(jnp.full((e,), config.init_values, dtype)) for _ in range(2)]
             if config.init_values is not None else (None, None))

@@ -1,0 +1,47 @@
+"""The zoo's Equinox Linear and MultiheadAttention compute what Equinox's do, with the same
+fields (so converters see the same layer kinds)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+import canonical
+from zoo.layers.eqx import Linear, MultiheadAttention
+
+KEY = jax.random.key(0)
+
+
+@pytest.mark.parametrize(("n_in", "n_out", "bias"),
+                         [(5, 3, True), (5, 3, False), ("scalar", 4, True), (4, "scalar", True)])
+def test_linear_equals_equinox_under_nested_vmap(n_in, n_out, bias):
+    ref = eqx.nn.Linear(n_in, n_out, use_bias=bias, key=KEY)
+    zoo_linear = Linear.of(ref)
+    shape = (2, 3) if n_in == "scalar" else (2, 3, n_in)
+    x = jax.random.normal(jax.random.key(1), shape)
+    want = jax.vmap(jax.vmap(ref))(x)
+    got = jax.vmap(jax.vmap(zoo_linear))(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    built = Linear(n_in, n_out, use_bias=bias, key=KEY)
+    assert isinstance(built, eqx.nn.Linear)
+    for a, b in zip(jax.tree.leaves(built), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_array_equal(a, b)  # same initialisation, same layout
+
+
+def test_multihead_attention_equals_equinox_and_keeps_its_kind():
+    args = dict(num_heads=2, query_size=8, use_query_bias=True, use_key_bias=True,
+                use_value_bias=True, use_output_bias=True, key=KEY)
+    ref, attn = eqx.nn.MultiheadAttention(**args), MultiheadAttention(**args)
+    for name in ("query_proj", "key_proj", "value_proj", "output_proj"):
+        assert type(getattr(attn, name)) is Linear
+    for a, b in zip(jax.tree.leaves(attn), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_array_equal(a, b)
+    x = jax.random.normal(jax.random.key(2), (3, 5, 8))
+    np.testing.assert_allclose(jax.vmap(lambda t: attn(t, t, t))(x),
+                               jax.vmap(lambda t: ref(t, t, t))(x), rtol=1e-5, atol=1e-6)
+    assert canonical.kind_of(attn, "eqx") is canonical.kind_of(ref, "eqx") is not None
+    assert canonical.kind_of(attn.query_proj, "eqx") is canonical.kind_of(
+        ref.query_proj, "eqx") is not None
