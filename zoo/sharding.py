@@ -18,7 +18,10 @@ The arrays are placed with `jax.device_put` onto `NamedSharding`s through the ca
 (one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Each
 array carries its sharding (`jax.tree.map(lambda a: a.sharding, params)` in every library);
 an NNX model also records it as each Variable's `out_sharding` metadata, so that
-`nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Reductions
+`nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Linen's idiom,
+logical names and rules, is `logically_named` (`nn.LogicallyPartitioned` boxes) with
+`logical_rules(strategy)` for `nn.logical_to_mesh_sharding`; Equinox's, `eqx.filter_shard`, is
+how its `Library.constrain` splits a `zoo.fast` step's batch. Reductions
 over the batch, BatchNorm's statistics included, are global: a BatchNorm layer normalises with
 the statistics of the whole global batch, as on one device, in every library.
 """
