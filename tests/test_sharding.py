@@ -169,14 +169,14 @@ def test_logically_named_linen_variables_apply_as_the_plain_ones():
 def test_a_mesh_step_splits_the_batch_with_its_library_constraint(impl, monkeypatch):
     """`train_step(..., mesh=)` constrains `x` and `target` with `Library.constrain` (its
     library's idiom), to the batch's split over "data"."""
-    lib = zoo.libraries.library(impl)
-    seen = []
+    cls = type(zoo.libraries.library(impl))
+    real, seen = cls.constrain, []
 
-    def spy(tree, where):
+    def spy(self, tree, where):
         seen.append((jax.tree.map(lambda a: a.shape, tree), where))
-        return type(lib).constrain(lib, tree, where)
+        return real(self, tree, where)
 
-    monkeypatch.setattr(lib, "constrain", spy)
+    monkeypatch.setattr(cls, "constrain", spy)
     cfg = zoo.tiny_config("mlp")
     mesh = jax.make_mesh((1,), (sharding.DATA,))
     api = zoo.interface(impl)
