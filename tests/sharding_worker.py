@@ -1,11 +1,14 @@
 """One process on 8 CPU devices: a training step of every architecture (tiny config) on one
-device (in the first JAX library) and on meshes under each strategy in every JAX library; prints
-a JSON report that tests/test_sharding.py checks (the libraries' one-device steps are equal to
-each other by tests/test_fast.py). Run as `python -m tests.sharding_worker` (it sets the device
-count before JAX starts, so it cannot run inside the test process)."""
+device (in the first JAX library) and, in every JAX library, on 8 devices under dp and fsdp
+(and tp on 4x2 where there are attention heads); prints a JSON report that
+tests/test_sharding.py checks: each sharded step against the one-device step, and the libraries
+against each other under each strategy. Run as `python -m tests.sharding_worker` (it sets the
+device count before JAX starts, so it cannot run inside the test process)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import sys
@@ -26,7 +29,7 @@ from zoo.registry import walk_facts
 from zoo.training import LOSSES, targets
 
 BATCH = 16
-MESHES = {"fsdp": (8,), "tp": (4, 2)}
+MESHES = {"dp": (8,), "fsdp": (8,), "tp": (4, 2)}
 AXES = {1: (sharding.DATA,), 2: (sharding.DATA, sharding.MODEL)}
 # Every dimension divisible by 8: fsdp must then divide the bytes per device by 8.
 DIVISIBLE_MLP = {"in_features": 64, "hidden": (128, 128), "out_features": 16}
@@ -51,12 +54,11 @@ def _step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None, strategy: 
 
 
 def _strategies(cfg: zoo.Config, impl: str) -> list[str]:
-    """fsdp (the batch and the parameters sharded); tp where the model has attention heads to
-    split. dp is fsdp's program with parameters replicated: its bytes are checked here, its
-    numbers by tests/test_multiprocess.py."""
+    """dp (the batch sharded), fsdp (the parameters too); tp where the model has attention
+    heads to split."""
     axes = {a for arrays in sharding.logical_axes(zoo.create(cfg, impl), impl, cfg).values()
             for names in arrays.values() for a in names}
-    return ["fsdp", *(["tp"] if "heads" in axes else [])]
+    return ["dp", "fsdp", *(["tp"] if "heads" in axes else [])]
 
 
 def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -64,22 +66,34 @@ def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return max(float(np.max(np.abs(a[k] - b[k]) / (1 + np.abs(b[k])), initial=0.0)) for k in b)
 
 
+def _agreement(arch: str, name: str, by_impl: dict[str, tuple]) -> dict:
+    """The largest loss and canonical-state differences between any two libraries' steps
+    under strategy `name`."""
+    pairs = list(itertools.combinations(by_impl.values(), 2))
+    return {"arch": arch, "strategy": name, "impls": list(by_impl),
+            "loss_diff": max((abs(a[0] - b[0]) for a, b in pairs), default=0.0),
+            "state_diff": max((_diff(a[1], b[1]) for a, b in pairs), default=0.0)}
+
+
 def main() -> None:
     precision.set_global(precision.EXACT)
     jax.config.update("jax_disable_most_optimizations", True)
-    report = []
+    report, agreement = [], []
     for arch in zoo.ARCHS:
         cfg = zoo.tiny_config(arch)
         impls = [i for i in zoo.JAX_IMPLS if zoo.architecture(arch).has(i)]
         loss1, state1, bytes1 = _step(cfg, impls[0], None, "dp")  # one device, one library
+        runs: dict[str, dict[str, tuple]] = {}
         for impl in impls:
             for name in _strategies(cfg, impl):
                 shape = MESHES[name]
                 loss, state, nbytes = _step(cfg, impl, jax.make_mesh(shape, AXES[len(shape)]),
                                             name)
+                runs.setdefault(name, {})[impl] = loss, state
                 report.append({"arch": arch, "impl": impl, "strategy": name, "mesh": list(shape),
                                "loss_diff": abs(loss - loss1), "state_diff": _diff(state, state1),
                                "bytes_one_device": bytes1, "bytes_per_device": nbytes})
+        agreement += [_agreement(arch, name, by_impl) for name, by_impl in runs.items()]
     mesh = jax.make_mesh((8,), (sharding.DATA,))
     divisible = zoo.make_config("mlp", **DIVISIBLE_MLP)
     memory = {}
@@ -87,8 +101,20 @@ def main() -> None:
         for name, on in (("one", None), ("dp", mesh), ("fsdp", mesh)):
             step = _train_step(divisible, impl, on, name if on else "dp")
             memory[f"{impl}/{name}"] = sharding.bytes_per_device((step.params, step.opt_state))
-    json.dump({"devices": jax.device_count(), "steps": report, "memory": memory,
+    json.dump({"devices": jax.device_count(), "steps": report, "libraries": agreement,
+               "memory": memory, "constrained": _constrained(mesh),
                "nnx_partition_specs": _nnx_partition_specs(divisible, mesh)}, sys.stdout)
+
+
+def _constrained(mesh: jax.sharding.Mesh) -> dict[str, str]:
+    """Per JAX library: the partition of a replicated batch after its `Library.constrain` to
+    the batch's split, inside `jax.jit` (what a mesh step does to `x` and `target`)."""
+    mesh = sharding.auto(mesh)
+    x = jax.device_put(np.ones((BATCH, 3), np.float32), sharding.replicated(mesh))
+    where = sharding.batch_sharding(mesh)
+    libs = {impl: zoo.libraries.library(impl) for impl in zoo.JAX_IMPLS}
+    return {impl: str(jax.jit(functools.partial(lib.constrain, where=where))({"x": x})[
+        "x"].sharding.spec) for impl, lib in libs.items()}
 
 
 def _nnx_partition_specs(cfg: zoo.Config, mesh: jax.sharding.Mesh) -> dict[str, list]:

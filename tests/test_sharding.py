@@ -1,5 +1,7 @@
-"""Sharding (zoo.sharding): logical axes per layer kind, the strategies, and a training step on
-8 CPU devices equal to one device in every library (tests/sharding_worker.py, a subprocess)."""
+"""Sharding (zoo.sharding): logical axes per layer kind, the strategies, Linen's logical
+partitioning and Equinox's `filter_shard` on the zoo's names, and a training step on 8 CPU
+devices under dp, fsdp and tp equal to one device and across the libraries
+(tests/sharding_worker.py, a subprocess)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -100,6 +103,106 @@ def test_one_device_mesh_computes_what_no_mesh_computes(impl):
     np.testing.assert_allclose(losses[1], losses[0], **precision.allclose("float32"))
 
 
+@pytest.mark.parametrize("arch", ["vit", "cnn"])
+@pytest.mark.parametrize("name", ["dp", "tp"])
+def test_linen_logical_partitioning_gives_the_shardings_the_zoo_places(arch, name):
+    """Linen's own idiom on the zoo's names: the variables boxed as `nn.LogicallyPartitioned`,
+    `nn.get_partition_spec` and `nn.logical_to_mesh_sharding` with the strategy's rules give
+    every array the sharding `zoo.sharding.shardings` gives it, and the batch its split (an
+    even class count: Flax's rules do not look at sizes, see the next test)."""
+    from flax import linen as nn
+
+    cfg = zoo.make_config(arch, **{**zoo.tiny_config(arch).TINY, "num_classes": 6})
+    model = zoo.create(cfg, "linen")
+    module, boxed = sharding.logically_named(model, "linen", config=cfg)
+    rules = sharding.logical_rules(name)
+    theirs = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), MESH, rules)
+    found = canonical.layers(model, "linen", **walk_facts(cfg, "linen"))
+    theirs = canonical.walker("linen").read((module, theirs), found)
+    ours = sharding.shardings(model, "linen", MESH, name, config=cfg)
+    assert theirs.keys() == ours.keys()
+    split = 0
+    for layer, arrays in ours.items():
+        assert theirs[layer].keys() == arrays.keys(), layer
+        for n, where in arrays.items():
+            assert theirs[layer][n].spec == where.spec, (layer, n)
+            split += sharding.MODEL in where.spec
+    assert split > 0 if name == "tp" else split == 0
+    batch = nn.logical_to_mesh_sharding(PartitionSpec(sharding.BATCH), MESH, rules)
+    assert batch.spec == sharding.batch_sharding(MESH).spec
+
+
+def test_flax_rules_and_the_zoo_differ_where_a_dimension_does_not_divide():
+    """5 classes over a model axis of 2: the zoo replicates, Flax's rule would split."""
+    from flax import linen as nn
+
+    tp = sharding.strategy("tp")
+    assert tp.spec(("embed", "mlp"), (8, 5), MESH) == PartitionSpec(None, None)
+    assert nn.logical_to_mesh_axes(("embed", "mlp"), tp.logical_rules()) == PartitionSpec(
+        None, sharding.MODEL)
+
+
+def test_logically_named_linen_variables_apply_as_the_plain_ones():
+    """`module.apply` unboxes the boxes (BatchNorm statistics included); `nn.unbox` gives the
+    variables back; the caller's model is not changed. fsdp has no rule table, and a library
+    without a box says so, each in one line."""
+    from flax import linen as nn
+
+    cfg = zoo.tiny_config("cnn")
+    module, variables = zoo.create(cfg, "linen")
+    before = jax.tree.map(np.asarray, variables)
+    _, boxed = sharding.logically_named((module, variables), "linen", config=cfg)
+    leaves = jax.tree.leaves(boxed, is_leaf=lambda a: isinstance(a, nn.LogicallyPartitioned))
+    assert leaves and all(isinstance(a, nn.LogicallyPartitioned) for a in leaves)
+    assert {"conv_out", "channels", "mlp"} <= {n for a in leaves for n in a.names}
+    x = zoo.interface("linen").to_native(zoo.example_input(cfg, 2))
+    chex.assert_trees_all_equal(module.apply(boxed, x), module.apply(variables, x))
+    chex.assert_trees_all_equal(nn.unbox(boxed), variables)
+    chex.assert_trees_all_equal(jax.tree.map(np.asarray, variables), before)
+    with pytest.raises(ValueError, match=r"'fsdp' has no logical axis rules: .* per array"):
+        sharding.logical_rules("fsdp")
+    with pytest.raises(ValueError, match=r"impl='eqx' has no box for logical axis names"):
+        sharding.logically_named(zoo.create(cfg, "eqx"), "eqx", config=cfg)
+
+
+@pytest.mark.parametrize("impl", list(zoo.JAX_IMPLS))
+def test_a_mesh_step_splits_the_batch_with_its_library_constraint(impl, monkeypatch):
+    """`train_step(..., mesh=)` constrains `x` and `target` with `Library.constrain` (its
+    library's idiom), to the batch's split over "data"."""
+    cls = type(zoo.libraries.library(impl))
+    real, seen = cls.constrain, []
+
+    def spy(self, tree, where):
+        seen.append((jax.tree.map(lambda a: a.shape, tree), where))
+        return real(self, tree, where)
+
+    monkeypatch.setattr(cls, "constrain", spy)
+    cfg = zoo.tiny_config("mlp")
+    mesh = jax.make_mesh((1,), (sharding.DATA,))
+    api = zoo.interface(impl)
+    x = api.to_native(zoo.example_input(cfg, 4))
+    t = targets(cfg, 4, jax.random.key(1))
+    zoo.fast.train_step(zoo.create(cfg, impl), impl, optax.sgd(0.1), LOSSES[cfg.LOSS],
+                        mesh=mesh)(x, t)
+    assert [shape for shape, _ in seen] == [x.shape, t.shape]
+    assert all(where == sharding.batch_sharding(sharding.auto(mesh)) for _, where in seen)
+
+
+def test_equinox_constrains_with_filter_shard(monkeypatch):
+    """Equinox's `constrain` is `eqx.filter_shard` (array leaves constrained, others passed
+    through), the idiom of Equinox's own sharding example."""
+    import equinox as eqx
+
+    calls = []
+    real = eqx.filter_shard
+    monkeypatch.setattr(eqx, "filter_shard", lambda x, s: calls.append(s) or real(x, s))
+    where = sharding.replicated(jax.make_mesh((1,), (sharding.DATA,)))
+    tree = (jnp.ones(3), "static", None)
+    out = jax.jit(lambda a: zoo.libraries.EQX.constrain((a, "static", None), where)[0])(tree[0])
+    assert calls == [where] and out.sharding.is_equivalent_to(where, 1)
+    assert zoo.libraries.EQX.constrain(tree, where)[1:] == ("static", None)
+
+
 @pytest.fixture(scope="module")
 def report():
     env = {**os.environ, "PYTHONPATH": ROOT}
@@ -110,20 +213,36 @@ def report():
 
 
 def test_eight_devices_train_as_one(report):
-    """Every architecture and JAX library: one step on 8 devices (fsdp; tp on a 4x2 mesh
-    where there are heads) equals the first library's step on one device (loss, updated
-    parameters, BatchNorm statistics: global batch statistics), so the libraries
-    equal each other too."""
+    """Every architecture and JAX library: one step on 8 devices under dp and fsdp (and tp on
+    a 4x2 mesh where there are heads) equals the first library's step on one device (loss,
+    updated parameters, BatchNorm statistics: global batch statistics)."""
     assert report["devices"] == 8
     tol = precision.tolerance("float32")
     cases = {(s["arch"], s["impl"], s["strategy"]) for s in report["steps"]}
-    assert {(a, i) for a, i, _ in cases} >= {(a, i) for a, i in CASES}
-    assert {s for *_, s in cases} == {"fsdp", "tp"}
+    for arch, impl in CASES:
+        assert {(arch, impl, "dp"), (arch, impl, "fsdp")} <= cases, (arch, impl)
+    assert {s for *_, s in cases} == {"dp", "fsdp", "tp"}
     for s in report["steps"]:
         where = f"{s['arch']} {s['impl']} {s['strategy']}"
         assert s["loss_diff"] <= tol, where
         assert s["state_diff"] <= tol, where
         assert s["bytes_per_device"] <= s["bytes_one_device"], where
+        if s["strategy"] == "dp":
+            assert s["bytes_per_device"] == s["bytes_one_device"], where
+
+
+def test_libraries_train_alike_under_each_strategy(report):
+    """Under each strategy, the libraries' sharded steps equal each other (every pair: loss
+    and canonical state), not only each the one-device step."""
+    tol = precision.tolerance("float32")
+    rows = {(r["arch"], r["strategy"]): r for r in report["libraries"]}
+    steps = {(s["arch"], s["strategy"]) for s in report["steps"]}
+    assert rows.keys() == steps
+    for (arch, name), r in rows.items():
+        assert set(r["impls"]) == {i for a, i in CASES if a == arch}, (arch, name)
+        assert len(r["impls"]) > 1, (arch, name)
+        assert r["loss_diff"] <= tol, (arch, name)
+        assert r["state_diff"] <= tol, (arch, name)
 
 
 def test_fsdp_divides_parameter_and_optimizer_bytes_by_the_devices(report):
@@ -134,6 +253,12 @@ def test_fsdp_divides_parameter_and_optimizer_bytes_by_the_devices(report):
         one, dp, fsdp = (memory[f"{impl}/{k}"] for k in ("one", "dp", "fsdp"))
         assert dp == one
         assert one / 8 <= fsdp <= one / 8 + 64, (impl, one, fsdp)
+
+
+def test_each_library_constraint_splits_a_batch_over_the_devices(report):
+    """`Library.constrain` (Equinox: `eqx.filter_shard`) inside `jax.jit` puts a replicated
+    batch on its split over the 8 devices."""
+    assert report["constrained"] == {impl: "P('data',)" for impl in zoo.JAX_IMPLS}
 
 
 def test_nnx_partition_specs_read_where_the_arrays_lie(report):

@@ -41,6 +41,7 @@ from jax.sharding import Mesh
 
 from zoo import sharding
 from zoo.interface import interface
+from zoo.libraries import library
 from zoo.training import pure_step
 
 __all__ = ["Forward", "TrainStep", "forward", "train_step"]
@@ -172,7 +173,7 @@ class TrainStep:
         state_leaves, state_tree = jax.tree.flatten(state)
         step = pure_step(api, static, optimizer, loss_fn)
         batch = (lambda tree: tree) if mesh is None else functools.partial(
-            _split_batch, mesh=mesh, batch_axis=0 if steps == 1 else 1)
+            library(impl).constrain, where=sharding.batch_sharding(mesh, 0 if steps == 1 else 1))
 
         def pure(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
                  x: jax.Array, target: Any, key: jax.Array | None = None) -> tuple:
@@ -267,7 +268,9 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
       batch 64: 300 vs 55 ms); `unroll=True` (the K steps inlined, compile time grows with K)
       brought it back to parity. Dense models are not affected.
     - `mesh`: a `jax.sharding.Mesh` with a "data" axis: the step runs on it, the batch (`x`
-      and `target`) split over "data", the arrays kept as they lie (`zoo.create(...,
+      and `target`) split over "data" inside the step by the library's own constraint
+      (`Library.constrain`: `eqx.filter_shard` in Equinox, `jax.lax.with_sharding_constraint`
+      in Flax), the arrays kept as they lie (`zoo.create(...,
       mesh=mesh, strategy=...)`; arrays not on `mesh` are replicated on it), the optimizer
       state sharded as its parameters. The numbers are those of one device (`zoo.sharding`).
 
@@ -292,8 +295,3 @@ def _on_mesh(tree: Any, mesh: Mesh) -> Any:
 
     return jax.tree.map(place, tree)
 
-
-def _split_batch(tree: Any, *, mesh: Mesh, batch_axis: int) -> Any:
-    """Inside the step: `tree`'s arrays split over the mesh's data axis along `batch_axis`."""
-    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(
-        a, sharding.batch_sharding(mesh, batch_axis)), tree)

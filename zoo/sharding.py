@@ -18,7 +18,10 @@ The arrays are placed with `jax.device_put` onto `NamedSharding`s through the ca
 (one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Each
 array carries its sharding (`jax.tree.map(lambda a: a.sharding, params)` in every library);
 an NNX model also records it as each Variable's `out_sharding` metadata, so that
-`nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Reductions
+`nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Linen's idiom,
+logical names and rules, is `logically_named` (`nn.LogicallyPartitioned` boxes) with
+`logical_rules(strategy)` for `nn.logical_to_mesh_sharding`; Equinox's, `eqx.filter_shard`, is
+how its `Library.constrain` splits a `zoo.fast` step's batch. Reductions
 over the batch, BatchNorm's statistics included, are global: a BatchNorm layer normalises with
 the statistics of the whole global batch, as on one device, in every library.
 """
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 import canonical
 from canonical.kinds import KINDS
@@ -42,9 +45,11 @@ from zoo.registry import walk_facts
 
 DATA = "data"
 MODEL = "model"
+BATCH = "batch"  # the logical name of a batch axis, in the rules for Flax's logical axes
 
-__all__ = ["DATA", "MODEL", "STRATEGIES", "Strategy", "auto", "batch_sharding", "bytes_per_device",
-           "logical_axes", "replicated", "shard", "shardings", "strategy"]
+__all__ = ["BATCH", "DATA", "MODEL", "STRATEGIES", "Strategy", "auto", "batch_sharding",
+           "bytes_per_device", "logical_axes", "logical_rules", "logically_named", "replicated",
+           "shard", "shardings", "strategy"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,19 @@ class Strategy:
         if missing:
             raise ValueError(f"strategy {self.name!r} needs mesh axes {self.mesh_axes()}, the "
                              f"mesh has {tuple(mesh.axis_names)} (missing {missing})")
+
+    def logical_rules(self) -> tuple[tuple[str, str], ...]:
+        """The strategy as Flax's logical axis rules (`nn.logical_to_mesh_sharding(specs, mesh,
+        rules)`, `nn.with_logical_constraint`): the batch over `DATA`, then `rules`. Flax
+        applies a rule whatever the size, `spec` only where the mesh axis divides it: they
+        agree where every dimension a rule maps is divisible. A fully sharded strategy has
+        none: its choice of axis depends on each array's shape (see `spec`)."""
+        if self.fully_sharded:
+            raise ValueError(
+                f"strategy {self.name!r} has no logical axis rules: it shards each array along "
+                "its largest named axis that the data axis divides, a choice per array; take "
+                "its shardings from zoo.sharding.shardings")
+        return ((BATCH, DATA), *self.rules)
 
     def spec(self, axes: tuple[str | None, ...], shape: tuple[int, ...],
              mesh: Mesh) -> PartitionSpec:
@@ -102,12 +120,19 @@ def strategy(name: str | Strategy) -> Strategy:
     return STRATEGIES[name]
 
 
-def auto(mesh: Mesh) -> Mesh:
+def logical_rules(name: str | Strategy) -> tuple[tuple[str, str], ...]:
+    """Strategy `name` as Flax's logical axis rules (`Strategy.logical_rules`)."""
+    return strategy(name).logical_rules()
+
+
+def auto(mesh: Mesh | AbstractMesh) -> Mesh | AbstractMesh:
     """`mesh` with every axis of type Auto (`jax.make_mesh` makes Explicit ones): the zoo lets
     `jax.jit` propagate shardings (GSPMD) rather than typing them on every array."""
     auto_types = (AxisType.Auto,) * len(mesh.axis_names)
     if tuple(mesh.axis_types) == auto_types:
         return mesh
+    if isinstance(mesh, AbstractMesh):
+        return AbstractMesh(mesh.axis_sizes, mesh.axis_names, axis_types=auto_types)
     return Mesh(mesh.devices, mesh.axis_names, axis_types=auto_types)
 
 
@@ -147,6 +172,19 @@ def shardings(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy =
     return {layer.name: {n: NamedSharding(mesh, strat.spec(
         KINDS[layer.kind].logical_axes(w.family, n, len(a.shape)), a.shape, mesh))
         for n, a in native[layer.name].items()} for layer in found}
+
+
+def logically_named(model: Any, impl: str, *, config: Config) -> Any:
+    """A copy of the native `model` whose arrays are wrapped in the library's own box for
+    logical axis names (`Library.logical_box`), named by their layer kinds' tables: for Linen,
+    `(module, variables)` with `nn.LogicallyPartitioned` leaves, which `nn.get_partition_spec`
+    reads and `nn.logical_to_mesh_sharding(..., logical_rules(strategy))` maps onto a mesh."""
+    lib = library(impl)
+    w, found = _layers(model, impl, config)
+    native = w.read(model, found)
+    boxed = {layer.name: {n: lib.logical_box(a, KINDS[layer.kind].logical_axes(
+        w.family, n, len(a.shape))) for n, a in native[layer.name].items()} for layer in found}
+    return w.write(interface(impl).clone(model), boxed, found)
 
 
 def shard(model: Any, impl: str, mesh: Mesh, strategy_name: str | Strategy = "fsdp", *,

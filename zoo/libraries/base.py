@@ -95,6 +95,18 @@ class Library:
         library's own sharding tools read them (the arrays themselves carry theirs)."""
         return model
 
+    def logical_box(self, array: Any, names: tuple[str | None, ...]) -> Any:
+        """`array` wrapped with its logical axis `names` where the library has such a box
+        (`zoo.sharding.logically_named`)."""
+        raise ValueError(f"impl={self.name!r} has no box for logical axis names: its arrays "
+                         "carry their shardings (zoo.sharding.shard)")
+
+    def constrain(self, tree: Any, where: Any) -> Any:
+        """Inside a jitted function: `tree`'s arrays constrained to lie as the sharding `where`
+        says (`jax.lax.with_sharding_constraint`); how `zoo.fast` splits a batch over a mesh.
+        A library with its own idiom for it implements it with that."""
+        return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, where), tree)
+
     def set_threads(self, n: int) -> None:
         """Give the library's own thread pool `n` threads (a no-op where XLA decides)."""
 

@@ -54,6 +54,11 @@ class EqxLibrary(Library):
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
         return eqx.filter_eval_shape(self.native_init, cls, config, jax.random.key(0), dtype)
 
+    def constrain(self, tree: Any, where: Any) -> Any:
+        """Equinox's idiom: `eqx.filter_shard`, which constrains the array leaves of any pytree
+        (a model, a batch) and passes the others through."""
+        return eqx.filter_shard(tree, where)
+
     def model_problems(self, model: Any) -> list[str]:
         static = self.interface.split(model)[0]
         problems = super().model_problems(static)

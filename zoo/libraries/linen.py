@@ -62,6 +62,11 @@ class LinenLibrary(Library):
         abstract = jax.eval_shape(init, rngs, self.abstract_input(config))
         return module, in_order(abstract, order)
 
+    def logical_box(self, array: Any, names: tuple[str | None, ...]) -> Any:
+        """Linen's idiom: `nn.LogicallyPartitioned`, as `nn.with_logical_partitioning` makes
+        it; `module.apply` unboxes it, `nn.get_partition_spec` reads the names."""
+        return nn.LogicallyPartitioned(array, names)
+
     def contract_problems(self, cls: type) -> list[str]:
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
         return [f"it has no `{f}` field" for f in ("config", "param_dtype") if f not in fields]
