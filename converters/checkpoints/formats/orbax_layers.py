@@ -93,10 +93,15 @@ class LayerSource:
         self.native: Arrays | None = None
 
     def convert(self) -> Arrays:
+        """The layer's native arrays: on the host, the rule runs on NumPy arrays (its
+        transposes are views, copied once as orbax writes them); arrays on devices stay
+        there."""
+        on_host = not any(isinstance(a, jax.Array) for a in self.arrays.values())
         w = canonical.walker(self.plan.impl)
-        return KINDS[self.layer.kind].convert(
-            self.plan.family, {k: w.as_native_array(v) for k, v in self.arrays.items()},
-            self.layer, to="native")
+        arrays = {k: host_array(v) if on_host else w.as_native_array(v)
+                  for k, v in self.arrays.items()}
+        return KINDS[self.layer.kind].convert(self.plan.family, arrays, self.layer,
+                                              to="native")
 
     def take(self, name: str) -> np.ndarray:
         if self.native is None:
@@ -104,6 +109,13 @@ class LayerSource:
         out = np.asarray(self.native.pop(name))
         self.advance(out.nbytes)
         return out
+
+
+def host_array(a: Any) -> np.ndarray:
+    """`a` on the host with the dtype JAX would give it (`jnp.asarray`'s, e.g. float32 for
+    float64 without x64): what the library's model would hold, bit for bit."""
+    a = np.asarray(a)
+    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False)
 
 
 class Pending:
