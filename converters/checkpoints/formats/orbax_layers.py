@@ -11,7 +11,8 @@ shardings) and runs the rules to canonical.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from converters.checkpoints.io import detached
 
 Arrays = dict[str, Any]
 CHUNK_BYTES = 64 * 2**20  # the native bytes restored by one orbax call when reading
+WRITE_BYTES = 64 * 2**20  # the native bytes being written at once (overlapping their I/O)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,10 @@ class Pending:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
     def take(self) -> np.ndarray:
         return self.source.take(self.name)
 
@@ -156,24 +162,49 @@ def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], No
     return out
 
 
+class InFlight:
+    """Byte counts admitted in the order they ask, while at most `limit` bytes are held
+    (any one alone, however large)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held, self.asked, self.admitted = limit, 0, 0, 0
+        self.changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def holding(self, n: int) -> AsyncIterator[None]:
+        turn, self.asked = self.asked, self.asked + 1
+        async with self.changed:
+            await self.changed.wait_for(lambda: turn == self.admitted and (
+                not self.held or self.held + n <= self.limit))
+            self.held, self.admitted = self.held + n, self.admitted + 1
+            self.changed.notify_all()
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.held -= n
+                self.changed.notify_all()
+
+
 def _streaming_handler() -> Any:
     from orbax.checkpoint import type_handlers
 
     class StreamingHandler(type_handlers.NumpyHandler):
-        """Writes `Pending` arrays one at a time, each made just before it is written; stored
-        as orbax stores numpy arrays."""
+        """Writes `Pending` arrays in order, each made just before it is written, with at
+        most `WRITE_BYTES` of them being written at once; stored as orbax stores numpy
+        arrays."""
 
         def __init__(self) -> None:
             super().__init__(deepcopy_host_arrays=False)
-            self.one: asyncio.Semaphore | None = None
+            self.room: InFlight | None = None
 
         async def _background_serialize(self, values: Any, infos: Any, args: Any = None) -> None:
-            self.one = asyncio.Semaphore(1)
+            self.room = InFlight(WRITE_BYTES)
             await super()._background_serialize(values, infos, args)
 
         async def _open_and_write(self, value: Any, tspec: Any, ts_context: Any) -> None:
-            assert self.one is not None
-            async with self.one:
+            assert self.room is not None
+            async with self.room.holding(value.nbytes):
                 await super()._open_and_write(value.take(), tspec, ts_context)
 
     return StreamingHandler()
