@@ -74,11 +74,8 @@ def _tracer_errors_untold() -> Iterator[None]:
     the JAX version has no such method."""
     try:
         from jax._src.interpreters.partial_eval import DynamicJaxprTracer
-    except ImportError:
-        yield
-        return
-    told = DynamicJaxprTracer.__dict__.get("_origin_msg")
-    if told is None:
+        told = DynamicJaxprTracer.__dict__["_origin_msg"]
+    except (ImportError, KeyError):
         yield
         return
     DynamicJaxprTracer._origin_msg = lambda self: ""

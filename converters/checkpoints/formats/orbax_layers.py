@@ -1,11 +1,12 @@
 """Orbax trees written and read one layer at a time, through the layer rules.
 
 Writing: each leaf of the library's tree is a `Pending` array that runs its layer's rule
-(`LayerKind.convert`, to native) when orbax writes it, so no native model and no second copy
-is ever held; arrays already on devices (a sharded model) are converted at once and stay
-there, and orbax writes each device's shards. Reading: `LayerReader` restores a few layers'
-arrays at a time (an orbax partial restore; numpy on the host, or straight onto target
-shardings) and runs the rules to canonical.
+(`LayerKind.convert`, to native, on NumPy views of the host arrays) when orbax writes it, in
+order, a few at a time (at most `WRITE_BYTES` being written at once), so no native model and
+no second copy is ever held; arrays already on devices (a sharded model) are converted at
+once and stay there, and orbax writes each device's shards. Reading: `LayerReader` restores
+a few layers' arrays at a time (an orbax partial restore; numpy on the host, or straight onto
+target shardings) and runs the rules to canonical.
 """
 
 from __future__ import annotations
