@@ -200,10 +200,10 @@ def test_progress_counts_bytes(src, tmp_path):
 def test_orbax_written_one_layer_at_a_time(tmp_path, monkeypatch, fmt):
     """Each native array is made by its layer's rule as orbax writes it: at no time are the
     native arrays of more than one layer held (no native model is built)."""
-    from converters.checkpoints.formats import orbax_layers
+    from converters.checkpoints.formats import layer_plan
 
     sources, held = [], []
-    init, take = orbax_layers.LayerSource.__init__, orbax_layers.LayerSource.take
+    init, take = layer_plan.LayerSource.__init__, layer_plan.LayerSource.take
 
     def recording_init(self, *args):
         init(self, *args)
@@ -214,8 +214,8 @@ def test_orbax_written_one_layer_at_a_time(tmp_path, monkeypatch, fmt):
         held.append(sum(len(s.native) + 1 for s in sources if s.native))  # +1: `out`
         return out
 
-    monkeypatch.setattr(orbax_layers.LayerSource, "__init__", recording_init)
-    monkeypatch.setattr(orbax_layers.LayerSource, "take", counting_take)
+    monkeypatch.setattr(layer_plan.LayerSource, "__init__", recording_init)
+    monkeypatch.setattr(layer_plan.LayerSource, "take", counting_take)
     state = vit_state()
     out = write(Checkpoint(VIT, dict(state)), tmp_path / fmt, fmt)
     largest = max(len(s.plan.native[s.layer.name]) for s in sources)
@@ -311,3 +311,23 @@ def test_contiguous_copies_tile_by_tile(shape):
         out = contiguous(view)
         assert out.flags.c_contiguous and out.tobytes() == np.ascontiguousarray(view).tobytes()
         np.testing.assert_array_equal(view, before)
+
+
+def test_equinox_written_record_by_record(tmp_path, monkeypatch):
+    """An Equinox file is streamed through the layer plan (no native model is built), byte
+    for byte the file of the native model."""
+    from converters.checkpoints.formats import equinox, layer_plan
+    from converters.core import from_canonical
+
+    state = vit_state()
+    by_hand = tmp_path / "native.eqx"
+    equinox.save_eqx_tree(from_canonical(state, VIT, "eqx"), by_hand)
+    taken = []
+    take = layer_plan.LayerSource.take
+    monkeypatch.setattr(layer_plan.LayerSource, "take",
+                        lambda self, name: (taken.append(name), take(self, name))[1])
+    monkeypatch.setattr(equinox.NativeFormat, "native", None)  # never built
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / "m.eqx", "eqx")
+    assert len(taken) >= len(state) and out.read_bytes() == by_hand.read_bytes()
+    monkeypatch.undo()
+    assert_same(read(out), state)

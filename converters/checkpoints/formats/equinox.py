@@ -16,8 +16,8 @@ import canonical
 from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe, checkpoint_bytes
+from converters.checkpoints.formats.layer_plan import Pending, native_leaves, plan
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
-from converters.checkpoints.formats.orbax_layers import Pending, native_leaves, plan
 from converters.checkpoints.io import (
     NPY_MAGIC,
     CheckpointError,
@@ -145,9 +145,9 @@ class EquinoxLeaves(NativeFormat):
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
         """A model without state streamed record by record: each native array is made by
-        its layer's rule as it is written (`orbax_layers`' plan and pending arrays: no
-        native model is built). A stateful model (an `eqx.nn.State` holds JAX arrays) and
-        a training checkpoint (its optimizer state is laid out on the model) are built."""
+        its layer's rule as it is written (`layer_plan`: no native model is built). A
+        stateful model (an `eqx.nn.State` holds JAX arrays) and a training checkpoint (its
+        optimizer state is laid out on the model) are built."""
         dtype = ck.validate()
         skel = None if ck.training else with_dtype(skeleton(ck.config, self.impl, dtype), dtype)
         if skel is None or isinstance(skel, tuple):

@@ -1,12 +1,12 @@
 """Orbax trees written and read one layer at a time, through the layer rules.
 
-Writing: each leaf of the library's tree is a `Pending` array that runs its layer's rule
-(`LayerKind.convert`, to native, on NumPy views of the host arrays) when orbax writes it, in
-order, a few at a time (at most `WRITE_BYTES` being written at once), so no native model and
-no second copy is ever held; arrays already on devices (a sharded model) are converted at
-once and stay there, and orbax writes each device's shards. Reading: `LayerReader` restores
-a few layers' arrays at a time (an orbax partial restore; numpy on the host, or straight onto
-target shardings) and runs the rules to canonical.
+Writing: each leaf of the library's tree is a `Pending` array (`layer_plan`) that runs its
+layer's rule when orbax writes it, in order, a few at a time (at most `WRITE_BYTES` being
+written at once), so no native model and no second copy is ever held; arrays already on
+devices (a sharded model) are converted at once and stay there, and orbax writes each
+device's shards. Reading: `LayerReader` restores a few layers' arrays at a time (an orbax
+partial restore; numpy on the host, or straight onto target shardings) and runs the rules
+to canonical.
 """
 
 from __future__ import annotations
@@ -14,65 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-import canonical
-from canonical import KINDS, ConversionError, Layer
-from canonical.paths import key_name
+from canonical import KINDS, Layer
 from canonical.state import split_by_layer
-from converters.checkpoints.base import spread
+from converters.checkpoints.formats.layer_plan import Arrays, Pending, Plan
 from converters.checkpoints.formats.orbax_io import settled
-from converters.checkpoints.io import detached
 
-Arrays = dict[str, Any]
 CHUNK_BYTES = 64 * 2**20  # the native bytes restored by one orbax call when reading
 WRITE_BYTES = 64 * 2**20  # the native bytes being written at once (overlapping their I/O)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where each native array of each layer sits in a library's stored tree."""
-
-    impl: str
-    layers: list[Layer]
-    native: dict[str, dict[str, jax.ShapeDtypeStruct]]  # layer -> name -> abstract array
-    paths: dict[tuple[str, str], tuple[str, ...]]  # (layer, name) -> stored path
-
-    @property
-    def family(self) -> str:
-        return canonical.walker(self.impl).family
-
-
-class Marker:
-    """A placeholder leaf naming (layer, native array name)."""
-
-    def __init__(self, layer: str, name: str):
-        self.key = (layer, name)
-
-
-def plan(skel: Any, impl: str, facts: Mapping[str, Any],
-         stored: Callable[[Any], Any]) -> Plan:
-    """The plan of the abstract `skel`; `stored(model)` is the tree the format stores (the
-    walker places a marker for every array; `skel` is filled with them and spent)."""
-    w = canonical.walker(impl)
-    found = canonical.layers(skel, impl, **facts)
-    native = w.read(skel, found)
-    native = {k: {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in v.items()}
-              for k, v in native.items()}
-    model = w.write(skel, {layer: {n: Marker(layer, n) for n in arrays}
-                           for layer, arrays in native.items()}, found)
-    flat = jax.tree_util.tree_flatten_with_path(stored(model))[0]
-    paths = {m.key: tuple(key_name(k) for k in p) for p, m in flat if isinstance(m, Marker)}
-    lost = [f"{layer}.{n}" for layer, arrays in native.items() for n in arrays
-            if (layer, n) not in paths]
-    if lost:
-        raise ConversionError(f"the stored {impl} tree has no place for {lost[:5]}")
-    return Plan(impl, found, native, paths)
 
 
 def nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
@@ -87,82 +41,6 @@ def nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- writing
-class LayerSource:
-    """One layer's canonical arrays, converted to native ones on first use; each native array
-    is handed out once and then dropped."""
-
-    def __init__(self, p: Plan, layer: Layer, arrays: Arrays, advance: Callable[[int], None]):
-        self.plan, self.layer, self.arrays, self.advance = p, layer, arrays, advance
-        self.native: Arrays | None = None
-
-    def convert(self) -> Arrays:
-        """The layer's native arrays: on the host, the rule runs on NumPy arrays (its
-        transposes are views, copied once as orbax writes them); arrays on devices stay
-        there."""
-        on_host = not any(isinstance(a, jax.Array) for a in self.arrays.values())
-        w = canonical.walker(self.plan.impl)
-        arrays = {k: host_array(v) if on_host else w.as_native_array(v)
-                  for k, v in self.arrays.items()}
-        return KINDS[self.layer.kind].convert(self.plan.family, arrays, self.layer,
-                                              to="native")
-
-    def take(self, name: str) -> np.ndarray:
-        if self.native is None:
-            self.native, self.arrays = self.convert(), {}
-        out = np.asarray(self.native.pop(name))
-        self.advance(out.nbytes)
-        return out
-
-
-def host_array(a: Any) -> np.ndarray:
-    """`a` on the host with the dtype JAX would give it (`jnp.asarray`'s, e.g. float32 for
-    float64 without x64): what the library's model would hold, bit for bit."""
-    a = np.asarray(a)
-    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False)
-
-
-class Pending:
-    """A native array made when orbax writes it (`take`)."""
-
-    def __init__(self, source: LayerSource, name: str, spec: jax.ShapeDtypeStruct):
-        self.source, self.name = source, name
-        self.shape, self.dtype = tuple(spec.shape), np.dtype(spec.dtype)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def take(self) -> np.ndarray:
-        return self.source.take(self.name)
-
-
-def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], None]
-                  ) -> dict[str, Arrays]:
-    """Per layer, per native name: a `Pending` array, or the native array itself where the
-    layer's canonical arrays are spread over devices already (converted there, orbax writes
-    each device's shards)."""
-    # mapped arrays are read afresh when converted: their pages never stay resident
-    grouped = split_by_layer({k: detached(v) for k, v in state.items()}, p.layers)
-    out = {}
-    for layer in p.layers:
-        source = LayerSource(p, layer, grouped[layer.name], advance)
-        if any(spread(a) for a in grouped[layer.name].values()):
-            out[layer.name] = source.convert()
-            advance(sum(a.nbytes for a in out[layer.name].values()))
-        else:
-            out[layer.name] = {n: Pending(source, n, s)
-                               for n, s in p.native[layer.name].items()}
-    return out
-
-
 class InFlight:
     """Byte counts admitted in the order they ask, while at most `limit` bytes are held
     (any one alone, however large)."""
