@@ -4,6 +4,8 @@ written with a size limit."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import tracemalloc
 import weakref
@@ -198,10 +200,10 @@ def test_progress_counts_bytes(src, tmp_path):
 def test_orbax_written_one_layer_at_a_time(tmp_path, monkeypatch, fmt):
     """Each native array is made by its layer's rule as orbax writes it: at no time are the
     native arrays of more than one layer held (no native model is built)."""
-    from converters.checkpoints.formats import orbax_layers
+    from converters.checkpoints.formats import layer_plan
 
     sources, held = [], []
-    init, take = orbax_layers.LayerSource.__init__, orbax_layers.LayerSource.take
+    init, take = layer_plan.LayerSource.__init__, layer_plan.LayerSource.take
 
     def recording_init(self, *args):
         init(self, *args)
@@ -212,8 +214,8 @@ def test_orbax_written_one_layer_at_a_time(tmp_path, monkeypatch, fmt):
         held.append(sum(len(s.native) + 1 for s in sources if s.native))  # +1: `out`
         return out
 
-    monkeypatch.setattr(orbax_layers.LayerSource, "__init__", recording_init)
-    monkeypatch.setattr(orbax_layers.LayerSource, "take", counting_take)
+    monkeypatch.setattr(layer_plan.LayerSource, "__init__", recording_init)
+    monkeypatch.setattr(layer_plan.LayerSource, "take", counting_take)
     state = vit_state()
     out = write(Checkpoint(VIT, dict(state)), tmp_path / fmt, fmt)
     largest = max(len(s.plan.native[s.layer.name]) for s in sources)
@@ -252,3 +254,80 @@ def test_orbax_read_a_few_layers_at_a_time(src, tmp_path, monkeypatch):
     np.testing.assert_array_equal(again - state[key], np.zeros_like(state[key]))
     np.testing.assert_array_equal(np.abs(2 * again), np.abs(2 * state[key]))
     assert (again == state[key]).all()
+
+
+def test_orbax_writes_overlap_within_write_bytes(tmp_path, monkeypatch):
+    """Several arrays are being written at once, never more than `WRITE_BYTES` of them."""
+    from converters.checkpoints.formats import orbax_layers
+
+    state = vit_state()
+    limit = 3 * max(a.nbytes for a in state.values())
+    real, most = orbax_layers.InFlight.holding, {"held": 0, "at_once": 0, "now": 0}
+
+    @contextlib.asynccontextmanager
+    async def holding(self, n):
+        async with real(self, n):
+            most["now"] += 1
+            most["held"] = max(most["held"], self.held)
+            most["at_once"] = max(most["at_once"], most["now"])
+            try:
+                yield
+            finally:
+                most["now"] -= 1
+
+    monkeypatch.setattr(orbax_layers, "WRITE_BYTES", limit)
+    monkeypatch.setattr(orbax_layers.InFlight, "holding", holding)
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / "nnx", "nnx")
+    assert most["at_once"] > 1 and 0 < most["held"] <= limit
+    monkeypatch.undo()
+    assert_same(read(out), state)
+
+
+def test_in_flight_admits_in_order_within_the_limit():
+    from converters.checkpoints.formats.orbax_layers import InFlight
+
+    room, log = InFlight(10), []
+
+    async def one(i: int, n: int) -> None:
+        async with room.holding(n):
+            log.append((i, room.held))
+            await asyncio.sleep(0.001 * (5 - i))
+
+    async def all_of(sizes: list[int]) -> None:
+        await asyncio.gather(*(one(i, n) for i, n in enumerate(sizes)))
+
+    asyncio.run(all_of([4, 4, 30, 1, 2]))  # 30 exceeds the limit: admitted alone
+    assert [i for i, _ in log] == [0, 1, 2, 3, 4]
+    assert dict(log) == {0: 4, 1: 8, 2: 30, 3: 1, 4: 3} and room.held == 0
+
+
+@pytest.mark.parametrize("shape", [(600, 530), (530, 1100), (7, 900), (3, 4, 5), (1030,)])
+def test_contiguous_copies_tile_by_tile(shape):
+    from converters.checkpoints.io import contiguous
+
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    for view in (a, a.T, a[::2], a[..., ::-1]):
+        before = view.copy()
+        out = contiguous(view)
+        assert out.flags.c_contiguous and out.tobytes() == np.ascontiguousarray(view).tobytes()
+        np.testing.assert_array_equal(view, before)
+
+
+def test_equinox_written_record_by_record(tmp_path, monkeypatch):
+    """An Equinox file is streamed through the layer plan (no native model is built), byte
+    for byte the file of the native model."""
+    from converters.checkpoints.formats import equinox, layer_plan
+    from converters.core import from_canonical
+
+    state = vit_state()
+    by_hand = tmp_path / "native.eqx"
+    equinox.save_eqx_tree(from_canonical(state, VIT, "eqx"), by_hand)
+    taken = []
+    take = layer_plan.LayerSource.take
+    monkeypatch.setattr(layer_plan.LayerSource, "take",
+                        lambda self, name: (taken.append(name), take(self, name))[1])
+    monkeypatch.setattr(equinox.NativeFormat, "native", None)  # never built
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / "m.eqx", "eqx")
+    assert len(taken) >= len(state) and out.read_bytes() == by_hand.read_bytes()
+    monkeypatch.undo()
+    assert_same(read(out), state)

@@ -186,3 +186,25 @@ def test_the_contract_refuses_state_without_has_state():
 def test_every_registered_class_meets_its_contract():
     for arch, impl in zoo.list_implementations():
         library(impl).check_class(zoo.model_class(arch, impl), zoo.tiny_config(arch))
+
+
+def test_nnx_skeleton_traced_without_origin_accounts(monkeypatch):
+    """The NNX skeleton is traced without JAX's account of where a tracer came from (Flax
+    asks for one per RNG draw, quadratic in the model's size): the same skeleton, and the
+    account is back afterwards."""
+    import contextlib
+
+    from flax import nnx
+    from jax._src.interpreters.partial_eval import DynamicJaxprTracer
+
+    import zoo.libraries.nnx as nnx_library
+
+    told = DynamicJaxprTracer.__dict__["_origin_msg"]
+    cfg = zoo.tiny_config("vit")
+    cls = zoo.model_class("vit", "nnx")
+    fast = nnx.state(library("nnx").skeleton(cls, cfg, "float32"))
+    assert DynamicJaxprTracer.__dict__["_origin_msg"] is told
+    monkeypatch.setattr(nnx_library, "_tracer_errors_untold", contextlib.nullcontext)
+    slow = nnx.state(library("nnx").skeleton(cls, cfg, "float32"))
+    chex.assert_trees_all_equal_shapes_and_dtypes(fast, slow)
+    assert jax.tree.structure(fast) == jax.tree.structure(slow)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import jax
@@ -47,7 +49,9 @@ class NNXLibrary(Library):
         return cls(config, rngs=nnx.Rngs(params=key, dropout=key), param_dtype=jnp.dtype(dtype))
 
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
-        return nnx.eval_shape(lambda: self.native_init(cls, config, jax.random.key(0), dtype))
+        with _tracer_errors_untold():
+            return nnx.eval_shape(
+                lambda: self.native_init(cls, config, jax.random.key(0), dtype))
 
     def annotate_shardings(self, model: Any) -> Any:
         """Each Variable's partition as its `out_sharding` metadata, which
@@ -59,6 +63,26 @@ class NNXLibrary(Library):
             if spec is not None:
                 var.set_metadata(out_sharding=(*spec, *(None,) * (value.ndim - len(spec))))
         return model
+
+
+@contextlib.contextmanager
+def _tracer_errors_untold() -> Iterator[None]:
+    """Tracer errors without JAX's account of where the value came from, while a skeleton
+    is traced. Each `nnx.Rngs` draw reads `.sharding` of a tracer, an AttributeError that
+    Flax expects and drops; JAX words it by walking the whole trace, which makes tracing a
+    model quadratic in its size (most of a ViT-L skeleton's time). Nothing changes where
+    the JAX version has no such method."""
+    try:
+        from jax._src.interpreters.partial_eval import DynamicJaxprTracer
+        told = DynamicJaxprTracer.__dict__["_origin_msg"]
+    except (ImportError, KeyError):
+        yield
+        return
+    DynamicJaxprTracer._origin_msg = lambda self: ""
+    try:
+        yield
+    finally:
+        DynamicJaxprTracer._origin_msg = told
 
 
 NNX = NNXLibrary()

@@ -3,6 +3,7 @@ step)), the architecture and config in a JSON sidecar."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -11,15 +12,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import canonical
 from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import Entry, ForeignTree, Probe
+from converters.checkpoints.format import Entry, ForeignTree, Probe, checkpoint_bytes
+from converters.checkpoints.formats.layer_plan import Pending, native_leaves, plan
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.io import (
     NPY_MAGIC,
     CheckpointError,
     ProgressFn,
     ProgressTask,
+    contiguous,
     first_line,
     load_npy,
     scan_npy_stream,
@@ -33,7 +37,8 @@ from converters.checkpoints.metadata import (
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
-from zoo.registry import skeleton
+from zoo.interface import interface
+from zoo.registry import skeleton, walk_facts
 
 
 def _leaves(like: Any) -> list[tuple[str, Any]]:
@@ -136,8 +141,24 @@ class EquinoxLeaves(NativeFormat):
             and jnp.issubdtype(np.dtype(d), jnp.floating)])
 
     def write(self, ck: Checkpoint, data: Path) -> None:
-        model, opt = self.native(ck)
-        save_eqx_tree((model, opt, ck.step) if ck.training else model, data)
+        self.write_counted(ck, data, lambda n: None)
+
+    def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        """A model without state streamed record by record: each native array is made by
+        its layer's rule as it is written (`layer_plan`: no native model is built). A
+        stateful model (an `eqx.nn.State` holds JAX arrays) and a training checkpoint (its
+        optimizer state is laid out on the model) are built."""
+        dtype = ck.validate()
+        skel = None if ck.training else with_dtype(skeleton(ck.config, self.impl, dtype), dtype)
+        if skel is None or isinstance(skel, tuple):
+            model, opt = self.native(ck)
+            save_eqx_tree((model, opt, ck.step) if ck.training else model, data)
+            advance(checkpoint_bytes(ck))
+            return
+        p = plan(interface(self.impl).clone(skel), self.impl, walk_facts(ck.config, self.impl),
+                 lambda m: m)
+        save_eqx_tree(canonical.walker(self.impl).write(
+            skel, native_leaves(p, ck.state, advance), p.layers), data)
 
     def save_tree(self, tree: Any, path: Path) -> None:
         save_eqx_tree(tree, path)
@@ -177,7 +198,15 @@ def _deserialise(path: Path, like: Any, task: ProgressTask) -> Any:
                               "truncated or corrupted") from e
 
 
+def _serialise(f: Any, x: Any) -> None:
+    """Equinox's record of a leaf; a `Pending` array made (C order, as JAX holds it) first."""
+    if isinstance(x, Pending):
+        np.save(f, contiguous(x.take()), allow_pickle=False)
+    else:
+        eqx.default_serialise_filter_spec(f, x)
+
+
 def save_eqx_tree(tree: Any, path: Path) -> None:
     """`eqx.tree_serialise_leaves` of `tree` into `path`, whatever its suffix."""
     with open(path, "wb") as f:  # a handle: given a path, Equinox would force a .eqx suffix
-        eqx.tree_serialise_leaves(f, tree)
+        eqx.tree_serialise_leaves(f, tree, filter_spec=_serialise)

@@ -21,14 +21,12 @@ from converters.checkpoints.format import (
     checkpoint_bytes,
     registered,
 )
+from converters.checkpoints.formats.layer_plan import Plan, native_leaves, plan
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.formats.orbax_io import restore, save_orbax_tree, stored_tree
 from converters.checkpoints.formats.orbax_layers import (
     LayerReader,
-    Plan,
     canonical_arrays,
-    native_leaves,
-    plan,
     save_streamed,
 )
 from converters.checkpoints.io import (
@@ -269,9 +267,9 @@ class Orbax(NativeFormat):
                     lambda m: self.model_target(m, pure))
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
-        """A model checkpoint streamed layer by layer (`orbax_layers`): each native array is
-        made by its layer's rule as orbax writes it. A training checkpoint builds the native
-        model (its optimizer state is laid out on it)."""
+        """A model checkpoint streamed layer by layer (`orbax_layers`, `layer_plan`): each
+        native array is made by its layer's rule as orbax writes it. A training checkpoint
+        builds the native model (its optimizer state is laid out on it)."""
         if ck.training:
             self.write(ck, data)
             advance(checkpoint_bytes(ck))

@@ -1,75 +1,32 @@
 """Orbax trees written and read one layer at a time, through the layer rules.
 
-Writing: each leaf of the library's tree is a `Pending` array that runs its layer's rule
-(`LayerKind.convert`, to native) when orbax writes it, so no native model and no second copy
-is ever held; arrays already on devices (a sharded model) are converted at once and stay
-there, and orbax writes each device's shards. Reading: `LayerReader` restores a few layers'
-arrays at a time (an orbax partial restore; numpy on the host, or straight onto target
-shardings) and runs the rules to canonical.
+Writing: each leaf of the library's tree is a `Pending` array (`layer_plan`) that runs its
+layer's rule when orbax writes it, in order, a few at a time (at most `WRITE_BYTES` being
+written at once), so no native model and no second copy is ever held; arrays already on
+devices (a sharded model) are converted at once and stay there, and orbax writes each
+device's shards. Reading: `LayerReader` restores a few layers' arrays at a time (an orbax
+partial restore; numpy on the host, or straight onto target shardings) and runs the rules
+to canonical.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-import canonical
-from canonical import KINDS, ConversionError, Layer
-from canonical.paths import key_name
+from canonical import KINDS, Layer
 from canonical.state import split_by_layer
-from converters.checkpoints.base import spread
+from converters.checkpoints.formats.layer_plan import Arrays, Pending, Plan
 from converters.checkpoints.formats.orbax_io import settled
-from converters.checkpoints.io import detached
 
-Arrays = dict[str, Any]
 CHUNK_BYTES = 64 * 2**20  # the native bytes restored by one orbax call when reading
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where each native array of each layer sits in a library's stored tree."""
-
-    impl: str
-    layers: list[Layer]
-    native: dict[str, dict[str, jax.ShapeDtypeStruct]]  # layer -> name -> abstract array
-    paths: dict[tuple[str, str], tuple[str, ...]]  # (layer, name) -> stored path
-
-    @property
-    def family(self) -> str:
-        return canonical.walker(self.impl).family
-
-
-class Marker:
-    """A placeholder leaf naming (layer, native array name)."""
-
-    def __init__(self, layer: str, name: str):
-        self.key = (layer, name)
-
-
-def plan(skel: Any, impl: str, facts: Mapping[str, Any],
-         stored: Callable[[Any], Any]) -> Plan:
-    """The plan of the abstract `skel`; `stored(model)` is the tree the format stores (the
-    walker places a marker for every array; `skel` is filled with them and spent)."""
-    w = canonical.walker(impl)
-    found = canonical.layers(skel, impl, **facts)
-    native = w.read(skel, found)
-    native = {k: {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in v.items()}
-              for k, v in native.items()}
-    model = w.write(skel, {layer: {n: Marker(layer, n) for n in arrays}
-                           for layer, arrays in native.items()}, found)
-    flat = jax.tree_util.tree_flatten_with_path(stored(model))[0]
-    paths = {m.key: tuple(key_name(k) for k in p) for p, m in flat if isinstance(m, Marker)}
-    lost = [f"{layer}.{n}" for layer, arrays in native.items() for n in arrays
-            if (layer, n) not in paths]
-    if lost:
-        raise ConversionError(f"the stored {impl} tree has no place for {lost[:5]}")
-    return Plan(impl, found, native, paths)
+WRITE_BYTES = 64 * 2**20  # the native bytes being written at once (overlapping their I/O)
 
 
 def nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
@@ -84,84 +41,49 @@ def nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- writing
-class LayerSource:
-    """One layer's canonical arrays, converted to native ones on first use; each native array
-    is handed out once and then dropped."""
+class InFlight:
+    """Byte counts admitted in the order they ask, while at most `limit` bytes are held
+    (any one alone, however large)."""
 
-    def __init__(self, p: Plan, layer: Layer, arrays: Arrays, advance: Callable[[int], None]):
-        self.plan, self.layer, self.arrays, self.advance = p, layer, arrays, advance
-        self.native: Arrays | None = None
+    def __init__(self, limit: int):
+        self.limit, self.held, self.asked, self.admitted = limit, 0, 0, 0
+        self.changed = asyncio.Condition()
 
-    def convert(self) -> Arrays:
-        w = canonical.walker(self.plan.impl)
-        return KINDS[self.layer.kind].convert(
-            self.plan.family, {k: w.as_native_array(v) for k, v in self.arrays.items()},
-            self.layer, to="native")
-
-    def take(self, name: str) -> np.ndarray:
-        if self.native is None:
-            self.native, self.arrays = self.convert(), {}
-        out = np.asarray(self.native.pop(name))
-        self.advance(out.nbytes)
-        return out
-
-
-class Pending:
-    """A native array made when orbax writes it (`take`)."""
-
-    def __init__(self, source: LayerSource, name: str, spec: jax.ShapeDtypeStruct):
-        self.source, self.name = source, name
-        self.shape, self.dtype = tuple(spec.shape), np.dtype(spec.dtype)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def take(self) -> np.ndarray:
-        return self.source.take(self.name)
-
-
-def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], None]
-                  ) -> dict[str, Arrays]:
-    """Per layer, per native name: a `Pending` array, or the native array itself where the
-    layer's canonical arrays are spread over devices already (converted there, orbax writes
-    each device's shards)."""
-    # mapped arrays are read afresh when converted: their pages never stay resident
-    grouped = split_by_layer({k: detached(v) for k, v in state.items()}, p.layers)
-    out = {}
-    for layer in p.layers:
-        source = LayerSource(p, layer, grouped[layer.name], advance)
-        if any(spread(a) for a in grouped[layer.name].values()):
-            out[layer.name] = source.convert()
-            advance(sum(a.nbytes for a in out[layer.name].values()))
-        else:
-            out[layer.name] = {n: Pending(source, n, s)
-                               for n, s in p.native[layer.name].items()}
-    return out
+    @contextlib.asynccontextmanager
+    async def holding(self, n: int) -> AsyncIterator[None]:
+        turn, self.asked = self.asked, self.asked + 1
+        async with self.changed:
+            await self.changed.wait_for(lambda: turn == self.admitted and (
+                not self.held or self.held + n <= self.limit))
+            self.held, self.admitted = self.held + n, self.admitted + 1
+            self.changed.notify_all()
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.held -= n
+                self.changed.notify_all()
 
 
 def _streaming_handler() -> Any:
     from orbax.checkpoint import type_handlers
 
     class StreamingHandler(type_handlers.NumpyHandler):
-        """Writes `Pending` arrays one at a time, each made just before it is written; stored
-        as orbax stores numpy arrays."""
+        """Writes `Pending` arrays in order, each made just before it is written, with at
+        most `WRITE_BYTES` of them being written at once; stored as orbax stores numpy
+        arrays."""
 
         def __init__(self) -> None:
             super().__init__(deepcopy_host_arrays=False)
-            self.one: asyncio.Semaphore | None = None
+            self.room: InFlight | None = None
 
         async def _background_serialize(self, values: Any, infos: Any, args: Any = None) -> None:
-            self.one = asyncio.Semaphore(1)
+            self.room = InFlight(WRITE_BYTES)
             await super()._background_serialize(values, infos, args)
 
         async def _open_and_write(self, value: Any, tspec: Any, ts_context: Any) -> None:
-            assert self.one is not None
-            async with self.one:
+            assert self.room is not None
+            async with self.room.holding(value.nbytes):
                 await super()._open_and_write(value.take(), tspec, ts_context)
 
     return StreamingHandler()

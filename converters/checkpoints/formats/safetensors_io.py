@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.checkpoints.io import detached
+from converters.checkpoints.io import contiguous, detached
 
 Header = dict[str, Any]
 ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -75,7 +75,7 @@ def write_stream(path: Path, arrays: Mapping[str, Any], metadata: Mapping[str, s
     with open(path, "wb") as f:
         total = f.write(encode_header(arrays, metadata))
         for a in arrays.values():
-            a = np.ascontiguousarray(detached(a))  # a mapped tensor: read afresh, dropped after
+            a = contiguous(detached(a))  # a mapped tensor: read afresh, dropped after
             if a.size:
                 total += f.write(memoryview(a.reshape(-1).view(np.uint8)))
             advance(a.nbytes)
