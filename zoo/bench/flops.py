@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+
 SOURCES: tuple[str, ...] = ("compiled", "lowered", "cpu")
 
 
@@ -161,12 +163,14 @@ def count(lowered: Any, compiled: Any = None) -> dict[str, tuple[float, float | 
 
     The compiled program is counted when given; a pre-optimisation count (``lowered``, else
     ``cpu``) is always added, so that programs whose compiled counts are missing can still be
-    compared with the others on a common source.
+    compared with the others on a common source. The loop trips XLA leaves out are read from
+    the compiled program (`loop_flops`).
     """
     out: dict[str, tuple[float, float | None]] = {}
     compiled = jax_compiled(compiled)
-    extra = 0.0
+    extra, devices = 0.0, 1
     if compiled is not None:
+        devices = program_devices(compiled)
         try:
             extra = loop_flops(compiled.as_text())
         except Exception:  # no HLO text from this backend: loops stay counted once
@@ -183,7 +187,20 @@ def count(lowered: Any, compiled: Any = None) -> dict[str, tuple[float, float | 
             flops, nbytes = _call(lambda: _cpu_analysis(lowered))
             if flops:
                 out["cpu"] = (flops, nbytes)
-    return {source: (flops + extra, nbytes) for source, (flops, nbytes) in out.items()}
+    # A partitioned program's loops hold one device's share of the work: the pre-partitioning
+    # sources count the whole program, so they get every device's share (the zoo's strategies
+    # split the loops of its convolutions over the batch, i.e. over every device).
+    return {source: (flops + extra * (1 if source == "compiled" else devices), nbytes)
+            for source, (flops, nbytes) in out.items()}
+
+
+def program_devices(compiled: Any) -> int:
+    """How many devices the compiled program runs on (1 when it does not say)."""
+    try:
+        shardings = jax.tree.leaves(compiled.input_shardings)
+    except Exception:
+        return 1
+    return max((getattr(s, "num_devices", 1) for s in shardings), default=1)
 
 
 def common_source(counts: dict[str, dict[str, Any]]) -> str | None:

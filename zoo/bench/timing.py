@@ -99,19 +99,10 @@ def compile_ahead(lower: Callable[[], Any]) -> tuple[CompileInfo, Any]:
     t2 = time.perf_counter()
     counts = flops_mod.count(lowered, compiled)
     info = CompileInfo(t1 - t0, t2 - t1, None, counts, memory_analysis(compiled))
-    if _devices(compiled) > 1:
+    if flops_mod.program_devices(compiled) > 1:
         hlo = compiled.as_text()
         info.collectives, info.hlo_ops = mesh.hlo_collectives(hlo), mesh.instructions(hlo)
     return info, compiled
-
-
-def _devices(compiled: Any) -> int:
-    """How many devices the compiled program runs on (1 when it does not say)."""
-    try:
-        shardings = jax.tree.leaves(compiled.input_shardings)
-    except Exception:
-        return 1
-    return max((getattr(s, "num_devices", 1) for s in shardings), default=1)
 
 
 def first_call(prepared: Prepared) -> float:

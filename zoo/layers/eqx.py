@@ -1,5 +1,6 @@
-"""Equinox layers of the zoo: a Flax-semantics BatchNorm, a conv-transpose with methods, and a
-Linear (and the MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading."""
+"""Equinox layers of the zoo: a Flax-semantics BatchNorm, a convolution that runs 3-D ones as
+im2col + GEMM on the CPU, a conv-transpose with methods, and a Linear (and the
+MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading."""
 
 from __future__ import annotations
 
@@ -13,9 +14,41 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.batch_norm import BatchNorm
+from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
 
-__all__ = ["BatchNorm", "ConvTranspose", "Linear", "MultiheadAttention"]
+__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "Linear", "MultiheadAttention"]
+
+
+class Conv(eqx.nn.Conv):
+    """`eqx.nn.Conv` through `zoo.layers.conv.conv_general_dilated`: 3-D (and higher)
+    stride-1 convolutions as im2col + GEMM on the CPU, the rest as XLA's convolution. Same
+    fields, arguments and parameter layout as `eqx.nn.Conv` (converters treat both alike)."""
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """Apply to one sample `x` of shape `(in_channels, *spatial)`."""
+        del key
+        if x.ndim != self.num_spatial_dims + 1:
+            raise ValueError(f"Conv expects rank {self.num_spatial_dims + 1} input, got shape "
+                             f"{x.shape}")
+        padding = self.padding
+        if self.padding_mode != "ZEROS":
+            x, padding = self._nonzero_pad(x), "VALID"
+        y = conv_general_dilated(x[None], self.weight, self.stride, padding,
+                                 rhs_dilation=self.dilation,
+                                 feature_group_count=self.groups)[0]
+        return y + jnp.asarray(self.bias) if self.use_bias else y
+
+
+class Conv3d(Conv):
+    """`Conv` with three spatial dimensions (as `eqx.nn.Conv3d`)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any,
+                 stride: Any = (1, 1, 1), padding: Any = (0, 0, 0), dilation: Any = (1, 1, 1),
+                 groups: int = 1, use_bias: bool = True, padding_mode: str = "ZEROS",
+                 dtype: Any = None, *, key: PRNGKeyArray) -> None:
+        super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, use_bias, padding_mode, dtype, key=key)
 
 
 class ConvTranspose(eqx.nn.ConvTranspose):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
-from zoo.layers.eqx import BatchNorm, ConvTranspose
+from zoo.layers.eqx import BatchNorm, Conv3d, ConvTranspose
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
 
@@ -28,15 +28,15 @@ def _norm(config: UNet3DConfig, channels: int, dtype) -> Norm:
 class ConvBlock(eqx.Module):
     """Two conv3x3x3 (no bias) + norm + relu."""
 
-    conv1: eqx.nn.Conv3d
+    conv1: Conv3d
     norm1: Norm
-    conv2: eqx.nn.Conv3d
+    conv2: Conv3d
     norm2: Norm
 
     def __init__(self, config: UNet3DConfig, cin: int, cout: int, *, key: PRNGKeyArray,
                  dtype) -> None:
         k1, k2 = jax.random.split(key)
-        conv = lambda i, k: eqx.nn.Conv3d(i, cout, (3, 3, 3), padding=1, use_bias=False, key=k,
+        conv = lambda i, k: Conv3d(i, cout, (3, 3, 3), padding=1, use_bias=False, key=k,
                                           dtype=dtype)
         self.conv1, self.norm1 = conv(cin, k1), _norm(config, cout, dtype)
         self.conv2, self.norm2 = conv(cout, k2), _norm(config, cout, dtype)
@@ -59,12 +59,12 @@ class UNet3D(eqx.Module):
     has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
 
     encoders: tuple[ConvBlock, ...]
-    downs: tuple[eqx.nn.Conv3d, ...]  # empty with down="maxpool"
+    downs: tuple[Conv3d, ...]  # empty with down="maxpool"
     pool: eqx.nn.MaxPool3d | None
     bottleneck: ConvBlock
     ups: tuple[ConvTranspose, ...]
     decoders: tuple[ConvBlock, ...]
-    head: eqx.nn.Conv3d
+    head: Conv3d
     config: UNet3DConfig = eqx.field(static=True)
 
     def __init__(self, config: UNet3DConfig, *, key: PRNGKeyArray, dtype=None) -> None:
@@ -73,7 +73,7 @@ class UNet3D(eqx.Module):
         ins = (config.in_channels, *w[:-2])
         self.encoders = tuple(ConvBlock(config, i, o, key=next(keys), dtype=dt)
                               for i, o in zip(ins, w[:-1], strict=True))
-        self.downs = tuple(eqx.nn.Conv3d(c, c, (2, 2, 2), stride=2, key=next(keys), dtype=dt)
+        self.downs = tuple(Conv3d(c, c, (2, 2, 2), stride=2, key=next(keys), dtype=dt)
                            for c in w[:-1]) if config.down == "conv" else ()
         self.pool = eqx.nn.MaxPool3d(2, 2) if config.down == "maxpool" else None
         self.bottleneck = ConvBlock(config, w[-2], w[-1], key=next(keys), dtype=dt)
@@ -81,7 +81,7 @@ class UNet3D(eqx.Module):
                          for spec in config.conv_transposes())
         self.decoders = tuple(ConvBlock(config, 2 * c, c, key=next(keys), dtype=dt)
                               for c in config.decoder_widths())
-        self.head = eqx.nn.Conv3d(w[0], config.out_channels, (1, 1, 1), key=next(keys),
+        self.head = Conv3d(w[0], config.out_channels, (1, 1, 1), key=next(keys),
                                   dtype=dt)
         self.config = config
 

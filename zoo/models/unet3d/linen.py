@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.linen import ConvTranspose
 from zoo.models.common import dtype_of
@@ -37,7 +38,7 @@ class ConvBlock(nn.Module):
     def setup(self) -> None:
         dt = dtype_of(self.param_dtype)
         conv = lambda: nn.Conv(self.features, K3, padding=((1, 1),) * 3, use_bias=False,
-                               param_dtype=dt)
+                               param_dtype=dt, conv_general_dilated=conv_general_dilated)
         self.conv1, self.norm1 = conv(), _norm(self.config, dt)
         self.conv2, self.norm2 = conv(), _norm(self.config, dt)
 
@@ -66,7 +67,8 @@ class UNet3D(nn.Module):
         self.bottleneck = block(cfg.widths[-1])
         self.ups = [_up(spec, cfg.conv_method, dt) for spec in cfg.conv_transposes()]
         self.decoders = [block(c) for c in cfg.decoder_widths()]
-        self.head = nn.Conv(cfg.out_channels, (1, 1, 1), param_dtype=dt)
+        self.head = nn.Conv(cfg.out_channels, (1, 1, 1), param_dtype=dt,
+                            conv_general_dilated=conv_general_dilated)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         self.config.check_input(x.shape, channels_last=True)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
 from zoo.models.common import dtype_of
@@ -27,7 +28,8 @@ class ConvBlock(nnx.Module):
 
     def __init__(self, config: UNet3DConfig, cin: int, cout: int, dtype, rngs: nnx.Rngs) -> None:
         conv = lambda i: nnx.Conv(i, cout, K3, padding=((1, 1),) * 3, use_bias=False,
-                                  param_dtype=dtype, rngs=rngs)
+                                  param_dtype=dtype, conv_general_dilated=conv_general_dilated,
+                                  rngs=rngs)
         self.conv1, self.norm1 = conv(cin), _norm(config, cout, dtype, rngs)
         self.conv2, self.norm2 = conv(cout), _norm(config, cout, dtype, rngs)
 
@@ -57,7 +59,8 @@ class UNet3D(nnx.Module):
                              for spec in config.conv_transposes()])
         self.decoders = nnx.List([ConvBlock(config, 2 * c, c, dt, rngs)
                                   for c in config.decoder_widths()])
-        self.head = nnx.Conv(w[0], config.out_channels, (1, 1, 1), param_dtype=dt, rngs=rngs)
+        self.head = nnx.Conv(w[0], config.out_channels, (1, 1, 1), param_dtype=dt,
+                             conv_general_dilated=conv_general_dilated, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         self.config.check_input(x.shape, channels_last=True)
