@@ -26,7 +26,12 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
     if dtype is not None:
         query, key, value = (a.astype(dtype) for a in (query, key, value))
     query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
-    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    # Head-major `(..., heads, seq, D)` for the two batched products, then back: XLA:CPU runs
+    # them as plain batched GEMMs, where the `(..., seq, heads, D)` einsums cost the ViT-cifar
+    # attention 1.6x the time forward (3.05 vs 1.86 ms) and 1.15x with gradients (2 cores, idle).
+    query, key, value = (jnp.swapaxes(a, -2, -3) for a in (query, key, value))
+    logits = jnp.einsum("...hqd,...hkd->...hqk", query, key, precision=precision)
     weights = jax.nn.softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
-    return jnp.einsum("...hqk,...khd->...qhd", weights.astype(logits.dtype), value,
-                      precision=precision)
+    out = jnp.einsum("...hqk,...hkd->...hqd", weights.astype(logits.dtype), value,
+                     precision=precision)
+    return jnp.swapaxes(out, -2, -3)
