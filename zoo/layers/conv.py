@@ -24,7 +24,9 @@ from zoo.layers import im2col
 
 __all__ = ["conv_general_dilated", "uses_im2col"]
 
-IM2COL_MIN_SPATIAL_DIMS = 3  # 2-D convolutions: XLA's own is faster (docs/benchmarks.md)
+# From this many spatial dims on, the CPU's convolutions (and conv-transposes, whose "auto"
+# method reads it too) are im2col + GEMM; 2-D ones: XLA's own is faster (docs/benchmarks.md).
+IM2COL_MIN_SPATIAL_DIMS = 3
 
 
 def uses_im2col(n_spatial: int, window_strides: Sequence[int], lhs_dilation: Sequence[int] | None,

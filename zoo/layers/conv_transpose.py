@@ -44,6 +44,7 @@ import numpy as np
 from jax import lax
 
 from zoo.layers import im2col
+from zoo.layers.conv import IM2COL_MIN_SPATIAL_DIMS
 
 __all__ = [
     "CHOICES",
@@ -163,7 +164,7 @@ def choose_method(
       the fewest multiplications and avoids the ``lhs_dilation`` lowering.
     """
     del kernel_shape, dilation  # Kept in the signature for retuning.
-    if backend == "cpu" and len(x_shape) >= 5:
+    if backend == "cpu" and len(x_shape) - 2 >= IM2COL_MIN_SPATIAL_DIMS:
         return "im2col"
     if all(s == 1 for s in stride):
         return "lhs_dilation"
