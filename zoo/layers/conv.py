@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 
 from zoo.layers import im2col
@@ -60,10 +59,7 @@ def conv_general_dilated(lhs: jax.Array, rhs: jax.Array, window_strides: Sequenc
     if (out_sharding is None and all(lo >= 0 and hi >= 0 for lo, hi in pads)
             and uses_im2col(n, window_strides, lhs_dilation, feature_group_count,
                             batch_group_count, jax.default_backend())):
-        widths = [(0, 0)] * lhs.ndim
-        for axis, pad in zip(dn.lhs_spec[2:], pads, strict=True):
-            widths[axis] = pad
-        return im2col.conv(jnp.pad(lhs, widths), rhs, dn, dilation, precision=precision,
+        return im2col.conv(lhs, rhs, dn, dilation, tuple(pads), precision=precision,
                            preferred_element_type=preferred_element_type)
     return lax.conv_general_dilated(
         lhs, rhs, window_strides, pads, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,

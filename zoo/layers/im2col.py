@@ -147,14 +147,19 @@ def _conv(k: tuple[int, ...], d: tuple[int, ...], precision: Any, out_type: Any)
 
 
 def conv(x: jax.Array, kernel: jax.Array, dn: lax.ConvDimensionNumbers,
-         rhs_dilation: tuple[int, ...], *, precision: Any = None,
-         preferred_element_type: Any = None) -> jax.Array:
-    """`lax.conv_general_dilated(x, kernel, (1,) * n, "VALID", rhs_dilation=rhs_dilation,
+         rhs_dilation: tuple[int, ...], padding: tuple[tuple[int, int], ...] | None = None,
+         *, precision: Any = None, preferred_element_type: Any = None) -> jax.Array:
+    """`lax.conv_general_dilated(x, kernel, (1,) * n, padding, rhs_dilation=rhs_dilation,
     dimension_numbers=dn, ...)` computed as im2col + GEMM (same values up to float rounding).
 
-    Any layout `dn` (data are moved to channels-last internally); any number of spatial dims.
+    Any layout `dn` (data are moved to channels-last first, then zero-padded by `padding`, one
+    `(lo, hi)` >= 0 per spatial dim, default none: padding a channels-first input before the
+    move made XLA write the padded copy in a mixed layout and copy it again, 25% of Equinox's
+    U-Net forward); any number of spatial dims.
     """
     lhs = x.transpose(dn.lhs_spec[0], *dn.lhs_spec[2:], dn.lhs_spec[1])  # (N, *sp, C)
+    if padding is not None and any(lo or hi for lo, hi in padding):
+        lhs = jnp.pad(lhs, ((0, 0), *padding, (0, 0)))
     rhs = kernel.transpose(*dn.rhs_spec[2:], dn.rhs_spec[1], dn.rhs_spec[0])  # (*k, I, O)
     k, d = tuple(rhs.shape[:-2]), tuple(int(v) for v in rhs_dilation)
     if isinstance(precision, list):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
-from zoo.layers.eqx import BatchNorm, Conv3d, ConvTranspose
+from zoo.layers.eqx import BatchNorm, Conv3d, ConvTranspose, MaxPool3d
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
 
@@ -60,7 +60,7 @@ class UNet3D(eqx.Module):
 
     encoders: tuple[ConvBlock, ...]
     downs: tuple[Conv3d, ...]  # empty with down="maxpool"
-    pool: eqx.nn.MaxPool3d | None
+    pool: MaxPool3d | None
     bottleneck: ConvBlock
     ups: tuple[ConvTranspose, ...]
     decoders: tuple[ConvBlock, ...]
@@ -75,7 +75,7 @@ class UNet3D(eqx.Module):
                               for i, o in zip(ins, w[:-1], strict=True))
         self.downs = tuple(Conv3d(c, c, (2, 2, 2), stride=2, key=next(keys), dtype=dt)
                            for c in w[:-1]) if config.down == "conv" else ()
-        self.pool = eqx.nn.MaxPool3d(2, 2) if config.down == "maxpool" else None
+        self.pool = MaxPool3d(2, 2) if config.down == "maxpool" else None
         self.bottleneck = ConvBlock(config, w[-2], w[-1], key=next(keys), dtype=dt)
         self.ups = tuple(_up(spec, config.conv_method, next(keys), dt)
                          for spec in config.conv_transposes())

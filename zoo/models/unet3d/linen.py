@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.linen import ConvTranspose
+from zoo.layers.pooling import max_pool
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
 
@@ -76,7 +77,7 @@ class UNet3D(nn.Module):
         for i, encoder in enumerate(self.encoders):
             x = encoder(x, train=train)
             skips.append(x)
-            x = self.downs[i](x) if self.downs else nn.max_pool(x, (2, 2, 2), (2, 2, 2))
+            x = self.downs[i](x) if self.downs else max_pool(x, (2, 2, 2), (2, 2, 2))
         x = self.bottleneck(x, train=train)
         for up, decoder, skip in zip(self.ups, self.decoders, reversed(skips), strict=True):
             x = decoder(jnp.concatenate([skip, up(x)], axis=-1), train=train)  # CONCAT_ORDER

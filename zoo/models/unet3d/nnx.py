@@ -9,6 +9,7 @@ from flax import nnx
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose_spec import ConvTransposeSpec
 from zoo.layers.nnx import ConvTranspose
+from zoo.layers.pooling import max_pool
 from zoo.models.common import dtype_of
 from zoo.models.unet3d.config import UNet3DConfig
 
@@ -68,7 +69,7 @@ class UNet3D(nnx.Module):
         for i, encoder in enumerate(self.encoders):
             x = encoder(x)
             skips.append(x)
-            x = self.downs[i](x) if self.downs else nnx.max_pool(x, (2, 2, 2), (2, 2, 2))
+            x = self.downs[i](x) if self.downs else max_pool(x, (2, 2, 2), (2, 2, 2))
         x = self.bottleneck(x)
         for up, decoder, skip in zip(self.ups, self.decoders, reversed(skips), strict=True):
             x = decoder(jnp.concatenate([skip, up(x)], axis=-1))  # CONCAT_ORDER
