@@ -20,6 +20,8 @@ CASES = {  # (lhs layout, rhs layout, kernel, padding, dilation)
     "channels-first-same": ("NCDHW", "OIDHW", (3, 2, 3), "SAME", (1, 1, 1)),
     "asymmetric-dilated": ("NDHWC", "DHWIO", (3, 3, 2), ((2, 0), (1, 2), (0, 1)), (2, 1, 2)),
     "pointwise": ("NDHWC", "DHWIO", (1, 1, 1), "VALID", (1, 1, 1)),
+    # padding beyond the kernel's reach: the input gradient crops the cotangent
+    "padded-past-reach": ("NCDHW", "OIDHW", (1, 2, 3), ((1, 2), (2, 0), (0, 3)), (1, 1, 1)),
 }
 
 
