@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import io
 import json
 import tracemalloc
 import weakref
@@ -331,3 +333,37 @@ def test_equinox_written_record_by_record(tmp_path, monkeypatch):
     assert len(taken) >= len(state) and out.read_bytes() == by_hand.read_bytes()
     monkeypatch.undo()
     assert_same(read(out), state)
+
+
+@pytest.mark.parametrize("fmt, name", [("eqx", "m.eqx"), ("torch", "m.pt")])
+def test_sidecar_digest_taken_while_writing(tmp_path, monkeypatch, fmt, name):
+    """`.eqx` and `.pt` files are hashed as their bytes are written, never read back; the
+    sidecar records the size and SHA-256 of the file as it lies on disk."""
+    from converters.checkpoints import format as format_module
+    from converters.checkpoints.io import sidecar_path
+
+    def read_back(path):
+        raise AssertionError(f"{path} read back for its digest")
+
+    state = vit_state()
+    monkeypatch.setattr(format_module, "digest", read_back)
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / name, fmt)
+    monkeypatch.undo()
+    data = out.read_bytes()
+    assert json.loads(sidecar_path(out).read_text())["data"] == {
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert_same(read(out), state)
+
+
+def test_hashing_file_refuses_to_seek(tmp_path):
+    """A writer that would seek back is refused, not left with a digest of other bytes."""
+    from converters.checkpoints.staging import HashingFile
+
+    with HashingFile(tmp_path / "f") as f:
+        f.write(b"abc")
+        f.write(np.arange(3, dtype=np.int16))
+        assert not f.seekable() and f.tell() == 9
+        with pytest.raises(io.UnsupportedOperation):
+            f.seek(0)
+    body = (tmp_path / "f").read_bytes()
+    assert f.digest() == {"size": 9, "sha256": hashlib.sha256(body).hexdigest()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 import equinox as eqx
 import jax
@@ -34,6 +34,7 @@ from converters.checkpoints.metadata import (
     restore_num_batches_tracked,
     stored_dtype,
 )
+from converters.checkpoints.staging import HashingFile
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
@@ -144,6 +145,18 @@ class EquinoxLeaves(NativeFormat):
         self.write_counted(ck, data, lambda n: None)
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        with open(data, "wb") as f:
+            self._save(ck, f, advance)
+
+    def write_hashed(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]
+                     ) -> dict[str, Any]:
+        """Hashed as written: Equinox writes its records front to back."""
+        with HashingFile(data) as f:
+            self._save(ck, f, advance)
+        return f.digest()
+
+    def _save(self, ck: Checkpoint, f: BinaryIO | HashingFile,
+              advance: Callable[[int], None]) -> None:
         """A model without state streamed record by record: each native array is made by
         its layer's rule as it is written (`layer_plan`: no native model is built). A
         stateful model (an `eqx.nn.State` holds JAX arrays) and a training checkpoint (its
@@ -152,13 +165,15 @@ class EquinoxLeaves(NativeFormat):
         skel = None if ck.training else with_dtype(skeleton(ck.config, self.impl, dtype), dtype)
         if skel is None or isinstance(skel, tuple):
             model, opt = self.native(ck)
-            save_eqx_tree((model, opt, ck.step) if ck.training else model, data)
+            eqx.tree_serialise_leaves(f, (model, opt, ck.step) if ck.training else model,
+                                      filter_spec=_serialise)
             advance(checkpoint_bytes(ck))
             return
         p = plan(interface(self.impl).clone(skel), self.impl, walk_facts(ck.config, self.impl),
                  lambda m: m)
-        save_eqx_tree(canonical.walker(self.impl).write(
-            skel, native_leaves(p, ck.state, advance), p.layers), data)
+        tree = canonical.walker(self.impl).write(skel, native_leaves(p, ck.state, advance),
+                                                 p.layers)
+        eqx.tree_serialise_leaves(f, tree, filter_spec=_serialise)
 
     def save_tree(self, tree: Any, path: Path) -> None:
         save_eqx_tree(tree, path)

@@ -16,14 +16,20 @@ import pickle
 import types
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state, ordered_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
+from converters.checkpoints.format import (
+    CheckpointFormat,
+    Entry,
+    ForeignTree,
+    Probe,
+    checkpoint_bytes,
+)
 from converters.checkpoints.io import (
     CheckpointError,
     ProgressFn,
@@ -31,6 +37,7 @@ from converters.checkpoints.io import (
     first_line,
 )
 from converters.checkpoints.metadata import read_sidecar
+from converters.checkpoints.staging import HashingFile
 from converters.checkpoints.unwrap import Unwrapped, unwrap
 from zoo.configs import Config
 
@@ -191,9 +198,23 @@ class TorchPickle(CheckpointFormat):
                 "use another format")
 
     def write(self, ck: Checkpoint, data: Path) -> None:
+        with HashingFile(data) as f:
+            self._save(ck, f)
+
+    def write_hashed(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]
+                     ) -> dict[str, Any]:
+        """Hashed as written: torch.save writes a file object front to back, never seeking
+        (its zip records are named ``archive/``, as in any torch.save to a buffer)."""
+        with HashingFile(data) as f:
+            self._save(ck, f)
+        advance(checkpoint_bytes(ck))
+        return f.digest()
+
+    @staticmethod
+    def _save(ck: Checkpoint, f: HashingFile) -> None:
         torch = _import_torch()
         torch.save(OrderedDict((k, numpy_to_torch(v, share=True))
-                               for k, v in ordered_state(ck).items()), data)
+                               for k, v in ordered_state(ck).items()), f)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch."))
