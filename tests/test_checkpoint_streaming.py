@@ -335,6 +335,21 @@ def test_equinox_written_record_by_record(tmp_path, monkeypatch):
     assert_same(read(out), state)
 
 
+
+def test_equinox_read_record_by_record(tmp_path, monkeypatch):
+    """An Equinox file of a model without state is read as memory maps of its records, each
+    layer through its rule: no native model is built, and the file is not copied where the
+    rule only views its arrays (the attention's q, k and v are joined: a new array)."""
+    from converters.checkpoints.formats import equinox
+
+    state = vit_state()
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / "m.eqx", "eqx")
+    monkeypatch.setattr(equinox, "_deserialise", None)  # never called
+    ck = read(out)
+    assert_same(ck, state)
+    mapped = {k for k, v in ck.state.items() if isinstance(v, np.memmap)}
+    assert mapped == {k for k in state if ".attn.qkv." not in k}
+
 @pytest.mark.parametrize("fmt, name", [("eqx", "m.eqx"), ("torch", "m.pt")])
 def test_sidecar_digest_taken_while_writing(tmp_path, monkeypatch, fmt, name):
     """`.eqx` and `.pt` files are hashed as their bytes are written, never read back; the

@@ -3,6 +3,7 @@ step)), the architecture and config in a JSON sidecar."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
@@ -13,19 +14,27 @@ import jax.numpy as jnp
 import numpy as np
 
 import canonical
+from canonical.paths import key_name
 from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe, checkpoint_bytes
-from converters.checkpoints.formats.layer_plan import Pending, native_leaves, plan
+from converters.checkpoints.formats.layer_plan import (
+    Pending,
+    canonical_state,
+    native_leaves,
+    plan,
+)
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.io import (
     NPY_MAGIC,
     CheckpointError,
+    NpyRecord,
     ProgressFn,
     ProgressTask,
     contiguous,
     first_line,
     load_npy,
+    npy_records,
     scan_npy_stream,
     sidecar_path,
 )
@@ -42,12 +51,35 @@ from zoo.interface import interface
 from zoo.registry import skeleton, walk_facts
 
 
+def _is_record(x: Any) -> bool:
+    """Whether `eqx.tree_serialise_leaves` writes leaf `x` (as one `.npy` record)."""
+    return _is_array(x) or eqx.is_array_like(x)
+
+
 def _leaves(like: Any) -> list[tuple[str, Any]]:
     """(name, leaf) of every leaf that `eqx.tree_serialise_leaves` writes, in file order."""
     flat, _ = jax.tree_util.tree_flatten_with_path(like)
-    return [(jax.tree_util.keystr(p), x) for p, x in flat
-            if isinstance(x, jax.ShapeDtypeStruct | jax.Array | np.ndarray)
-            or eqx.is_array_like(x)]
+    return [(jax.tree_util.keystr(p), x) for p, x in flat if _is_record(x)]
+
+
+def _record_paths(like: Any) -> list[tuple[str, ...] | None]:
+    """The tree path of every record holding an array, in file order (as `layer_plan.plan`
+    names them); None for a record of a plain scalar field (a dropout's `p`)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(like)
+    return [tuple(key_name(k) for k in p) if _is_array(x) else None
+            for p, x in flat if _is_record(x)]
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, jax.ShapeDtypeStruct | jax.Array | np.ndarray)
+
+
+def _mapped(path: Path, r: NpyRecord) -> np.ndarray:
+    """A copy-on-write memory map of one record's data (nothing is read until used)."""
+    if math.prod(r.shape) == 0:
+        return np.zeros(r.shape, r.dtype)
+    return np.memmap(path, r.dtype, mode="c", offset=r.offset, shape=r.shape or (1,)
+                     ).reshape(r.shape)
 
 
 def _problems(headers: list, leaves: list[tuple[str, Any]]) -> list[str]:
@@ -55,7 +87,7 @@ def _problems(headers: list, leaves: list[tuple[str, Any]]) -> list[str]:
     if len(headers) != len(leaves):
         problems.append(f"the file holds {len(headers)} arrays, the model expects {len(leaves)}")
     for i, ((name, like), (shape, dtype)) in enumerate(zip(leaves, headers, strict=False)):
-        if isinstance(like, jax.ShapeDtypeStruct | jax.Array | np.ndarray):
+        if _is_array(like):
             want = (tuple(like.shape), np.dtype(like.dtype))
             if want != (shape, np.dtype(dtype)):
                 problems.append(f"array #{i} {name}: expected shape {want[0]} {want[1]}, found "
@@ -107,7 +139,8 @@ class EquinoxLeaves(NativeFormat):
              progress: ProgressFn | None) -> Checkpoint:
         config = resolve_config(path, det.meta, given)
         with open(path, "rb") as f:
-            headers = scan_npy_stream(f, path.stat().st_size, str(path))
+            records = npy_records(f, path.stat().st_size, str(path))
+        headers = [(r.shape, r.dtype) for r in records]
         like = self._like(config, self._dtype(config, det.meta, headers), det.meta)
         problems = _problems(headers, _leaves(like))
         if problems:
@@ -117,7 +150,13 @@ class EquinoxLeaves(NativeFormat):
                                   f"{len(problems)} problem(s):\n  - "
                                   + "\n  - ".join(problems[:50]) + hint)
         total = sum(int(np.prod(shape)) * np.dtype(d).itemsize for shape, d in headers)
-        out = _deserialise(path, like, ProgressTask(progress, "reading", total))
+        task = ProgressTask(progress, "reading", total)
+        state = self._streamed(path, config, like, records)
+        if state is not None:
+            task.advance(total)
+            restore_num_batches_tracked(state, det.meta)
+            return Checkpoint(config, state)
+        out = _deserialise(path, like, task)
         training = bool(det.meta and det.meta.get("kind") == "training")
         model, opt_tree, step = out if training else (out, None, None)
         state = numpy_state(to_canonical(model, self.impl))
@@ -127,6 +166,26 @@ class EquinoxLeaves(NativeFormat):
             opt = canonical_from_native(det.meta["optimizer"], opt_tree, model, self.impl,
                                         ordered=True)
         return Checkpoint(config, state, opt, None if step is None else int(step))
+
+    def _streamed(self, path: Path, config: Config, like: Any, records: list[NpyRecord]
+                  ) -> dict[str, Any] | None:
+        """A model without state read record by record: each record a memory map, each
+        layer through its rule (`layer_plan`: no native model is built, the file is not
+        copied). None for a training file, a stateful model (an `eqx.nn.State`) or records
+        unlike what the model would hold (Fortran order, a dtype JAX does not keep), which
+        are read into the native model instead."""
+        if isinstance(like, tuple):
+            return None
+        arrays = {k: r for k, r in zip(_record_paths(like), records, strict=True)
+                  if k is not None}
+        if any(r.fortran or jax.dtypes.canonicalize_dtype(r.dtype) != r.dtype
+               for r in arrays.values()):
+            return None
+        p = plan(interface(self.impl).clone(like), self.impl,
+                 walk_facts(config, self.impl), lambda m: m)
+        if arrays.keys() != set(p.paths.values()):
+            return None
+        return canonical_state(p, {k: _mapped(path, r) for k, r in arrays.items()})
 
     def _dtype(self, config: Config, meta: dict[str, Any] | None,
                headers: list[tuple[tuple[int, ...], np.dtype]]) -> np.dtype:
