@@ -75,11 +75,12 @@ def _is_array(x: Any) -> bool:
 
 
 def _mapped(path: Path, r: NpyRecord) -> np.ndarray:
-    """A copy-on-write memory map of one record's data (nothing is read until used)."""
-    if math.prod(r.shape) == 0:
-        return np.zeros(r.shape, r.dtype)
-    return np.memmap(path, r.dtype, mode="c", offset=r.offset, shape=r.shape or (1,)
-                     ).reshape(r.shape)
+    """A copy-on-write memory map of one record's data (nothing is read until used; a writer
+    reads it afresh, `io.detached`)."""
+    if math.prod(r.shape) == 0 or not r.shape:  # nothing, or a scalar: read it
+        return np.fromfile(path, r.dtype, count=math.prod(r.shape), offset=r.offset
+                           ).reshape(r.shape)
+    return np.memmap(path, r.dtype, mode="c", offset=r.offset, shape=r.shape)
 
 
 def _problems(headers: list, leaves: list[tuple[str, Any]]) -> list[str]:
