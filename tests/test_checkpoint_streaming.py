@@ -370,6 +370,21 @@ def test_sidecar_digest_taken_while_writing(tmp_path, monkeypatch, fmt, name):
     assert_same(read(out), state)
 
 
+def test_a_command_checks_its_source_digest_once(tmp_path, monkeypatch, capsys):
+    """Detection hashes the data a sidecar describes; the command line's detection and the
+    conversion's read share it while the file is unchanged."""
+    from converters.checkpoints import metadata
+
+    src = write(Checkpoint(VIT, vit_state()), tmp_path / "m.eqx", "eqx")
+    hashed = []
+    digest = metadata.digest
+    monkeypatch.setattr(metadata, "digest", lambda p: (hashed.append(p), digest(p))[1])
+    assert main(["convert", str(src), str(tmp_path / "o.safetensors"), "--to", "torch"]) == 0
+    assert hashed == [src]
+    capsys.readouterr()
+    read(src), read(src)  # outside a command: detected afresh each time
+    assert hashed == [src] * 3
+
 def test_hashing_file_refuses_to_seek(tmp_path):
     """A writer that would seek back is refused, not left with a digest of other bytes."""
     from converters.checkpoints.staging import HashingFile
