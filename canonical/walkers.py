@@ -13,19 +13,21 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import equinox as eqx
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from canonical.errors import ConversionError
 from canonical.kinds import KINDS, Arrays, Layer, LayerKind, kind_of
 from canonical.paths import join, key_name, path_name
 from canonical.torch_arrays import numpy_to_torch, torch_to_numpy
+
+if TYPE_CHECKING:  # Flax is imported by the walkers of its models only
+    import flax.linen as nn
+    from flax import nnx
 
 LIBRARIES = ("equinox", "flax", "torch", "jax")  # whose own classes need a kind to convert
 PARAMETER = "parameter"
@@ -351,6 +353,8 @@ class LinenWalker(Walker):
                 found[path] = (join(parent[0], part), m)
             return next_fun(*args, **kwargs)
 
+        import flax.linen as nn
+
         kwargs = {"train": False} if _accepts_train(module) else {}
         with nn.intercept_methods(record):
             jax.eval_shape(lambda v, x: module.apply(v, x, **kwargs), variables, example)
@@ -444,16 +448,18 @@ class NNXWalker(Walker):
 
     impl = "nnx"
     family = "flax"
-    ARRAYS = nnx.Any(nnx.Param, nnx.BatchStat)
 
     def layers(self, model: Any, *, example: Any = None) -> list[Layer]:
+        from flax import nnx
+
         modules = dict(nnx.iter_modules(model))
         order = lambda item: _definition_position(model, item[0])  # parents first
         out = self._kind_layers((path, ".".join(map(str, path)), m)
                                 for path, m in sorted(modules.items(), key=order))
         claimed = [layer.path for layer in out]
         problems = []
-        for path, _ in sorted(nnx.to_flat_state(nnx.state(model, self.ARRAYS)),
+        arrays = nnx.Any(nnx.Param, nnx.BatchStat)
+        for path, _ in sorted(nnx.to_flat_state(nnx.state(model, arrays)),
                               key=lambda item: _definition_position(model, item[0])):
             if _under(path[:-1], claimed):
                 continue
@@ -488,6 +494,8 @@ class NNXWalker(Walker):
         return skeleton
 
     def abstract(self, skeleton: Any, fn: Callable[[Any], Any]) -> Any:
+        from flax import nnx
+
         graphdef, state = nnx.split(skeleton)
         return jax.eval_shape(lambda: fn(nnx.merge(graphdef, jax.tree.map(_zeros, state))))
 

@@ -50,6 +50,7 @@ from converters.checkpoints import (
 from converters.checkpoints import inspect_checkpoint as inspect_file
 from converters.checkpoints.base import Detection
 from converters.checkpoints.configs import parse_config
+from converters.checkpoints.detect import detecting_once
 from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.core import ConversionError, KeyMismatchError
@@ -357,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
-        with quiet, warning_lines(errors):
+        with quiet, warning_lines(errors), detecting_once():
             return (_convert if args.command == "convert" else _inspect)(args, console)
     except (UsageError, ConfigError) as e:
         if args.debug:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import zipfile
@@ -283,6 +284,27 @@ def test_corrupted_torch_zip_is_refused_by_its_crc(tmp_path):
                             "--config", MLP_JSON])
         assert code == 1 and "CRC-32" in err and "bad.pt" in err, (member, err)
         assert not (tmp_path / "o.eqx").exists()
+
+
+@needs_torch
+def test_torch_zip_checked_by_its_sidecar_digest_or_its_crc(tmp_path, monkeypatch):
+    """A `.pt` whose SHA-256 matches its sidecar is the file as written: no CRC-32 pass. One
+    changed after (its sidecar stale) is checked member by member, and refused."""
+    out = write(Checkpoint(MLP, state_of(MLP)), tmp_path / "m.pt", "torch")
+    tested = []
+    testzip = zipfile.ZipFile.testzip
+    monkeypatch.setattr(zipfile.ZipFile, "testzip",
+                        lambda z: (tested.append(z.filename), testzip(z))[1])
+    assert read(out).config == MLP and tested == []
+    with zipfile.ZipFile(out) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data/0"))
+    data = bytearray(out.read_bytes())
+    names, extra = struct.unpack_from("<HH", data, info.header_offset + 26)  # local header
+    data[info.header_offset + 30 + names + extra + 3] ^= 0x04  # a bit of the first tensor
+    out.write_bytes(bytes(data))
+    code, _, err = run(["convert", out, tmp_path / "o.eqx", "--to", "eqx", "--config",
+                        MLP_JSON])
+    assert code == 1 and "CRC-32" in err and tested == [str(out)], err
 
 
 # --------------------------------------------------------------------------- 8: crash, race

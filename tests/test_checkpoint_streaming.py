@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import io
 import json
 import tracemalloc
 import weakref
@@ -331,3 +333,67 @@ def test_equinox_written_record_by_record(tmp_path, monkeypatch):
     assert len(taken) >= len(state) and out.read_bytes() == by_hand.read_bytes()
     monkeypatch.undo()
     assert_same(read(out), state)
+
+
+
+def test_equinox_read_record_by_record(tmp_path, monkeypatch):
+    """An Equinox file of a model without state is read as memory maps of its records, each
+    layer through its rule: no native model is built, and the file is not copied where the
+    rule only views its arrays (the attention's q, k and v are joined: a new array)."""
+    from converters.checkpoints.formats import equinox
+
+    state = vit_state()
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / "m.eqx", "eqx")
+    monkeypatch.setattr(equinox, "_deserialise", None)  # never called
+    ck = read(out)
+    assert_same(ck, state)
+    mapped = {k for k, v in ck.state.items() if isinstance(v, np.memmap)}
+    assert mapped == {k for k in state if ".attn.qkv." not in k}
+
+@pytest.mark.parametrize("fmt, name", [("eqx", "m.eqx"), ("torch", "m.pt")])
+def test_sidecar_digest_taken_while_writing(tmp_path, monkeypatch, fmt, name):
+    """`.eqx` and `.pt` files are hashed as their bytes are written, never read back; the
+    sidecar records the size and SHA-256 of the file as it lies on disk."""
+    from converters.checkpoints import format as format_module
+    from converters.checkpoints.io import sidecar_path
+
+    def read_back(path):
+        raise AssertionError(f"{path} read back for its digest")
+
+    state = vit_state()
+    monkeypatch.setattr(format_module, "digest", read_back)
+    out = write(Checkpoint(VIT, dict(state)), tmp_path / name, fmt)
+    monkeypatch.undo()
+    data = out.read_bytes()
+    assert json.loads(sidecar_path(out).read_text())["data"] == {
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert_same(read(out), state)
+
+
+def test_a_command_checks_its_source_digest_once(tmp_path, monkeypatch, capsys):
+    """Detection hashes the data a sidecar describes; the command line's detection and the
+    conversion's read share it while the file is unchanged."""
+    from converters.checkpoints import metadata
+
+    src = write(Checkpoint(VIT, vit_state()), tmp_path / "m.eqx", "eqx")
+    hashed = []
+    digest = metadata.digest
+    monkeypatch.setattr(metadata, "digest", lambda p: (hashed.append(p), digest(p))[1])
+    assert main(["convert", str(src), str(tmp_path / "o.safetensors"), "--to", "torch"]) == 0
+    assert hashed == [src]
+    capsys.readouterr()
+    read(src), read(src)  # outside a command: detected afresh each time
+    assert hashed == [src] * 3
+
+def test_hashing_file_refuses_to_seek(tmp_path):
+    """A writer that would seek back is refused, not left with a digest of other bytes."""
+    from converters.checkpoints.staging import HashingFile
+
+    with HashingFile(tmp_path / "f") as f:
+        f.write(b"abc")
+        f.write(np.arange(3, dtype=np.int16))
+        assert not f.seekable() and f.tell() == 9
+        with pytest.raises(io.UnsupportedOperation):
+            f.seek(0)
+    body = (tmp_path / "f").read_bytes()
+    assert f.digest() == {"size": 9, "sha256": hashlib.sha256(body).hexdigest()}

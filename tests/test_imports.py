@@ -2,11 +2,16 @@
 
 The check reads the source with `ast` (nothing is imported): every `import` / `from ... import`
 of a first-party module, at any depth of a module, is an edge between top-level packages.
+A conversion imports only the frameworks its formats need (checked in a fresh process).
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,3 +71,40 @@ def test_no_private_names_imported_across_modules():
                                 f"{node.module}" for a in node.names
                                 if a.name.startswith("_") and not a.name.startswith("__")]
     assert not private, "\n".join(private)
+
+
+CONVERSIONS = """
+import json, sys
+import numpy as np
+from safetensors.numpy import save_file
+from converters.__main__ import main
+from converters.core import canonical_spec
+from zoo.registry import make_config
+
+config = make_config("vit", width=32, depth=1, num_heads=2, patch_size=8,
+                     image_size=[16, 16], num_classes=3)
+save_file({k: np.zeros(s.shape, np.float32) for k, s in canonical_spec(config).items()},
+          "src.safetensors")
+seen = {}
+for dst in ("out.safetensors", "out.pt"):
+    code = main(["convert", "src.safetensors", dst, "--to", "torch", "--config",
+                 config.to_json(), "--no-progress"])
+    seen[dst] = [code, sorted(m for m in sys.modules if "." not in m)]
+print(json.dumps(seen))
+"""
+
+
+def test_conversion_imports_only_what_its_formats_need(tmp_path):
+    """Safetensors to safetensors imports neither Flax, orbax, optax nor PyTorch; to `.pt`
+    only PyTorch besides. JAX and Equinox remain: the canonical keys and shapes the
+    checkpoint is validated against are read from the Equinox skeleton."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CONVERSIONS], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=True)
+    seen = json.loads(done.stdout.splitlines()[-1])
+    never = {"flax", "orbax", "optax", "IPython", "tensorstore"}
+    to_st, to_pt = seen["out.safetensors"], seen["out.pt"]
+    assert to_st[0] == to_pt[0] == 0
+    assert {"jax", "equinox"} <= set(to_st[1])
+    assert not (never | {"torch"}) & set(to_st[1]), to_st[1]
+    assert "torch" in to_pt[1] and not never & set(to_pt[1]), to_pt[1]

@@ -30,7 +30,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 
 def _channels_last(x: jax.Array) -> jax.Array:
@@ -186,32 +185,45 @@ class LinenInterface(Interface):
 
 
 class NNXInterface(Interface):
-    """`nnx.split(model, nnx.Param, ...)`: params, then everything else (BatchStat) as state."""
+    """`nnx.split(model, nnx.Param, ...)`: params, then everything else (BatchStat) as state.
+    Flax is imported when an NNX model is at hand."""
 
     impl = "nnx"
     channels_last = True
 
     def split(self, model: Any) -> tuple[Any, Any, Any]:
+        from flax import nnx
+
         return nnx.split(model, nnx.Param, ...)
 
     def merge(self, static: Any, params: Any, state: Any) -> Any:
+        from flax import nnx
+
         return nnx.merge(static, params, state)
 
     def apply(self, static, params, state, x, *, train=False, key=None):
+        from flax import nnx
+
         model = nnx.merge(static, params, state, copy=True)  # never mutate the caller's state
         model.train() if train else model.eval()
         y = model(x) if key is None else model(x, rngs=key)
         return y, nnx.split(model, nnx.Param, ...)[2]
 
     def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+        from flax import nnx
+
         m = nnx.clone(model)
         m.eval()
         return getattr(m, method)(x, **kwargs)
 
     def clone(self, model: Any) -> Any:
+        from flax import nnx
+
         return nnx.clone(model)
 
     def checkpoint_tree(self, model: Any) -> Any:
+        from flax import nnx
+
         return nnx.state(model)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import converters.checkpoints.formats  # noqa: F401  (registers the formats)
@@ -10,8 +13,38 @@ from converters.checkpoints.base import Detection
 from converters.checkpoints.format import Probe, registered
 from converters.checkpoints.io import CheckpointError
 
+_ONCE: ContextVar[dict[tuple, Detection] | None] = ContextVar("detections", default=None)
+
+
+@contextlib.contextmanager
+def detecting_once() -> Iterator[None]:
+    """Within the block, a path is detected once while it is unchanged (same file, size and
+    modification time): a command that looks at its source and then reads it checks the
+    sidecar's digest (a full pass over the data) once."""
+    token = _ONCE.set({})
+    try:
+        yield
+    finally:
+        _ONCE.reset(token)
+
 
 def detect(path: str | os.PathLike) -> Detection:
+    """The format of a checkpoint path, and why; CheckpointError if it is none we know (see
+    `detect_path`; reused inside `detecting_once`)."""
+    seen = _ONCE.get()
+    if seen is None:
+        return detect_path(path)
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return detect_path(path)
+    if key not in seen:
+        seen[key] = detect_path(path)
+    return seen[key]
+
+
+def detect_path(path: str | os.PathLike) -> Detection:
     """The format of a checkpoint path, and why; CheckpointError if it is none we know.
 
     By content, never by name: each registered format looks at the path in turn, those whose

@@ -21,6 +21,7 @@ import numpy as np
 from converters.checkpoints.base import Checkpoint, Detection, Placement
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.metadata import describe
+from converters.checkpoints.staging import digest
 from zoo.configs import Config
 
 Entry = tuple[str, tuple[int, ...], str]  # (key, shape, dtype name) as `inspect` lists it
@@ -140,6 +141,14 @@ class CheckpointFormat(ABC):
         of them at the end; a format that streams tensor by tensor overrides this)."""
         self.write(ck, data)
         advance(checkpoint_bytes(ck))
+
+    def write_hashed(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]
+                     ) -> dict[str, Any]:
+        """`write_counted`, returning the size and SHA-256 its sidecar records (default: the
+        written file read back; a format writing one file front to back hashes the bytes as
+        they pass, through a `staging.HashingFile`)."""
+        self.write_counted(ck, data, advance)
+        return digest(data)
 
     def sized(self, max_bytes: int) -> CheckpointFormat:
         """This format writing shards of at most `max_bytes` (only a format with `shards`)."""

@@ -11,6 +11,7 @@ import math
 import mmap
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -100,6 +101,21 @@ def scan_npy_stream(f: BinaryIO, size: int, name: str = "Equinox file"
                     ) -> list[tuple[tuple[int, ...], np.dtype]]:
     """(shape, dtype) of every array in a concatenation of `.npy` records (an Equinox
     `tree_serialise_leaves` file) without reading the data; clear errors on damage."""
+    return [(r.shape, r.dtype) for r in npy_records(f, size, name)]
+
+
+@dataclass(frozen=True)
+class NpyRecord:
+    """Where one `.npy` record's data lies in a file, and what it holds."""
+
+    offset: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+
+
+def npy_records(f: BinaryIO, size: int, name: str = "Equinox file") -> list[NpyRecord]:
+    """Every record of a concatenation of `.npy` records, its data unread (`scan_npy_stream`)."""
     from numpy.lib import format as npy
 
     out = []
@@ -129,9 +145,8 @@ def scan_npy_stream(f: BinaryIO, size: int, name: str = "Equinox file"
             raise CheckpointError(
                 f"{name}: array #{len(out)} of shape {shape} {dtype} needs {nbytes} bytes, only "
                 f"{size - f.tell()} left: the file is truncated")
+        out.append(NpyRecord(f.tell(), tuple(shape), dtype, bool(fortran)))
         f.seek(nbytes, os.SEEK_CUR)
-        del fortran
-        out.append((tuple(shape), dtype))
     return out
 
 

@@ -178,6 +178,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
+def digest_checked(meta: dict[str, Any] | None) -> bool:
+    """Whether detection found the data file to be the one its sidecar describes: `read_sidecar`
+    keeps a sidecar recording a size and SHA-256 only when the file matches both."""
+    return meta is not None and meta.get("data") is not None
+
+
 def read_sidecar(path: Path, size: int) -> tuple[dict[str, Any] | None, str]:
     """The checked metadata of a single-file checkpoint's sidecar, or None with a note when the
     sidecar describes other data (stale); an unpublished sidecar of an interrupted write counts

@@ -28,7 +28,6 @@ from converters.checkpoints.io import (
     first_line,
 )
 from converters.checkpoints.metadata import check_version, write_json
-from converters.checkpoints.staging import digest
 from converters.core import ConversionError, canonical_spec
 from zoo.weights import adapt as adapt_state
 
@@ -149,9 +148,11 @@ def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = Fa
     with publishing(path, with_sidecar=target.sidecar, force=force, source=source) as staged:
         task = ProgressTask(progress, "writing", checkpoint_bytes(ck))
         try:
-            target.write_counted(ck, staged.data, task.advance)
             if target.sidecar:
-                write_json(staged.sidecar, {**target.metadata(ck), "data": digest(staged.data)})
+                data = target.write_hashed(ck, staged.data, task.advance)
+                write_json(staged.sidecar, {**target.metadata(ck), "data": data})
+            else:
+                target.write_counted(ck, staged.data, task.advance)
         except (CheckpointError, ConversionError):
             raise
         except OSError as e:

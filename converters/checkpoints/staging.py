@@ -4,6 +4,7 @@ write leaves behind (read by detection, managed by `converters.checkpoints.desti
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,41 @@ def digest(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
         sha = hashlib.file_digest(f, "sha256").hexdigest()
     return {"size": path.stat().st_size, "sha256": sha}
+
+
+class HashingFile(io.RawIOBase):
+    """A new file written front to back, its sidecar digest (`digest`) computed from the bytes
+    as they pass: no second read of the file. Not seekable, so a writer that would seek back
+    fails instead of leaving a wrong digest."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self._file = open(path, "wb")  # noqa: SIM115  (closed by `close`)
+        self._sha = hashlib.sha256()
+        self._size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        n = self._file.write(view)
+        self._sha.update(view[:n])
+        self._size += n
+        return n
+
+    def tell(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._file.close()
+
+    def digest(self) -> dict[str, Any]:
+        """Size and SHA-256 of what was written, as `digest` of the finished file gives."""
+        return {"size": self._size, "sha256": self._sha.hexdigest()}
 
 
 def pid_alive(pid: int) -> bool:

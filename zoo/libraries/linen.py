@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Protocol
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -39,7 +39,9 @@ class LinenLibrary(Library):
     idiomatic_style = "jit"
 
     def owns(self, obj: Any) -> bool:
-        return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], nn.Module)
+        nn = sys.modules.get("flax.linen")  # no Linen module exists before Flax is imported
+        return (nn is not None and isinstance(obj, tuple) and len(obj) == 2
+                and isinstance(obj[0], nn.Module))
 
     def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
         dt = jnp.dtype(dtype)
@@ -65,6 +67,8 @@ class LinenLibrary(Library):
     def logical_box(self, array: Any, names: tuple[str | None, ...]) -> Any:
         """Linen's idiom: `nn.LogicallyPartitioned`, as `nn.with_logical_partitioning` makes
         it; `module.apply` unboxes it, `nn.get_partition_spec` reads the names."""
+        import flax.linen as nn
+
         return nn.LogicallyPartitioned(array, names)
 
     def contract_problems(self, cls: type) -> list[str]:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from canonical.walkers import NNXWalker
 from zoo.configs import Config
 from zoo.interface import NNXInterface
 from zoo.libraries.base import Library
+
+if TYPE_CHECKING:  # Flax is imported when an NNX model is built or handed in
+    from flax import nnx
 
 
 class NNXModel(Protocol):
@@ -43,12 +46,17 @@ class NNXLibrary(Library):
     idiomatic_style = "nnx_jit"
 
     def owns(self, obj: Any) -> bool:
-        return isinstance(obj, nnx.Module)
+        nnx = sys.modules.get("flax.nnx")  # no NNX object exists before Flax is imported
+        return nnx is not None and isinstance(obj, nnx.Module)
 
     def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
+        from flax import nnx
+
         return cls(config, rngs=nnx.Rngs(params=key, dropout=key), param_dtype=jnp.dtype(dtype))
 
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
+        from flax import nnx
+
         with _tracer_errors_untold():
             return nnx.eval_shape(
                 lambda: self.native_init(cls, config, jax.random.key(0), dtype))
@@ -57,6 +65,8 @@ class NNXLibrary(Library):
         """Each Variable's partition as its `out_sharding` metadata, which
         `nnx.get_partition_spec(nnx.state(model))` reads (in place: `model` is the zoo's
         own sharded copy)."""
+        from flax import nnx
+
         for _, var in nnx.iter_graph(model):
             value = var.get_value() if isinstance(var, nnx.Variable) else None
             spec = getattr(getattr(value, "sharding", None), "spec", None)

@@ -3,9 +3,10 @@ step)), the architecture and config in a JSON sidecar."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 import equinox as eqx
 import jax
@@ -13,19 +14,27 @@ import jax.numpy as jnp
 import numpy as np
 
 import canonical
+from canonical.paths import key_name
 from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe, checkpoint_bytes
-from converters.checkpoints.formats.layer_plan import Pending, native_leaves, plan
+from converters.checkpoints.formats.layer_plan import (
+    Pending,
+    canonical_state,
+    native_leaves,
+    plan,
+)
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype
 from converters.checkpoints.io import (
     NPY_MAGIC,
     CheckpointError,
+    NpyRecord,
     ProgressFn,
     ProgressTask,
     contiguous,
     first_line,
     load_npy,
+    npy_records,
     scan_npy_stream,
     sidecar_path,
 )
@@ -34,6 +43,7 @@ from converters.checkpoints.metadata import (
     restore_num_batches_tracked,
     stored_dtype,
 )
+from converters.checkpoints.staging import HashingFile
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
@@ -41,12 +51,36 @@ from zoo.interface import interface
 from zoo.registry import skeleton, walk_facts
 
 
+def _is_record(x: Any) -> bool:
+    """Whether `eqx.tree_serialise_leaves` writes leaf `x` (as one `.npy` record)."""
+    return _is_array(x) or eqx.is_array_like(x)
+
+
 def _leaves(like: Any) -> list[tuple[str, Any]]:
     """(name, leaf) of every leaf that `eqx.tree_serialise_leaves` writes, in file order."""
     flat, _ = jax.tree_util.tree_flatten_with_path(like)
-    return [(jax.tree_util.keystr(p), x) for p, x in flat
-            if isinstance(x, jax.ShapeDtypeStruct | jax.Array | np.ndarray)
-            or eqx.is_array_like(x)]
+    return [(jax.tree_util.keystr(p), x) for p, x in flat if _is_record(x)]
+
+
+def _record_paths(like: Any) -> list[tuple[str, ...] | None]:
+    """The tree path of every record holding an array, in file order (as `layer_plan.plan`
+    names them); None for a record of a plain scalar field (a dropout's `p`)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(like)
+    return [tuple(key_name(k) for k in p) if _is_array(x) else None
+            for p, x in flat if _is_record(x)]
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, jax.ShapeDtypeStruct | jax.Array | np.ndarray)
+
+
+def _mapped(path: Path, r: NpyRecord) -> np.ndarray:
+    """A copy-on-write memory map of one record's data (nothing is read until used; a writer
+    reads it afresh, `io.detached`)."""
+    if math.prod(r.shape) == 0 or not r.shape:  # nothing, or a scalar: read it
+        return np.fromfile(path, r.dtype, count=math.prod(r.shape), offset=r.offset
+                           ).reshape(r.shape)
+    return np.memmap(path, r.dtype, mode="c", offset=r.offset, shape=r.shape)
 
 
 def _problems(headers: list, leaves: list[tuple[str, Any]]) -> list[str]:
@@ -54,7 +88,7 @@ def _problems(headers: list, leaves: list[tuple[str, Any]]) -> list[str]:
     if len(headers) != len(leaves):
         problems.append(f"the file holds {len(headers)} arrays, the model expects {len(leaves)}")
     for i, ((name, like), (shape, dtype)) in enumerate(zip(leaves, headers, strict=False)):
-        if isinstance(like, jax.ShapeDtypeStruct | jax.Array | np.ndarray):
+        if _is_array(like):
             want = (tuple(like.shape), np.dtype(like.dtype))
             if want != (shape, np.dtype(dtype)):
                 problems.append(f"array #{i} {name}: expected shape {want[0]} {want[1]}, found "
@@ -106,7 +140,8 @@ class EquinoxLeaves(NativeFormat):
              progress: ProgressFn | None) -> Checkpoint:
         config = resolve_config(path, det.meta, given)
         with open(path, "rb") as f:
-            headers = scan_npy_stream(f, path.stat().st_size, str(path))
+            records = npy_records(f, path.stat().st_size, str(path))
+        headers = [(r.shape, r.dtype) for r in records]
         like = self._like(config, self._dtype(config, det.meta, headers), det.meta)
         problems = _problems(headers, _leaves(like))
         if problems:
@@ -116,7 +151,13 @@ class EquinoxLeaves(NativeFormat):
                                   f"{len(problems)} problem(s):\n  - "
                                   + "\n  - ".join(problems[:50]) + hint)
         total = sum(int(np.prod(shape)) * np.dtype(d).itemsize for shape, d in headers)
-        out = _deserialise(path, like, ProgressTask(progress, "reading", total))
+        task = ProgressTask(progress, "reading", total)
+        state = self._streamed(path, config, like, records)
+        if state is not None:
+            task.advance(total)
+            restore_num_batches_tracked(state, det.meta)
+            return Checkpoint(config, state)
+        out = _deserialise(path, like, task)
         training = bool(det.meta and det.meta.get("kind") == "training")
         model, opt_tree, step = out if training else (out, None, None)
         state = numpy_state(to_canonical(model, self.impl))
@@ -126,6 +167,26 @@ class EquinoxLeaves(NativeFormat):
             opt = canonical_from_native(det.meta["optimizer"], opt_tree, model, self.impl,
                                         ordered=True)
         return Checkpoint(config, state, opt, None if step is None else int(step))
+
+    def _streamed(self, path: Path, config: Config, like: Any, records: list[NpyRecord]
+                  ) -> dict[str, Any] | None:
+        """A model without state read record by record: each record a memory map, each
+        layer through its rule (`layer_plan`: no native model is built, the file is not
+        copied). None for a training file, a stateful model (an `eqx.nn.State`) or records
+        unlike what the model would hold (Fortran order, a dtype JAX does not keep), which
+        are read into the native model instead."""
+        if isinstance(like, tuple):
+            return None
+        arrays = {k: r for k, r in zip(_record_paths(like), records, strict=True)
+                  if k is not None}
+        if any(r.fortran or jax.dtypes.canonicalize_dtype(r.dtype) != r.dtype
+               for r in arrays.values()):
+            return None
+        p = plan(interface(self.impl).clone(like), self.impl,
+                 walk_facts(config, self.impl), lambda m: m)
+        if arrays.keys() != set(p.paths.values()):
+            return None
+        return canonical_state(p, {k: _mapped(path, r) for k, r in arrays.items()})
 
     def _dtype(self, config: Config, meta: dict[str, Any] | None,
                headers: list[tuple[tuple[int, ...], np.dtype]]) -> np.dtype:
@@ -144,6 +205,18 @@ class EquinoxLeaves(NativeFormat):
         self.write_counted(ck, data, lambda n: None)
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]) -> None:
+        with open(data, "wb") as f:
+            self._save(ck, f, advance)
+
+    def write_hashed(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]
+                     ) -> dict[str, Any]:
+        """Hashed as written: Equinox writes its records front to back."""
+        with HashingFile(data) as f:
+            self._save(ck, f, advance)
+        return f.digest()
+
+    def _save(self, ck: Checkpoint, f: BinaryIO | HashingFile,
+              advance: Callable[[int], None]) -> None:
         """A model without state streamed record by record: each native array is made by
         its layer's rule as it is written (`layer_plan`: no native model is built). A
         stateful model (an `eqx.nn.State` holds JAX arrays) and a training checkpoint (its
@@ -152,13 +225,15 @@ class EquinoxLeaves(NativeFormat):
         skel = None if ck.training else with_dtype(skeleton(ck.config, self.impl, dtype), dtype)
         if skel is None or isinstance(skel, tuple):
             model, opt = self.native(ck)
-            save_eqx_tree((model, opt, ck.step) if ck.training else model, data)
+            eqx.tree_serialise_leaves(f, (model, opt, ck.step) if ck.training else model,
+                                      filter_spec=_serialise)
             advance(checkpoint_bytes(ck))
             return
         p = plan(interface(self.impl).clone(skel), self.impl, walk_facts(ck.config, self.impl),
                  lambda m: m)
-        save_eqx_tree(canonical.walker(self.impl).write(
-            skel, native_leaves(p, ck.state, advance), p.layers), data)
+        tree = canonical.walker(self.impl).write(skel, native_leaves(p, ck.state, advance),
+                                                 p.layers)
+        eqx.tree_serialise_leaves(f, tree, filter_spec=_serialise)
 
     def save_tree(self, tree: Any, path: Path) -> None:
         save_eqx_tree(tree, path)

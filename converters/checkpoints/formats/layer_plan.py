@@ -4,7 +4,8 @@
 of `Pending` leaves (`native_leaves`, placed by the walker) runs each layer's rule (to native,
 on NumPy views of the host arrays) when its first array is taken, so a writer that takes the
 arrays one by one never holds a native model nor a second copy of the checkpoint (orbax
-directories, Equinox files).
+directories, Equinox files). A reader goes the other way with `canonical_state`: the stored
+arrays by path, each layer through its rule to the canonical layout.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 import canonical
 from canonical import KINDS, ConversionError, Layer
-from canonical.paths import key_name
+from canonical.paths import join, key_name
 from canonical.state import split_by_layer
 from converters.checkpoints.base import spread
 from converters.checkpoints.io import detached
@@ -140,4 +141,21 @@ def native_leaves(p: Plan, state: Mapping[str, Any], advance: Callable[[int], No
         else:
             out[layer.name] = {n: Pending(source, n, s)
                                for n, s in p.native[layer.name].items()}
+    return out
+
+
+def canonical_state(p: Plan, stored: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    """The canonical state of the native arrays at the plan's stored paths (`stored`: path ->
+    array, every one the plan has), each layer converted by its rule (on whatever arrays it
+    is given: memory maps stay maps where the rule only views them)."""
+    where = {path: key for key, path in p.paths.items()}
+    native: dict[str, Arrays] = {layer.name: {} for layer in p.layers}
+    for path, a in stored.items():
+        layer, name = where[path]
+        native[layer][name] = a
+    out = {}
+    for layer in p.layers:
+        converted = KINDS[layer.kind].convert(p.family, native[layer.name], layer,
+                                              to="canonical")
+        out.update((join(layer.name, k), v) for k, v in converted.items())
     return out

@@ -16,21 +16,28 @@ import pickle
 import types
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from canonical.torch_arrays import numpy_to_torch
 from converters.checkpoints.base import Checkpoint, Detection, numpy_state, ordered_state
 from converters.checkpoints.configs import resolve_config
-from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
+from converters.checkpoints.format import (
+    CheckpointFormat,
+    Entry,
+    ForeignTree,
+    Probe,
+    checkpoint_bytes,
+)
 from converters.checkpoints.io import (
     CheckpointError,
     ProgressFn,
     ProgressTask,
     first_line,
 )
-from converters.checkpoints.metadata import read_sidecar
+from converters.checkpoints.metadata import digest_checked, read_sidecar
+from converters.checkpoints.staging import HashingFile
 from converters.checkpoints.unwrap import Unwrapped, unwrap
 from zoo.configs import Config
 
@@ -48,9 +55,10 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16"
                  "uint8", "bool")
 
 
-def _check_zip(path: Path) -> None:
-    """A torch.save zip whose every member passes its CRC-32 check (torch.load checks none)
-    and claims no more bytes than the file holds; CheckpointError otherwise."""
+def _check_zip(path: Path, intact: bool = False) -> None:
+    """A torch.save zip whose every member passes its CRC-32 check (torch.load checks none;
+    skipped for a file known `intact`: its SHA-256 matched the sidecar's) and claims no more
+    bytes than the file holds; CheckpointError otherwise."""
     size = path.stat().st_size
     try:
         with zipfile.ZipFile(path) as z:
@@ -58,7 +66,7 @@ def _check_zip(path: Path) -> None:
             if big:
                 raise CheckpointError(f"{path}: zip member {big[0]!r} claims more bytes than the "
                                       "file holds: corrupted")
-            bad = z.testzip()
+            bad = None if intact else z.testzip()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
             NotImplementedError, RuntimeError) as e:
         if isinstance(e, CheckpointError):
@@ -90,13 +98,13 @@ SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace, types.SimpleNamespace, pat
                                   pathlib.PureWindowsPath)
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, intact: bool = False) -> Any:
     """The object of a torch.save file, read with PyTorch's safe loader (after the zip's CRC
-    checks), `SAFE_GLOBALS` allowed for this call only."""
+    checks, unless the file is known `intact`), `SAFE_GLOBALS` allowed for this call only."""
     torch = _import_torch()
     mapped = zipfile.is_zipfile(path)  # a zip's tensors are mapped from the file, read lazily
     if mapped:
-        _check_zip(path)
+        _check_zip(path, intact)
     try:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
@@ -114,11 +122,12 @@ def _load(path: Path) -> Any:
                               f"{first_line(e)}): truncated or corrupted") from e
 
 
-def load_weights(path: Path, weights: str | None = None) -> Unwrapped:
+def load_weights(path: Path, weights: str | None = None, intact: bool = False) -> Unwrapped:
     """The model weights of a torch.save file: a state_dict, or the one found inside a wrapped
-    training checkpoint (`weights`: "main" or "ema" where both exist)."""
+    training checkpoint (`weights`: "main" or "ema" where both exist). `intact`: the file is
+    the one its sidecar describes (`digest_checked`), its CRC-32s need no second pass."""
     torch = _import_torch()
-    obj = _load(path)
+    obj = _load(path, intact)
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state_dict")
     found = unwrap(obj, lambda v: isinstance(v, torch.Tensor), str(path), weights)
@@ -169,7 +178,7 @@ class TorchPickle(CheckpointFormat):
               progress: ProgressFn | None, weights: str | None) -> Checkpoint:
         size = path.stat().st_size
         task = ProgressTask(progress, "reading", size)
-        found = load_weights(path, weights)
+        found = load_weights(path, weights, intact=digest_checked(det.meta))
         state = numpy_state(found.state)
         task.advance(size)
         config = resolve_config(path, det.meta, given, list(state))
@@ -191,9 +200,23 @@ class TorchPickle(CheckpointFormat):
                 "use another format")
 
     def write(self, ck: Checkpoint, data: Path) -> None:
+        with HashingFile(data) as f:
+            self._save(ck, f)
+
+    def write_hashed(self, ck: Checkpoint, data: Path, advance: Callable[[int], None]
+                     ) -> dict[str, Any]:
+        """Hashed as written: torch.save writes a file object front to back, never seeking
+        (its zip records are named ``archive/``, as in any torch.save to a buffer)."""
+        with HashingFile(data) as f:
+            self._save(ck, f)
+        advance(checkpoint_bytes(ck))
+        return f.digest()
+
+    @staticmethod
+    def _save(ck: Checkpoint, f: HashingFile) -> None:
         torch = _import_torch()
         torch.save(OrderedDict((k, numpy_to_torch(v, share=True))
-                               for k, v in ordered_state(ck).items()), data)
+                               for k, v in ordered_state(ck).items()), f)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch."))
