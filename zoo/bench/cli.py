@@ -12,6 +12,7 @@ from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
 from zoo.bench.xla_flags import apply as apply_xla_flags
+from zoo.malloc import keep_freed_memory
 
 EXIT_UNFAIR = 3
 __all__ = ["EXIT_UNFAIR", "bench_parser", "config_from_args", "main"]
@@ -29,6 +30,9 @@ def bench_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     console = make_console(args.wide)
     xla_flags = None
+    # before JAX's and PyTorch's worker threads start (each takes its arena when it starts)
+    malloc = keep_freed_memory() if args.malloc == "keep" else {"applied": False,
+                                                                "reason": "--malloc system"}
     try:
         if args.xla_cpu_flags is not None:  # before any JAX computation starts the backend
             xla_flags = apply_xla_flags(args.xla_cpu_flags)
@@ -46,6 +50,7 @@ def bench_main(argv: list[str]) -> int:
         Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
         return EXIT_UNFAIR
     record["allocator"] = allocator
+    record["malloc"] = malloc
     record["config"]["xla_flags"] = xla_flags
     asked = frozenset(c.strip() for c in args.call.split(","))
     print_model_record(record, console, wide=args.wide, asked=asked)

@@ -163,6 +163,8 @@ def _conditions(record: dict[str, Any]) -> str:
     if record.get("config", {}).get("torch_threads") or record.get("torch_threads"):
         threads = record.get("config", {}).get("torch_threads") or record.get("torch_threads")
         parts.append(f"PyTorch threads {threads}")
+    if record.get("malloc", {}).get("applied"):
+        parts.append("glibc malloc keeping freed memory (`zoo.malloc`)")
     text = ", ".join(parts)
     return (text[0].upper() + text[1:] + ".") if parts else ""
 
