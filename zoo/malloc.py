@@ -3,16 +3,18 @@
 XLA:CPU allocates every call's temporaries and outputs afresh, and glibc hands large blocks back
 to the kernel when they are freed (blocks above its mmap threshold, and those of the worker
 threads' own arenas, whose heaps it trims), so each call touches new pages and pays a page
-fault per 4 KiB: the vit-cifar training step (batch 32) took 29,400 minor faults and 67-76 ms of
+fault per 4 KiB: the vit-cifar training step (batch 32) took 29,400 minor faults and 60-76 ms of
 kernel time per step (30% of its CPU time; PyTorch's step 4,000-6,600 faults, 10-20 ms). glibc's
-own tunables fix it: one arena, no mmap for large blocks, no trimming, i.e.
+own tunables keep freed memory for reuse: one arena, no mmap for large blocks, no trimming,
 
     MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=2147483647 MALLOC_TRIM_THRESHOLD_=2147483647
 
-in the environment, or `keep_freed_memory()` first thing in the process (before JAX's or
-PyTorch's worker threads start): the same step then takes 0-2,000 faults and 7-9 ms of kernel
-time, and runs 1.2-1.35x faster (PyTorch's 1.0-1.2x). The cost: the process keeps the memory it
-freed (its peak stays resident), which is why the converters do not do this.
+in the environment, or `keep_freed_memory()` early in the process (before JAX's and
+PyTorch's worker threads start). What it gains depends on the model and the library
+(docs/benchmarks.md, "Page faults"): the NNX vit-cifar training step 123 -> 89 ms, PyTorch's
+3-D U-Net step 1.94 -> 1.23 s, XLA's U-Net nothing. The cost: the process keeps the memory it
+freed (its peak stays resident), which is why the converters never do this, and `zoo.bench`
+only when asked (`--malloc keep`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def bench_main(argv: list[str]) -> int:
     xla_flags = None
     # before JAX's and PyTorch's worker threads start (each takes its arena when it starts)
     malloc = keep_freed_memory() if args.malloc == "keep" else {"applied": False,
-                                                                "reason": "--malloc system"}
+                                                                "reason": "glibc's defaults"}
     try:
         if args.xla_cpu_flags is not None:  # before any JAX computation starts the backend
             xla_flags = apply_xla_flags(args.xla_cpu_flags)

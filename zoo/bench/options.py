@@ -138,10 +138,10 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--xla-cpu-flags", default=None, metavar="PRESET|FLAGS",
                    help="XLA:CPU flags set before JAX starts (recorded): a preset "
                         "(python -m zoo.bench xla-flags) or a string of --xla_cpu_* flags")
-    p.add_argument("--malloc", choices=("keep", "system"), default="keep",
+    p.add_argument("--malloc", choices=("system", "keep"), default="system",
                    help="keep: glibc keeps freed memory for reuse, for every library alike "
-                        "(no page faults for each call's buffers; zoo.malloc); system: "
-                        "glibc's defaults (recorded)")
+                        "(no page faults for each call's fresh buffers; zoo.malloc; "
+                        "recorded); system: glibc's defaults")
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
     p.add_argument("--torch-threads", type=int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (default: PyTorch's own choice)")

@@ -48,8 +48,8 @@ def is_loaded(record: dict[str, Any]) -> bool:
 
 def record_name(record: dict[str, Any]) -> str:
     """File name of a model record: arch, preset or batch, dtype, modes, methods, precision,
-    steps per call (`-k10`), mesh and strategy (`-mesh8-fsdp`) and XLA:CPU flag preset
-    (`-xla-onednn`)."""
+    steps per call (`-k10`), mesh and strategy (`-mesh8-fsdp`), XLA:CPU flag preset
+    (`-xla-onednn`) and freed memory kept (`-malloc-keep`)."""
     if record["kind"] == "dispatch":
         return "dispatch.json"
     cfg = record["config"]
@@ -69,6 +69,8 @@ def record_name(record: dict[str, Any]) -> str:
     flags = cfg.get("xla_cpu_flags")
     if flags:
         extra += "-xla-" + (flags if flags.replace("-", "").isalnum() else "custom")
+    if record.get("malloc", {}).get("applied"):
+        extra += "-malloc-keep"
     return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}{prec}{extra}.json"
 
 

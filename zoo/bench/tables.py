@@ -308,7 +308,7 @@ def print_model_record(record: dict[str, Any], console: Any, *, wide: bool = Fal
         console.print(f"XLA_FLAGS: {record['config']['xla_flags']}")
     if record.get("malloc", {}).get("applied"):
         console.print("[dim]malloc: freed memory kept for reuse, every library alike "
-                      "(--malloc system: glibc's defaults)[/]", highlight=False)
+                      "(--malloc keep)[/]", highlight=False)
     console.print(f"[green]{agreement(record)}[/]", highlight=False)
     if record.get("mesh"):
         console.print(mesh_note(record), highlight=False)
