@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from zoo.layers.eqx import MaxPool3d
-from zoo.layers.pooling import max_pool, reshapes
+from zoo.layers.pooling import max_pool, max_pool_axes, reshapes
 
 
 def _value_and_grad(pool, x, g):
@@ -108,3 +108,12 @@ def test_equinox_pool_checks_rank_and_keeps_ceil_mode():
     x = _ties((2, 5, 5, 5))
     want = eqx.nn.MaxPool3d(2, 2, use_ceil=True)(x)
     np.testing.assert_array_equal(MaxPool3d(2, 2, use_ceil=True)(x), want)
+
+
+def test_axes_in_any_order_pool_alike():
+    x = _ties((2, 4, 6, 3), seed=4)
+    g = jax.random.normal(jax.random.key(5), (2, 2, 2, 3))
+    want = _value_and_grad(lambda x: nn.max_pool(x, (2, 3), (2, 3)), x, g)
+    got = _value_and_grad(lambda x: max_pool_axes(x, (3, 2), None, None, (2, -3)), x, g)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,8 @@ def _split(shape: tuple[int, ...], window: tuple[int, ...], axes: tuple[int, ...
 
 
 @functools.cache
-def _pool(shape: tuple[int, ...], window: tuple[int, ...], axes: tuple[int, ...]):
+def _pool(shape: tuple[int, ...], window: tuple[int, ...], axes: tuple[int, ...]
+          ) -> Callable[[jax.Array], jax.Array]:
     """The custom-VJP max pool for inputs of `shape`."""
     split, parts = _split(shape, window, axes)
     # index of each window position in row-major window order, broadcast over the split view
@@ -83,9 +84,12 @@ def _pool(shape: tuple[int, ...], window: tuple[int, ...], axes: tuple[int, ...]
 def max_pool_axes(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None,
                   padding: Sequence[tuple[int, int]] | None, axes: Sequence[int]) -> jax.Array:
     """Max pool of `x` along `axes` (one window size, stride and `(lo, hi)` padding each)."""
-    window, axes = tuple(window), tuple(a % x.ndim for a in axes)
-    strides = tuple(strides) if strides is not None else window
+    axes = tuple(a % x.ndim for a in axes)
+    strides = tuple(strides) if strides is not None else tuple(window)
     padding = tuple(padding) if padding is not None else ((0, 0),) * len(axes)
+    # in the order of x's axes (the windows' row-major order, which the gradient's ties follow)
+    by_axis = sorted(zip(axes, window, strides, padding, strict=True))
+    axes, window, strides, padding = (tuple(v) for v in zip(*by_axis, strict=True))
     if reshapes(x.shape, window, strides, padding, axes):
         return _pool(tuple(x.shape), window, axes)(x)
     dims, steps, pads = [1] * x.ndim, [1] * x.ndim, [(0, 0)] * x.ndim
