@@ -103,7 +103,7 @@ def host_array(a: Any) -> np.ndarray:
 
 
 class Pending:
-    """A native array made when orbax writes it (`take`)."""
+    """A native array made when a writer (orbax, Equinox's record stream) takes it."""
 
     def __init__(self, source: LayerSource, name: str, spec: jax.ShapeDtypeStruct):
         self.source, self.name = source, name
