@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import flax.linen as nn
@@ -55,6 +56,8 @@ def test_tiny_preset_every_impl(arch, tmp_path):
         assert r["time"]["n"] == 3 and r["time"]["median_s"] > 0
         assert r["time"]["p10_s"] <= r["time"]["median_s"] <= r["time"]["p90_s"]
         assert r["flops"] > 0 and r["ratio_to_fastest"] >= 1.0
+        assert sum(r["round_sizes"]) == 3 and r["ratio_to_fastest_rounds"]["rounds"] == len(
+            r["round_sizes"])
         if r["impl"] == "torch":
             assert "JAX twin" in r["flops_source"]
         elif r["call"] == "fast":
@@ -485,6 +488,43 @@ def test_fused_calls_are_timed_per_step():
 
     samples = run_steps(Prepared(lambda: time.sleep(0.02), block=lambda out: out, steps=4), 2)
     assert all(0.005 <= s < 0.02 for s in samples.step_s)
+
+
+def test_settle_calls_until_the_time_has_passed():
+    """Settling runs untimed calls for the given time, and at least one."""
+    import time
+
+    from zoo.bench.timing import Prepared, settle
+
+    calls = []
+    prepared = Prepared(lambda: calls.append(time.sleep(0.01)), block=lambda out: out)
+    assert settle(prepared, 0.0) == 1 and len(calls) == 1
+    n = settle(prepared, 0.035)
+    assert 4 <= n <= 6 and len(calls) == 1 + n
+
+
+def test_round_orders_give_every_key_every_neighbour():
+    """Seeded shuffles: each round is a permutation, the same seed the same orders, and every
+    key comes right after every other (a rotation keeps one fixed predecessor per key)."""
+    from zoo.bench.timing import round_orders
+
+    keys = ["eqx", "linen", "nnx", "torch"]
+    orders = round_orders(keys, 40, seed=0)
+    assert all(sorted(o) == sorted(keys) for o in orders)
+    assert orders == round_orders(keys, 40, seed=0) != round_orders(keys, 40, seed=1)
+    flat = [k for o in orders for k in o]
+    pairs = {(a, b) for a, b in itertools.pairwise(flat) if a != b}
+    assert pairs == {(a, b) for a in keys for b in keys if a != b}
+
+
+def test_round_ratios_pair_each_round():
+    """A machine that slows down tenfold during the run: the paired ratio stays exact."""
+    from zoo.bench.timing import round_ratios
+
+    slow = [[r * 1.0, r * 1.0] for r in range(1, 11)]
+    ratios = round_ratios({"a": slow, "b": [[1.1 * t for t in r] for r in slow]}, "a")
+    assert ratios["a"] == {"median": 1.0, "p10": 1.0, "p90": 1.0, "rounds": 10}
+    assert all(ratios["b"][k] == pytest.approx(1.1) for k in ("median", "p10", "p90"))
 
 
 def test_dispatch_training_rows(tmp_path):

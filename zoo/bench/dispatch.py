@@ -53,7 +53,7 @@ from zoo.bench.options import parse_impls
 from zoo.bench.records import record_base, save
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
-from zoo.bench.timing import Prepared, summarize
+from zoo.bench.timing import Prepared, round_orders, settle, summarize
 from zoo.libraries import library
 from zoo.registry import Architecture
 
@@ -230,7 +230,8 @@ def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Pre
 def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
                 on_round: Any = None) -> dict[str, list[float]]:
     """Per-step times (call time / steps per call) of every entry, measured in `rounds`
-    round-robin rounds of about `budget_s` seconds per entry (rotating the order each round)."""
+    rounds of about `budget_s` seconds per entry, in a seeded random order each round, each
+    entry's round after `budget_s` of untimed calls (`timing.settle`)."""
     names = list(entries)
     per_round = {}
     for name, p in entries.items():  # warm-up: compile, then estimate the call time
@@ -243,9 +244,10 @@ def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
         per_round[name] = int(min(500, max(5, budget_s / max(per_call, 1e-7))))
     samples: dict[str, list[float]] = {n: [] for n in names}
     clock = time.perf_counter
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+    for order in round_orders(names, rounds, seed=0):
+        for name in order:
             p, out = entries[name], samples[name]
+            settle(p, budget_s)
             fn, args, block, steps = p.fn, p.args, p.block, p.steps
             for _ in range(per_round[name]):
                 t0 = clock()

@@ -125,6 +125,10 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=20, help="timed steps per call style")
     p.add_argument("--rounds", type=int, default=5,
                    help="the timed steps run in this many rounds, interleaved across styles")
+    p.add_argument("--settle", type=float, default=50.0, metavar="MS",
+                   help="untimed calls of a style for this long before each of its rounds, so "
+                        "that it is timed in its steady state, not in the wake of the style "
+                        "before it (default 50)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the run's JSON record")
     p.add_argument("--record", action="store_true",
                    help=f"also write it to {RESULTS_DIR}/<device>/<name>.json")
@@ -189,7 +193,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         modes=tuple(modes), batch=args.batch or (preset.batch if preset else DEFAULT_BATCH[arch]),
         dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
-        repeat=args.repeat, rounds=args.rounds, seed=args.seed, torch_compile=args.torch_compile,
+        repeat=args.repeat, rounds=args.rounds, settle_s=args.settle / 1e3, seed=args.seed,
+        torch_compile=args.torch_compile,
         torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
         steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags, mesh=shape,
         strategy=args.strategy or "fsdp", not_sharded=not_sharded)

@@ -31,7 +31,10 @@ from zoo.bench.timing import (
     compile_ahead,
     device_peak_memory,
     first_call,
+    round_orders,
+    round_ratios,
     run_steps,
+    settle,
     summarize,
 )
 from zoo.interface import interface
@@ -75,6 +78,7 @@ class BenchConfig:
     warmup: int = 3
     repeat: int = 20
     rounds: int = 5
+    settle_s: float = 0.05  # untimed calls of a style before each of its rounds (timing.settle)
     seed: int = 0
     torch_compile: bool = False
     torch_threads: int | None = None
@@ -170,6 +174,7 @@ def _result(impl: str, call: str, mode: str, measured: dict[str, Any], cfg: Benc
         "time": time_stats,
         "dispatch": summarize(samples.dispatch_s),
         "samples_s": [round(v, 9) for v in samples.step_s],
+        "round_sizes": samples.rounds,
         "throughput_per_s": cfg.batch / median if median else None,
         "flops": flops, "bytes_accessed": nbytes,
         "flops_source": source if flops is not None else None,
@@ -201,13 +206,25 @@ def auto_picks(config: SubjectConfig, batch: int) -> list[str] | None:
             for sp in specs]
 
 
+def _per_round(row: dict[str, Any]) -> list[list[float]]:
+    samples = Samples(step_s=row["samples_s"], rounds=row.get("round_sizes") or [])
+    return samples.per_round()
+
+
 def _add_ratios(results: list[dict[str, Any]], modes: tuple[str, ...],
                 rooflines: dict[str, dict[str, Any]]) -> None:
     """× fastest, × lhs_dilation (same impl, call, mode), × torch (the faster PyTorch style),
-    × roofline (median / roofline time)."""
+    × roofline (median / roofline time); `ratio_to_fastest_rounds`: × fastest paired round by
+    round (`timing.round_ratios`), with its spread."""
     for mode in modes:
         rows = [r for r in results if r["mode"] == mode and r["time"].get("median_s")]
         best = min((r["time"]["median_s"] for r in rows), default=None)
+        if rows and len({tuple(r.get("round_sizes") or ()) for r in rows}) == 1 \
+                and rows[0].get("round_sizes"):
+            fastest = min(range(len(rows)), key=lambda i: rows[i]["time"]["median_s"])
+            paired = round_ratios({i: _per_round(r) for i, r in enumerate(rows)}, fastest)
+            for i, r in enumerate(rows):
+                r["ratio_to_fastest_rounds"] = paired[i]
         base = {(r["impl"], r["call"]): r["time"]["median_s"] for r in rows
                 if r.get("method") == BASELINE_METHOD}
         torch_best = min((r["time"]["median_s"] for r in rows
@@ -376,9 +393,12 @@ def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> d
             timed = bar.add_task(f"{mode}: timing {len(runs)} styles",
                                  total=cfg.repeat * len(runs))
             advance = functools.partial(bar.advance, timed)
-            for i, n in enumerate(_rounds(cfg.repeat, cfg.rounds)):
-                for key in runs[i % len(runs):] + runs[: i % len(runs)]:
+            sizes = _rounds(cfg.repeat, cfg.rounds)
+            for n, keys in zip(sizes, round_orders(runs, len(sizes), cfg.seed), strict=True):
+                for key in keys:
+                    settle(prepared[key], cfg.settle_s)
                     run_steps(prepared[key], n, samples[key], advance)
+                    samples[key].rounds.append(n)
             bar.remove_task(timed)
             for key in runs:
                 name, call = key

@@ -113,10 +113,20 @@ def first_call(prepared: Prepared) -> float:
 
 @dataclass
 class Samples:
-    """Per-step wall times (call + wait) and host times (until the call returned)."""
+    """Per-step wall times (call + wait) and host times (until the call returned); `rounds`:
+    how many of `step_s` each timed round added, in order."""
 
     step_s: list[float] = field(default_factory=list)
     dispatch_s: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+
+    def per_round(self) -> list[list[float]]:
+        """`step_s` split into its rounds."""
+        out, i = [], 0
+        for n in self.rounds:
+            out.append(self.step_s[i:i + n])
+            i += n
+        return out
 
 
 def run_steps(prepared: Prepared, n: int, samples: Samples | None = None,
@@ -136,6 +146,43 @@ def run_steps(prepared: Prepared, n: int, samples: Samples | None = None,
         if on_step is not None:
             on_step()
     return samples
+
+
+def settle(prepared: Prepared, seconds: float) -> int:
+    """Untimed calls of `prepared` until `seconds` have passed (at least one); returns how many.
+
+    Run before each timed round: a subject timed right after another runs while the other's
+    threads still spin (PyTorch's OpenMP threads spin for about 15 ms after a parallel region,
+    measured: the next JAX program's first calls take 1.6-1.8x as long on two cores) and with
+    caches holding the other's arrays. Settling times every subject in its steady state.
+    """
+    fn, args, block, clock = prepared.fn, prepared.args, prepared.block, time.perf_counter
+    start, calls = clock(), 0
+    while True:
+        block(fn(*args))
+        calls += 1
+        if clock() - start >= seconds:
+            return calls
+
+
+def round_orders(keys: list[Any], rounds: int, seed: int) -> list[list[Any]]:
+    """One seeded random order of `keys` per round: unlike a rotation, which keeps every key
+    after the same neighbour, each key follows each other key about equally often."""
+    rng = np.random.default_rng(seed)
+    return [[keys[i] for i in rng.permutation(len(keys))] for _ in range(rounds)]
+
+
+def round_ratios(rounds: dict[Any, list[list[float]]], reference: Any) -> dict[Any, dict]:
+    """Paired ratios: per round, each key's median step time over `reference`'s in the same
+    round; their median, p10 and p90 over the rounds (a drift of the machine during the run
+    moves both sides of each ratio alike)."""
+    ref = np.array([np.median(r) for r in rounds[reference]])
+    out = {}
+    for key, per_round in rounds.items():
+        ratios = np.array([np.median(r) for r in per_round]) / ref
+        out[key] = {"median": float(np.median(ratios)), "p10": float(np.percentile(ratios, 10)),
+                    "p90": float(np.percentile(ratios, 90)), "rounds": len(ratios)}
+    return out
 
 
 def summarize(values: list[float]) -> dict[str, float | int]:
