@@ -3,12 +3,16 @@ fields (so converters see the same layer kinds)."""
 
 from __future__ import annotations
 
+import pkgutil
+
 import equinox as eqx
 import jax
 import numpy as np
 import pytest
 
 import canonical
+import zoo
+import zoo.models
 from zoo.layers.eqx import Linear, MultiheadAttention
 
 KEY = jax.random.key(0)
@@ -45,3 +49,23 @@ def test_multihead_attention_equals_equinox_and_keeps_its_kind():
     assert canonical.kind_of(attn, "eqx") is canonical.kind_of(ref, "eqx") is not None
     assert canonical.kind_of(attn.query_proj, "eqx") is canonical.kind_of(
         ref.query_proj, "eqx") is not None
+
+
+ZOO_ARCHS = [a for a in zoo.ARCHS  # the zoo's own (not the test-only toy)
+             if a in {m.name for m in pkgutil.iter_modules(zoo.models.__path__)}]
+
+
+@pytest.mark.parametrize("arch", ZOO_ARCHS)
+def test_every_equinox_model_uses_the_zoos_linear(arch):
+    """One layer kind, one object: no model of the zoo keeps a plain `eqx.nn.Linear` (whose
+    `weight @ x` under `vmap` makes XLA transpose its outputs), new heads included."""
+    made = zoo.create(zoo.tiny_config(arch), "eqx")
+    model = made[0] if isinstance(made, tuple) else made
+    models = [model]
+    if hasattr(model, "reset_classifier"):
+        models.append(model.reset_classifier(3, key=KEY))
+    for m in models:
+        linears = [x for x in jax.tree.leaves(m, is_leaf=lambda x: isinstance(x, eqx.nn.Linear))
+                   if isinstance(x, eqx.nn.Linear)]
+        assert all(type(x) is Linear for x in linears), arch
+    assert len(models) == 2 or arch not in ("resnet", "vit")

@@ -152,6 +152,6 @@ def with_new_head(model: Any, name: str, in_features: int, num_classes: int, *,
     head = getattr(model, name)
     new = copy.copy(model)
     object.__setattr__(new, "config", dataclasses.replace(model.config, num_classes=num_classes))
-    object.__setattr__(new, name, eqx.nn.Linear(in_features, num_classes, key=key,
-                                                dtype=head.weight.dtype))
+    object.__setattr__(new, name, Linear(in_features, num_classes, key=key,
+                                         dtype=head.weight.dtype))
     return new

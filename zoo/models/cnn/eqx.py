@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import BatchNorm
+from zoo.layers.eqx import BatchNorm, Linear
 from zoo.models.cnn.config import CNNConfig
 from zoo.models.common import dtype_of
 
@@ -20,9 +20,9 @@ class CNN(eqx.Module):
 
     convs: tuple[eqx.nn.Conv2d, ...]
     bns: tuple[BatchNorm, ...]  # empty without batch_norm
-    fc1: eqx.nn.Linear
+    fc1: Linear
     dropout: eqx.nn.Dropout
-    fc2: eqx.nn.Linear
+    fc2: Linear
     pool: eqx.nn.AvgPool2d
     config: CNNConfig = eqx.field(static=True)
 
@@ -33,9 +33,9 @@ class CNN(eqx.Module):
                            for (i, o), k in zip(pairwise(c), keys, strict=True))
         self.bns = tuple(BatchNorm(o, "batch", config.bn_momentum, config.bn_eps, dtype=dt)
                          for o in config.features) if config.batch_norm else ()
-        self.fc1 = eqx.nn.Linear(math.prod(config.flatten_shape), config.hidden, key=k1, dtype=dt)
+        self.fc1 = Linear(math.prod(config.flatten_shape), config.hidden, key=k1, dtype=dt)
         self.dropout = eqx.nn.Dropout(config.dropout)
-        self.fc2 = eqx.nn.Linear(config.hidden, config.num_classes, key=k2, dtype=dt)
+        self.fc2 = Linear(config.hidden, config.num_classes, key=k2, dtype=dt)
         self.pool = eqx.nn.AvgPool2d((2, 2), stride=(2, 2))
         self.config = config
 

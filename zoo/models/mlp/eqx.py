@@ -8,18 +8,19 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
+from zoo.layers.eqx import Linear
 from zoo.models.common import activation, dtype_of
 from zoo.models.mlp.config import MLPConfig
 
 
 class MLP(eqx.Module):
-    layers: tuple[eqx.nn.Linear, ...]
+    layers: tuple[Linear, ...]
     config: MLPConfig = eqx.field(static=True)
 
     def __init__(self, config: MLPConfig, *, key: PRNGKeyArray, dtype=None) -> None:
         w = config.widths
         keys = jax.random.split(key, len(w) - 1)
-        self.layers = tuple(eqx.nn.Linear(i, o, key=k, dtype=dtype_of(dtype))
+        self.layers = tuple(Linear(i, o, key=k, dtype=dtype_of(dtype))
                             for (i, o), k in zip(pairwise(w), keys, strict=True))
         self.config = config
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import BatchNorm, with_new_head
+from zoo.layers.eqx import BatchNorm, Linear, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
@@ -122,7 +122,7 @@ class ResNet(eqx.Module):
     layer2: Stage
     layer3: Stage
     layer4: Stage
-    fc: eqx.nn.Linear
+    fc: Linear
     config: ResNetConfig = eqx.field(static=True)
 
     def __init__(self, config: ResNetConfig, *, key: PRNGKeyArray, dtype=None) -> None:
@@ -140,7 +140,7 @@ class ResNet(eqx.Module):
             setattr(self, f"layer{i + 1}", tuple(
                 BLOCKS[config.block](config, spec, key=kb, dtype=dt)
                 for spec, kb in zip(blocks, keys, strict=True)))
-        self.fc = eqx.nn.Linear(config.features, config.num_classes, key=k_fc, dtype=dt)
+        self.fc = Linear(config.features, config.num_classes, key=k_fc, dtype=dt)
         self.config = config
 
     def __call__(self, x: Array, state: State, *,

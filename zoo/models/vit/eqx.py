@@ -87,7 +87,7 @@ class ViT(eqx.Module):
     blocks: tuple[Block, ...]
     norm: eqx.nn.LayerNorm | None
     fc_norm: eqx.nn.LayerNorm | None
-    head: eqx.nn.Linear
+    head: Linear
     config: ViTConfig = eqx.field(static=True)
 
     def __init__(self, config: ViTConfig, *, key: PRNGKeyArray, dtype=None) -> None:
@@ -106,7 +106,7 @@ class ViT(eqx.Module):
         self.blocks = tuple(Block(config, key=k, dtype=dt) for k in kb)
         self.norm = None if config.use_fc_norm else _layer_norm(config, dt)
         self.fc_norm = _layer_norm(config, dt) if config.use_fc_norm else None
-        self.head = eqx.nn.Linear(e, config.num_classes, key=kh, dtype=dt)
+        self.head = Linear(e, config.num_classes, key=kh, dtype=dt)
         self.config = config
 
     def _embed(self, x: Array) -> Array:
