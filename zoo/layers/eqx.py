@@ -17,10 +17,13 @@ from jaxtyping import Array, PRNGKeyArray
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
+from zoo.layers.norm import normalize
 from zoo.layers.pooling import max_pool_axes
 
-__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "Linear", "MaxPool3d",
+__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "LayerNorm", "Linear", "MaxPool3d",
            "MultiheadAttention"]
+
+_NO_STATE = object()  # LayerNorm called without a state returns no state
 
 
 class Conv(eqx.nn.Conv):
@@ -132,6 +135,24 @@ class Linear(eqx.nn.Linear):
             return super().__call__(x, key=key)
         y = x @ self.weight.T
         return y if self.bias is None else y + self.bias
+
+
+class LayerNorm(eqx.nn.LayerNorm):
+    """`eqx.nn.LayerNorm` whose normalisation has its gradient in closed form
+    (`zoo.layers.norm.normalize`): the same function, fields and layer kind."""
+
+    def __call__(self, x: Array, state: Any = _NO_STATE, *, key: PRNGKeyArray | None = None
+                 ) -> Any:
+        if x.shape != self.shape:
+            raise ValueError(f"LayerNorm(shape={self.shape}) got an input of shape {x.shape}; "
+                             "vmap it over the leading axes")
+        out = normalize(x, len(self.shape), self.eps)
+        if self.use_weight:
+            out = self.weight.astype(out.dtype) * out
+        if self.use_bias:
+            out = out + self.bias.astype(out.dtype)
+        out = out.astype(x.dtype)
+        return out if state is _NO_STATE else (out, state)
 
 
 class MultiheadAttention(eqx.nn.MultiheadAttention):

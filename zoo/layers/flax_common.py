@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from zoo.layers.conv_transpose import conv_transpose
+from zoo.layers.norm import normalize
 
 
 def flax_to_torch_padding(
@@ -50,3 +51,27 @@ def flax_conv_transpose(layer: Any, inputs: Array, kernel: Array, bias: Array | 
         precision=layer.precision, preferred_element_type=layer.preferred_element_type,
     )
     return y if bias is None else y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+
+
+def check_layer_norm(layer: Any, mask: Array | None) -> None:
+    """The zoo's Flax LayerNorms normalise over the last axis with a two-pass variance."""
+    last = (-1, (-1,))
+    if (mask is not None or layer.reduction_axes not in last or layer.feature_axes not in last
+            or layer.axis_name is not None or layer.use_fast_variance):
+        raise ValueError("zoo LayerNorm: only the last axis, no mask, no axis_name and "
+                         "use_fast_variance=False are supported")
+
+
+def layer_norm(x: Array, scale: Array | None, bias: Array | None, epsilon: float,
+               dtype: Any) -> Array:
+    """Flax's LayerNorm over the last axis through `zoo.layers.norm.normalize`; the output in
+    `dtype`, else in the promoted dtype of `x` and the parameters (as Flax's)."""
+    out_dtype = dtype or jnp.result_type(x, *(p for p in (scale, bias) if p is not None))
+    y = normalize(x, 1, epsilon)
+    lead = tuple(range(y.ndim - 1))
+    if scale is not None:
+        y = y * jnp.expand_dims(scale.astype(y.dtype), lead)
+    if bias is not None:
+        y = y + jnp.expand_dims(bias.astype(y.dtype), lead)
+    return y.astype(out_dtype)
+

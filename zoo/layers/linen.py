@@ -8,7 +8,7 @@ import functools
 import flax.linen as nn
 from jax import Array
 
-from zoo.layers.flax_common import flax_conv_transpose
+from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
 
 
 class ConvTranspose(nn.ConvTranspose):
@@ -32,6 +32,24 @@ class ConvTranspose(nn.ConvTranspose):
                 if self.use_bias else None)
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         return flax_conv_transpose(self, inputs, kernel, bias)
+
+
+class LayerNorm(nn.LayerNorm):
+    """`flax.linen.LayerNorm` (parameters `scale`, `bias`) whose normalisation has its gradient
+    in closed form (`zoo.layers.norm.normalize`). Over the last axis, with the two-pass variance
+    (`use_fast_variance=False`, the default here)."""
+
+    use_fast_variance: bool = False
+
+    @nn.compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        check_layer_norm(self, mask)
+        shape = (x.shape[-1],)
+        scale = (self.param("scale", self.scale_init, shape, self.param_dtype)
+                 if self.use_scale else None)
+        bias = (self.param("bias", self.bias_init, shape, self.param_dtype)
+                if self.use_bias else None)
+        return layer_norm(x, scale, bias, self.epsilon, self.dtype)
 
 
 class SelfAttention(nn.MultiHeadDotProductAttention):

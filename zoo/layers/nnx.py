@@ -7,7 +7,7 @@ from flax import nnx
 from jax import Array
 
 from zoo.layers.conv_transpose import CHOICES
-from zoo.layers.flax_common import flax_conv_transpose
+from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
 
 
 class ConvTranspose(nnx.ConvTranspose):
@@ -30,6 +30,21 @@ class ConvTranspose(nnx.ConvTranspose):
             (inputs, self.kernel[...], bias), dtype=self.dtype
         )
         return flax_conv_transpose(self, inputs, kernel, bias)
+
+
+class LayerNorm(nnx.LayerNorm):
+    """`flax.nnx.LayerNorm` (parameters `scale`, `bias`) whose normalisation has its gradient
+    in closed form (`zoo.layers.norm.normalize`). Over the last axis, with the two-pass variance
+    (`use_fast_variance=False`, the default here)."""
+
+    def __init__(self, *args, use_fast_variance: bool = False, **kwargs) -> None:
+        super().__init__(*args, use_fast_variance=use_fast_variance, **kwargs)
+
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        check_layer_norm(self, mask)
+        scale = self.scale[...] if self.scale is not None else None
+        bias = self.bias[...] if self.bias is not None else None
+        return layer_norm(x, scale, bias, self.epsilon, self.dtype)
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):

@@ -10,14 +10,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import Linear, MultiheadAttention, with_new_head
+from zoo.layers.eqx import LayerNorm, Linear, MultiheadAttention, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
-def _layer_norm(config: ViTConfig, dtype) -> eqx.nn.LayerNorm:
-    return eqx.nn.LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
+def _layer_norm(config: ViTConfig, dtype) -> LayerNorm:
+    return LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
 
 
 def _tokenwise(layer: eqx.Module | None, tokens: Array) -> Array:
@@ -51,10 +51,10 @@ class LayerScale(eqx.Module):
 
 
 class Block(eqx.Module):
-    norm1: eqx.nn.LayerNorm
+    norm1: LayerNorm
     attn: MultiheadAttention
     ls1: LayerScale | None
-    norm2: eqx.nn.LayerNorm
+    norm2: LayerNorm
     mlp: Mlp
     ls2: LayerScale | None
 
@@ -83,10 +83,10 @@ class ViT(eqx.Module):
     cls_token: Array | None  # (1, 1, width), as timm
     reg_token: Array | None  # (1, reg_tokens, width)
     pos_embed: Array  # (1, embed_len, width)
-    norm_pre: eqx.nn.LayerNorm | None
+    norm_pre: LayerNorm | None
     blocks: tuple[Block, ...]
-    norm: eqx.nn.LayerNorm | None
-    fc_norm: eqx.nn.LayerNorm | None
+    norm: LayerNorm | None
+    fc_norm: LayerNorm | None
     head: Linear
     config: ViTConfig = eqx.field(static=True)
 

@@ -11,14 +11,14 @@ import jax
 import jax.numpy as jnp
 
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.linen import SelfAttention
+from zoo.layers.linen import LayerNorm, SelfAttention
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
-def _layer_norm(config: ViTConfig, dtype: jnp.dtype) -> nn.LayerNorm:
-    return nn.LayerNorm(epsilon=config.norm_eps, use_fast_variance=False, param_dtype=dtype)
+def _layer_norm(config: ViTConfig, dtype: jnp.dtype) -> LayerNorm:
+    return LayerNorm(epsilon=config.norm_eps, param_dtype=dtype)
 
 
 def _apply(layer: nn.Module | None, x: jax.Array) -> jax.Array:

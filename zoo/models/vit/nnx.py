@@ -11,15 +11,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.nnx import MultiHeadAttention
+from zoo.layers.nnx import LayerNorm, MultiHeadAttention
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
 from zoo.models.vit.config import ViTConfig
 
 
-def _layer_norm(config: ViTConfig, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    return nnx.LayerNorm(config.width, epsilon=config.norm_eps, use_fast_variance=False,
-                         param_dtype=dtype, rngs=rngs)
+def _layer_norm(config: ViTConfig, dtype: jnp.dtype, rngs: nnx.Rngs) -> LayerNorm:
+    return LayerNorm(config.width, epsilon=config.norm_eps, param_dtype=dtype, rngs=rngs)
 
 
 def _apply(layer: nnx.Module | None, x: jax.Array) -> jax.Array:

@@ -1,0 +1,62 @@
+"""LayerNorm's normalisation with its gradient in closed form, for every library's LayerNorm.
+
+`normalize(x, n, eps)` is `(x - mean) / sqrt(var + eps)` over the last `n` axes (two-pass
+variance, statistics in float32 or wider). Its custom VJP is the textbook gradient,
+
+    dx = rsqrt(var + eps) * (g - mean(g) - x_hat * mean(g * x_hat)),
+
+instead of the chain of means, subtractions and `rsqrt` that autodiff differentiates. Through a
+stack of residual blocks, XLA:CPU's fusions of the autodiff chain grow with depth squared (a
+16-block residual/LayerNorm/matmul stack: 959 fusion operands in all; 495 with this gradient,
+31.7 against 48.7 ms per gradient), and the ViT training step ran 0.82x the time
+(docs/benchmarks.md). The values are the same up to float rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+__all__ = ["normalize", "stats_dtype"]
+
+
+def stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
+    """The dtype the statistics are computed in: `dtype` promoted to at least float32."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(dtype, jnp.float32)
+
+
+def _forward(x: Array, n: int, eps: float) -> tuple[Array, Array]:
+    axes = tuple(range(-n, 0))
+    x = x.astype(stats_dtype(x.dtype))
+    centred = x - x.mean(axes, keepdims=True)
+    inv = jax.lax.rsqrt((centred * centred).mean(axes, keepdims=True) + eps)
+    return centred * inv, inv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def normalize(x: Array, n: int, eps: float) -> Array:
+    """`x` normalised over its last `n` axes, in `stats_dtype(x.dtype)`."""
+    return _forward(x, n, eps)[0]
+
+
+def _normalize_fwd(x: Array, n: int, eps: float) -> tuple[Array, tuple[Array, Array, Array]]:
+    x_hat, inv = _forward(x, n, eps)
+    return x_hat, (x_hat, inv, jnp.zeros((), x.dtype))
+
+
+def _normalize_bwd(n: int, eps: float, res: tuple[Array, Array, Array], g: Array
+                   ) -> tuple[Array]:
+    del eps
+    x_hat, inv, like = res
+    axes = tuple(range(-n, 0))
+    g = g.astype(x_hat.dtype)
+    dx = inv * (g - g.mean(axes, keepdims=True)
+                - x_hat * (g * x_hat).mean(axes, keepdims=True))
+    return (dx.astype(like.dtype),)
+
+
+normalize.defvjp(_normalize_fwd, _normalize_bwd)
