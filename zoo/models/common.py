@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 
+from zoo.layers.activations import gelu
+
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": jax.nn.relu,
-    "gelu": partial(jax.nn.gelu, approximate=False),  # exact erf form, as torch.nn.GELU()
+    "gelu": gelu,  # exact erf form, as torch.nn.GELU()
 }
 
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
+from zoo.layers.activations import gelu
 from zoo.layers.eqx import LayerNorm, Linear, MultiheadAttention, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
@@ -38,7 +39,7 @@ class Mlp(eqx.Module):
     fc2: Linear
 
     def __call__(self, x: Array) -> Array:  # one token
-        return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
+        return self.fc2(gelu(self.fc1(x)))
 
 
 class LayerScale(eqx.Module):

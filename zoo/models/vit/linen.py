@@ -10,6 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.layers.activations import gelu
 from zoo.layers.attention import dot_product_attention
 from zoo.layers.linen import LayerNorm, SelfAttention
 from zoo.models.common import dtype_of
@@ -51,7 +52,7 @@ class Mlp(nn.Module):
         self.fc2 = nn.Dense(self.config.width, param_dtype=dt)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.fc2(nn.gelu(self.fc1(x), approximate=False))
+        return self.fc2(gelu(self.fc1(x)))
 
 
 class LayerScale(nn.Module):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.layers.activations import gelu
 from zoo.layers.attention import dot_product_attention
 from zoo.layers.nnx import LayerNorm, MultiHeadAttention
 from zoo.models.common import dtype_of
@@ -45,7 +46,7 @@ class Mlp(nnx.Module):
         self.fc2 = nnx.Linear(config.mlp_hidden, config.width, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.fc2(nnx.gelu(self.fc1(x), approximate=False))
+        return self.fc2(gelu(self.fc1(x)))
 
 
 class LayerScale(nnx.Module):
