@@ -26,8 +26,9 @@ have nothing to do with dispatch; each library therefore also gets its own floor
 the raw `jax.jit` of exactly the program its styles compile (the uniform interface's apply),
 called directly with pre-flattened arrays, and every style gets a ratio to it as well.
 
-Every style is timed call by call (`block_until_ready` after each), interleaved round-robin with
-the others so that machine noise hits all of them alike; the table gives medians and ratios.
+Every style is timed call by call (`block_until_ready` after each), interleaved with the others
+in a seeded random order per round, each round after untimed calls of its own (`timing.settle`),
+so that machine noise hits all of them alike; the table gives medians and ratios.
 """
 
 from __future__ import annotations
