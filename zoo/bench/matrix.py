@@ -73,7 +73,8 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     `torch.compile`, Equinox and PyTorch only (every library on the tiny presets is the test
     suite's job)."""
     timing = ("--repeat", str(repeat), "--warmup", "1" if quick else "3",
-              "--rounds", "1" if quick else "5", "--no-progress")
+              "--rounds", "1" if quick else "5", "--settle", "0" if quick else "50",
+              "--no-progress")
     compile_ = () if quick else ("--torch-compile",)
     preset = (lambda name: ("--preset", "tiny")) if quick else (lambda name: ("--preset", name))
     # Quick: the formulation XLA:CPU compiles fastest (CI time).
