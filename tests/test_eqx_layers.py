@@ -55,17 +55,27 @@ ZOO_ARCHS = [a for a in zoo.ARCHS  # the zoo's own (not the test-only toy)
              if a in {m.name for m in pkgutil.iter_modules(zoo.models.__path__)}]
 
 
+def _eqx_model(arch):
+    made = zoo.create(zoo.tiny_config(arch), "eqx")
+    return made[0] if isinstance(made, tuple) else made
+
+
+def _linears(model):
+    return [x for x in jax.tree.leaves(model, is_leaf=lambda x: isinstance(x, eqx.nn.Linear))
+            if isinstance(x, eqx.nn.Linear)]
+
+
 @pytest.mark.parametrize("arch", ZOO_ARCHS)
 def test_every_equinox_model_uses_the_zoos_linear(arch):
     """One layer kind, one object: no model of the zoo keeps a plain `eqx.nn.Linear` (whose
-    `weight @ x` under `vmap` makes XLA transpose its outputs), new heads included."""
-    made = zoo.create(zoo.tiny_config(arch), "eqx")
-    model = made[0] if isinstance(made, tuple) else made
-    models = [model]
-    if hasattr(model, "reset_classifier"):
-        models.append(model.reset_classifier(3, key=KEY))
+    `weight @ x` under `vmap` makes XLA transpose its outputs)."""
+    assert all(type(x) is Linear for x in _linears(_eqx_model(arch))), arch
+
+
+def test_new_heads_are_the_zoos_linear():
+    """`reset_classifier`, wherever a model has it, gives a zoo `Linear` head too."""
+    models = [m for m in map(_eqx_model, ZOO_ARCHS) if hasattr(m, "reset_classifier")]
+    assert models  # the classifiers with timm's fine-tuning method
     for m in models:
-        linears = [x for x in jax.tree.leaves(m, is_leaf=lambda x: isinstance(x, eqx.nn.Linear))
-                   if isinstance(x, eqx.nn.Linear)]
-        assert all(type(x) is Linear for x in linears), arch
-    assert len(models) == 2 or arch not in ("resnet", "vit")
+        heads = _linears(m.reset_classifier(3, key=KEY))
+        assert heads and all(type(x) is Linear for x in heads)

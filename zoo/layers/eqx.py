@@ -17,7 +17,7 @@ from jaxtyping import Array, PRNGKeyArray
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
-from zoo.layers.norm import normalize
+from zoo.layers.norm import layer_norm
 from zoo.layers.pooling import max_pool_axes
 
 __all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "LayerNorm", "Linear", "MaxPool3d",
@@ -139,19 +139,15 @@ class Linear(eqx.nn.Linear):
 
 class LayerNorm(eqx.nn.LayerNorm):
     """`eqx.nn.LayerNorm` whose normalisation has its gradient in closed form
-    (`zoo.layers.norm.normalize`): the same function, fields and layer kind."""
+    (`zoo.layers.norm.layer_norm`): the same function, fields and layer kind."""
 
     def __call__(self, x: Array, state: Any = _NO_STATE, *, key: PRNGKeyArray | None = None
                  ) -> Any:
         if x.shape != self.shape:
             raise ValueError(f"LayerNorm(shape={self.shape}) got an input of shape {x.shape}; "
                              "vmap it over the leading axes")
-        out = normalize(x, len(self.shape), self.eps)
-        if self.use_weight:
-            out = self.weight.astype(out.dtype) * out
-        if self.use_bias:
-            out = out + self.bias.astype(out.dtype)
-        out = out.astype(x.dtype)
+        out = layer_norm(x, len(self.shape), self.eps, self.weight if self.use_weight else None,
+                         self.bias if self.use_bias else None, x.dtype)
         return out if state is _NO_STATE else (out, state)
 
 

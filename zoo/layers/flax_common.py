@@ -1,4 +1,4 @@
-"""What the Linen and NNX conv-transpose layers share: Flax padding pairs and the call itself."""
+"""What the Linen and NNX layers share: Flax padding pairs, conv-transposes, LayerNorm."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax import Array
 
+from zoo.layers import norm
 from zoo.layers.conv_transpose import conv_transpose
-from zoo.layers.norm import normalize
 
 
 def flax_to_torch_padding(
@@ -64,14 +64,7 @@ def check_layer_norm(layer: Any, mask: Array | None) -> None:
 
 def layer_norm(x: Array, scale: Array | None, bias: Array | None, epsilon: float,
                dtype: Any) -> Array:
-    """Flax's LayerNorm over the last axis through `zoo.layers.norm.normalize`; the output in
+    """Flax's LayerNorm over the last axis (`zoo.layers.norm.layer_norm`); the output in
     `dtype`, else in the promoted dtype of `x` and the parameters (as Flax's)."""
     out_dtype = dtype or jnp.result_type(x, *(p for p in (scale, bias) if p is not None))
-    y = normalize(x, 1, epsilon)
-    lead = tuple(range(y.ndim - 1))
-    if scale is not None:
-        y = y * jnp.expand_dims(scale.astype(y.dtype), lead)
-    if bias is not None:
-        y = y + jnp.expand_dims(bias.astype(y.dtype), lead)
-    return y.astype(out_dtype)
-
+    return norm.layer_norm(x, 1, epsilon, scale, bias, out_dtype)

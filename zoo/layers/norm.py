@@ -20,10 +20,10 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["normalize", "stats_dtype"]
+__all__ = ["layer_norm", "normalize"]
 
 
-def stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
+def _stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
     """The dtype the statistics are computed in: `dtype` promoted to at least float32."""
     with jax.numpy_dtype_promotion("standard"):
         return jnp.result_type(dtype, jnp.float32)
@@ -31,7 +31,7 @@ def stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
 
 def _forward(x: Array, n: int, eps: float) -> tuple[Array, Array]:
     axes = tuple(range(-n, 0))
-    x = x.astype(stats_dtype(x.dtype))
+    x = x.astype(_stats_dtype(x.dtype))
     centred = x - x.mean(axes, keepdims=True)
     inv = jax.lax.rsqrt((centred * centred).mean(axes, keepdims=True) + eps)
     return centred * inv, inv
@@ -39,7 +39,7 @@ def _forward(x: Array, n: int, eps: float) -> tuple[Array, Array]:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def normalize(x: Array, n: int, eps: float) -> Array:
-    """`x` normalised over its last `n` axes, in `stats_dtype(x.dtype)`."""
+    """`x` normalised over its last `n` axes, in `x`'s dtype promoted to at least float32."""
     return _forward(x, n, eps)[0]
 
 
@@ -60,3 +60,16 @@ def _normalize_bwd(n: int, eps: float, res: tuple[Array, Array, Array], g: Array
 
 
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
+
+
+def layer_norm(x: Array, n: int, eps: float, scale: Array | None, bias: Array | None,
+               dtype: jnp.dtype) -> Array:
+    """`normalize(x, n, eps) * scale + bias` in `dtype`: what every library's LayerNorm
+    computes, with `scale` and `bias` shaped as `x`'s last `n` axes (or None)."""
+    y = normalize(x, n, eps)
+    lead = tuple(range(y.ndim - n))
+    if scale is not None:
+        y = y * jnp.expand_dims(scale.astype(y.dtype), lead)
+    if bias is not None:
+        y = y + jnp.expand_dims(bias.astype(y.dtype), lead)
+    return y.astype(dtype)
