@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.breakdown import breakdown_main
 
         return breakdown_main(argv[1:])
+    if argv and argv[0] == "xla-cpu":
+        from zoo.bench.xla_cpu import xla_cpu_main
+
+        return xla_cpu_main(argv[1:])
     if argv and argv[0] == "matrix":
         from zoo.bench.matrix import matrix_main
 

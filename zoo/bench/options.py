@@ -26,6 +26,7 @@ other commands (python -m zoo.bench COMMAND --help):
   presets                              list the named shapes
   xla-flags                            XLA:CPU flag presets, probed on this XLA
   breakdown ARCH --preset P            step time per op category
+  xla-cpu [--only NAME,...]            XLA:CPU's limits, minimal reproductions
   convert                              checkpoint conversion, every format pair
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;

@@ -1,0 +1,75 @@
+"""zoo.bench.xla_cpu: the XLA:CPU facts its reproductions show, pinned on this jaxlib (counts read
+off the compiled HLO, independent of load), and its command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zoo.bench import xla_cpu
+from zoo.bench.xla_flags import PRESETS
+
+pytestmark = pytest.mark.cpu_only(reason="facts of XLA:CPU's compiler")
+
+
+def test_concatenate_operands_are_written_by_separate_fusions():
+    """The 9 shifted slices of a 3x3 im2col are each materialised, then concatenated."""
+    assert xla_cpu.concatenate_fusions((2, 5, 10, 10, 4)) == (9, 9)
+
+
+def test_residual_stack_fusion_operands_grow_faster_than_depth():
+    small = (4, 5, 16)
+    auto = [xla_cpu.fusion_operands(d, small)[0] for d in (2, 4, 8)]
+    closed = xla_cpu.fusion_operands(8, small, closed_form=True)[0]
+    assert auto[2] / auto[1] > 2.2 and auto[1] / auto[0] > 2.2, auto  # superlinear in depth
+    assert closed < 0.5 * auto[2], (closed, auto)
+
+
+def test_channels_first_convolution_is_wrapped_in_transposes():
+    first = xla_cpu.conv_transposes(("NCHW", "OIHW", "NCHW"))
+    assert first >= 2 and xla_cpu.conv_transposes(("NHWC", "HWIO", "NHWC")) == 0, first
+
+
+_YNN_PROBE = """
+import jax, jax.numpy as jnp
+from jax import lax
+x, w = jnp.ones((32, 32, 32, 64)), jnp.ones((3, 3, 64, 64))
+conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+hlo = jax.jit(conv).lower(x, w).compile().as_text()
+print(sum("ynn_fusion" in ln and " fusion(" in ln for ln in hlo.splitlines()))
+"""
+
+
+@pytest.mark.parametrize(("preset", "ynn_fusions"), [("none", 1), ("eigen-conv", 0)])
+def test_eigen_conv_preset_takes_convolutions_from_ynnpack(preset, ynn_fusions):
+    """XLA's default runs ResNet-18's 64-channel 32x32 convolution as a YNNPACK fusion; the
+    preset's flag gives it back to XLA's own convolution (compiled only, in a fresh process:
+    XLA reads its flags once)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": PRESETS[preset],
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _YNN_PROBE], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert int(out[-1]) == ynn_fusions
+
+
+def test_command_prints_a_reproduction(capsys):
+    assert xla_cpu.xla_cpu_main(["--only", "nchw-conv", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "nchw-conv: XLA:CPU's convolutions are channels-last" in out
+    assert "NCHW/OIHW" in out and "upstream:" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--only", "concatenate,bogus"], "unknown --only ['bogus']"),
+    (["--rounds", "0"], "--rounds 0: must be >= 1"),
+])
+def test_command_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        xla_cpu.xla_cpu_main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,319 @@
+"""`python -m zoo.bench xla-cpu`: minimal reproductions of the XLA:CPU limits behind the zoo's
+CPU ratios (docs/benchmarks.md, "What remains, and whose it is").
+
+    python -m zoo.bench xla-cpu
+    python -m zoo.bench xla-cpu --only concatenate,fresh-pages --rounds 20
+
+Each reproduction is a few lines of `jax.numpy`, no zoo model: what it shows is XLA's, and its
+output is what an upstream report needs. Counts read off the compiled HLO do not depend on the
+machine's load; times are medians of interleaved, settled rounds with [p10, p90] of the paired
+ratio (float32, default precision).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from zoo.bench.timing import Prepared, round_orders, round_ratios, settle
+from zoo.bench.xla_flags import PRESETS
+from zoo.layers.norm import normalize
+
+__all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
+           "residual_stack_loss", "xla_cpu_main"]
+
+Rows = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Repro:
+    """One limit: what XLA:CPU does, where it is reported, and how to show it (`run(rounds)`
+    returns the (measure, value) rows to print)."""
+
+    name: str
+    claim: str
+    upstream: str
+    run: Callable[[int], Rows]
+
+
+def _interleaved(calls: dict[str, Prepared], rounds: int, reference: str
+                 ) -> dict[str, tuple[float, dict]]:
+    """Median seconds per call and the paired ratio to `reference`, settled rounds of 3 calls
+    in a seeded random order (as `zoo.bench` times its styles)."""
+    times: dict[str, list[list[float]]] = {k: [] for k in calls}
+    for order in round_orders(list(calls), rounds, seed=0):
+        for key in order:
+            p = calls[key]
+            settle(p, 0.05)
+            one = []
+            for _ in range(3):
+                start = time.perf_counter()
+                p.block(p.fn(*p.args))
+                one.append(time.perf_counter() - start)
+            times[key].append(one)
+    ratios = round_ratios(times, reference)
+    return {k: (float(np.median([np.median(r) for r in v])), ratios[k]) for k, v in times.items()}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def _ratio(r: dict) -> str:
+    return f"{r['median']:.2f}x [{r['p10']:.2f}, {r['p90']:.2f}]"
+
+
+def _compiled(fn: Callable, *args: Any) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+# -- residual-fusions ---------------------------------------------------------------------------
+
+def _layer_norm(x: jax.Array) -> jax.Array:
+    d = x - x.mean(-1, keepdims=True)
+    return d * lax.rsqrt((d * d).mean(-1, keepdims=True) + 1e-6)
+
+
+def residual_stack_loss(norm: Callable[[jax.Array], jax.Array]) -> Callable:
+    """`sum(x_L ** 2)` of `x_{i+1} = x_i + norm(x_i) @ w_i`: a transformer's residual stream."""
+    def loss(ws: list[jax.Array], x: jax.Array) -> jax.Array:
+        for w in ws:
+            x = x + norm(x) @ w
+        return (x * x).sum()
+    return loss
+
+
+def fusion_operands(depth: int, shape: tuple[int, ...] = (32, 65, 96),
+                    closed_form: bool = False) -> tuple[int, int]:
+    """(operands of all fusions, of the largest one) in the compiled gradient of a `depth`-block
+    residual stack, LayerNorm differentiated by autodiff or in closed form."""
+    norm = (lambda x: normalize(x, 1, 1e-6)) if closed_form else _layer_norm
+    ws = [jnp.eye(shape[-1]) * 0.1] * depth
+    hlo = _compiled(jax.grad(residual_stack_loss(norm)), ws, jnp.ones(shape))
+    counts = [len(m.split(",")) for m in re.findall(r" fusion\(([^)]*)\)", hlo)]
+    return sum(counts), max(counts)
+
+
+def _residual_fusions(rounds: int) -> Rows:
+    rows = []
+    for depth in (2, 4, 8, 16):
+        auto, closed = fusion_operands(depth), fusion_operands(depth, closed_form=True)
+        rows.append((f"{depth} blocks: operands (largest), auto / closed",
+                     f"{auto[0]} ({auto[1]}) / {closed[0]} ({closed[1]})"))
+    ws = [jnp.eye(96) * 0.1] * 16
+    x = jax.random.normal(jax.random.key(0), (32, 65, 96))
+    calls = {name: Prepared(jax.jit(jax.grad(residual_stack_loss(norm))), (ws, x))
+             for name, norm in (("autodiff", _layer_norm),
+                                ("closed", lambda x: normalize(x, 1, 1e-6)))}
+    t = _interleaved(calls, rounds, "autodiff")
+    rows.append(("16 blocks: gradient, autodiff LayerNorm", _ms(t["autodiff"][0])))
+    rows.append(("16 blocks: gradient, closed-form LayerNorm",
+                 f"{_ms(t['closed'][0])}, {_ratio(t['closed'][1])}"))
+    return rows
+
+
+# -- concatenate --------------------------------------------------------------------------------
+
+def _patches(x: jax.Array, taps: int = 3) -> jax.Array:
+    """im2col over the first two spatial axes: the `taps**2` shifted slices side by side."""
+    n, d, h = x.shape[0], x.shape[1] - taps + 1, x.shape[2] - taps + 1
+    return jnp.concatenate([x[:, a:a + d, b:b + h] for a, b in
+                            itertools.product(range(taps), repeat=2)], axis=-1).reshape(n, -1)
+
+
+def concatenate_fusions(shape: tuple[int, ...] = (2, 10, 66, 66, 16)) -> tuple[int, int]:
+    """(operands of the concatenate, of them the outputs of separate fusions or slices)."""
+    hlo = _compiled(_patches, jnp.ones(shape))
+    line = next(ln for ln in hlo.splitlines() if re.search(r"= \S+ concatenate\(", ln))
+    operands = re.search(r"concatenate\(([^)]*)\)", line).group(1).split(",")
+    separate = [o for o in operands if re.search(r"fusion|slice", o)]
+    return len(operands), len(separate)
+
+
+def _concatenate(rounds: int) -> Rows:
+    shape = (2, 18, 66, 66, 16)
+    x = jax.random.normal(jax.random.key(0), shape)
+    n_ops, separate = concatenate_fusions(shape)
+    out_shape = jax.eval_shape(_patches, x).shape
+    # the same output bytes from one fusion (each element read once, written once)
+    one_pass = jax.jit(lambda x: jnp.broadcast_to(
+        x[:, :16, :64, :, None], (*x.shape[:1], 16, 64, x.shape[3], 9, x.shape[4])
+    ).reshape(out_shape))
+    calls = {"concat": Prepared(jax.jit(_patches), (x,)), "one": Prepared(one_pass, (x,))}
+    t = _interleaved(calls, rounds, "one")
+    mib = np.prod(out_shape) * 4 / 2**20
+    return [("concatenate of 3x3 shifted slices: operands", f"{n_ops}, {separate} written "
+             "by own fusions"),
+            (f"slices + concatenate ({mib:.0f} MiB out)", _ms(t["concat"][0])),
+            ("the same bytes written by one fusion", _ms(t["one"][0])),
+            ("slices + concatenate / one fusion", _ratio(t["concat"][1]))]
+
+
+# -- nchw-conv ----------------------------------------------------------------------------------
+
+def _conv(spec: tuple[str, str, str]) -> Callable:
+    return lambda x, w: lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                                 dimension_numbers=spec)
+
+
+def conv_transposes(spec: tuple[str, str, str], n: int = 8, c: int = 16, hw: int = 8) -> int:
+    """Transposes and copies in the compiled 3x3 convolution of layout `spec`."""
+    sizes = {"N": n, "C": c, "H": hw, "W": hw, "O": c, "I": c}
+    x = jnp.ones([sizes[a] for a in spec[0]])
+    w = jnp.ones([sizes.get(a, 3) for a in spec[1]])
+    return len(re.findall(r"= \S+ (?:transpose|copy)\(", _compiled(_conv(spec), x, w)))
+
+
+def _nchw_conv(rounds: int) -> Rows:
+    x = jax.random.normal(jax.random.key(0), (32, 16, 16, 128))  # a ResNet-18-cifar layer3 conv
+    w = jax.random.normal(jax.random.key(1), (3, 3, 128, 128)) * 0.05
+    first, last = ("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC")
+    calls = {"NHWC": Prepared(jax.jit(_conv(last)), (x, w)),
+             "NCHW": Prepared(jax.jit(_conv(first)), (x.transpose(0, 3, 1, 2),
+                                                        w.transpose(3, 2, 0, 1)))}
+    t = _interleaved(calls, rounds, "NHWC")
+    return [("transposes/copies in the program", f"NCHW/OIHW {conv_transposes(first)}, "
+             f"NHWC/HWIO {conv_transposes(last)}"),
+            ("3x3 conv 128->128, 16x16, batch 32: NHWC", _ms(t["NHWC"][0])),
+            ("the same in NCHW/OIHW", f"{_ms(t['NCHW'][0])}, {_ratio(t['NCHW'][1])}")]
+
+
+# -- fresh-pages and ynn-conv: each setting in a fresh process ------------------------------------
+
+_PAGES_CHILD = """
+import json, resource, sys, time
+if sys.argv[1] == "keep":
+    from zoo.malloc import keep_freed_memory
+    keep_freed_memory()
+import jax, jax.numpy as jnp, numpy as np
+x = jnp.ones((16, 1024, 1024))  # 64 MiB: above glibc's largest dynamic mmap threshold
+step = jax.jit(lambda x: jnp.sin(x) * 2 + x)
+for _ in range(10):
+    step(x).block_until_ready()
+faults, seconds = [], []
+for _ in range(int(sys.argv[2])):
+    before, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    step(x).block_until_ready()
+    seconds.append(time.perf_counter() - start)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps([float(np.median(seconds)), float(np.median(faults))]))
+"""
+
+_CONV_CHILD = """
+import json, os, sys, time
+os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:int(sys.argv[1])]))
+import jax, jax.numpy as jnp, numpy as np
+from jax import lax
+x = jax.random.normal(jax.random.key(0), (32, 32, 32, 64))  # ResNet-18-cifar's layer1
+w = jax.random.normal(jax.random.key(1), (3, 3, 64, 64)) * 0.05
+conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+step = jax.jit(jax.value_and_grad(lambda x, w: (conv(x, w) ** 2).sum(), (0, 1)))
+for _ in range(3):
+    jax.block_until_ready(step(x, w))
+t = []
+for _ in range(int(sys.argv[2])):
+    s = time.perf_counter(); jax.block_until_ready(step(x, w)); t.append(time.perf_counter() - s)
+print(json.dumps(float(np.median(t))))
+"""
+
+
+def _child(code: str, args: list[str], xla_flags: str = "") -> Any:
+    """Run `code` in a fresh Python (JAX's backend and glibc's settings start anew) and return
+    the JSON of its last line."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(sys.path),
+           "XLA_FLAGS": " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), xla_flags) if f)}
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         check=True, env=env)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _fresh_pages(rounds: int) -> Rows:
+    n = str(max(rounds, 5))
+    (t_sys, f_sys), (t_keep, f_keep) = _child(_PAGES_CHILD, ["system", n]), _child(
+        _PAGES_CHILD, ["keep", n])
+    return [("64 MiB elementwise call, glibc's defaults", _ms(t_sys)),
+            ("  page faults per call (16,384 pages)", f"{f_sys:,.0f}"),
+            ("the same, zoo.malloc.keep_freed_memory()", _ms(t_keep)),
+            ("  page faults per call", f"{f_keep:,.0f}")]
+
+
+def _ynn_conv(rounds: int) -> Rows:
+    if len(os.sched_getaffinity(0)) < 2:
+        return [("cores available", "1: needs 2")]
+    n = str(max(rounds, 5))
+    one, two = _child(_CONV_CHILD, ["1", n]), _child(_CONV_CHILD, ["2", n])
+    e_one, e_two = (_child(_CONV_CHILD, [c, n], PRESETS["eigen-conv"]) for c in ("1", "2"))
+    return [("YNNPACK (XLA's default), 1 core", _ms(one)),
+            ("  on 2 cores", f"{_ms(two)}: {one / two:.2f}x faster"),
+            ("XLA's own (preset eigen-conv), 1 core", _ms(e_one)),
+            ("  on 2 cores", f"{_ms(e_two)}: {e_one / e_two:.2f}x faster"),
+            ("YNNPACK / XLA's own, 2 cores", f"{two / e_two:.2f}x")]
+
+
+REPROS: tuple[Repro, ...] = (
+    Repro("residual-fusions", "Through a residual stack's gradient, XLA:CPU fuses autodiff's "
+          "LayerNorm chain into every later block's fusions: their operands grow with depth "
+          "squared (the zoo's closed-form LayerNorm gradient halves them).",
+          "not reported yet: file with this output", _residual_fusions),
+    Repro("concatenate", "XLA:CPU never fuses a concatenate's operands into it: each shifted "
+          "slice of an im2col patch matrix is written by its own fusion, then copied again.",
+          "not reported yet (related: openxla/xla#46351, slices kept out of YNNPACK "
+          "fusions)", _concatenate),
+    Repro("nchw-conv", "XLA:CPU's convolutions are channels-last: a channels-first one "
+          "(Equinox's per-sample idiom, PyTorch's kernel layout) is wrapped in transposes.",
+          "not reported yet: file with this output", _nchw_conv),
+    Repro("fresh-pages", "XLA:CPU allocates every call's large buffers afresh: with glibc's "
+          "defaults each is new memory, a page fault per 4 KiB on every call.",
+          "not reported yet: file with this output", _fresh_pages),
+    Repro("ynn-conv", "XLA:CPU's default YNNPACK convolution runs ResNet-18-cifar's layer1 "
+          "(64->64, 32x32, batch 32; forward and both gradients) on one of two cores; XLA's "
+          "own convolution (`--xla-cpu-flags eigen-conv`) uses both.",
+          "not reported yet (YNNPACK fusion flags as workarounds: jax-ml/jax#37465)",
+          _ynn_conv),
+)
+
+
+def xla_cpu_main(argv: list[str]) -> int:
+    from rich.table import Table
+
+    from zoo.bench.display import make_console
+
+    names = [r.name for r in REPROS]
+    p = argparse.ArgumentParser(prog="python -m zoo.bench xla-cpu",
+                                description="minimal reproductions of XLA:CPU's limits")
+    p.add_argument("--only", default=",".join(names), help=f"comma list of {', '.join(names)}")
+    p.add_argument("--rounds", type=int, default=10, help="timed rounds (default 10)")
+    args = p.parse_args(argv)
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(only) - set(names))
+    if unknown or args.rounds < 1:
+        p.error(f"unknown --only {unknown} (use {', '.join(names)})" if unknown
+                else f"--rounds {args.rounds}: must be >= 1")
+    console = make_console()
+    console.print(f"jax {jax.__version__}, {jax.default_backend()}, load average "
+                  f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}", highlight=False)
+    for repro in (r for r in REPROS if r.name in only):
+        table = Table(title=f"{repro.name}: {repro.claim}", title_justify="left",
+                      caption=f"upstream: {repro.upstream}", caption_justify="left",
+                      expand=True, show_header=False)
+        table.add_column("measure", ratio=3)
+        table.add_column("value", ratio=2)
+        for measure, value in repro.run(args.rounds):
+            table.add_row(measure, value)
+        console.print(table)
+    return 0
