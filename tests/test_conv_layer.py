@@ -34,11 +34,12 @@ def _operands(lhs_spec: str, rhs_spec: str, kernel: tuple[int, ...]):
     return x, w
 
 
-@pytest.mark.parametrize("slab_bytes", [0, 50_000, None], ids=["slice", "slabs", "whole"])
+@pytest.mark.parametrize("slab_bytes", [0, 4_000, 50_000, None],
+                         ids=["row", "rows", "slabs", "whole"])
 @pytest.mark.parametrize("case", CASES)
 def test_equals_xla_forward_and_both_gradients(case, slab_bytes, monkeypatch):
-    """Every case with one output slice per loop step, a few per step, and (the default budget
-    at these sizes) the whole volume in one step."""
+    """Every case with one row of one output slice per loop step, a few rows, a few slices per
+    step, and (the default budget at these sizes) the whole volume in one step."""
     if slab_bytes is not None:
         monkeypatch.setattr(im2col, "SLAB_BYTES", slab_bytes)
     lhs_spec, rhs_spec, kernel, padding, dilation = CASES[case]
@@ -60,15 +61,18 @@ def test_equals_xla_forward_and_both_gradients(case, slab_bytes, monkeypatch):
         assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b)), case
 
 
-def test_slab_is_the_largest_divisor_within_the_budget(monkeypatch):
-    """Output slices per loop step: a divisor of the first output axis, as many as the patch
-    budget holds, never fewer than one."""
-    x = jnp.zeros((2, 14, 5, 7, 3))  # patches of one slice, k 3x3x3: 2*3*5*27*3*4 = 9720 B
-    per_slice = 2 * 3 * 5 * 27 * 3 * 4
-    for budget, want in [(0, 1), (per_slice, 1), (5 * per_slice, 4), (13 * per_slice, 12),
-                         (100 * per_slice, 12)]:
+def test_block_is_the_largest_divisor_within_the_budget(monkeypatch):
+    """Per loop step: output slices, a divisor of the first output axis, as many as the patch
+    budget holds; a slice over the budget is cut into blocks of rows of the second axis (a
+    divisor, at least one)."""
+    x = jnp.zeros((2, 14, 6, 7, 3))  # patches of one slice, k 3x3x3: 2*4*5*27*3*4 = 12960 B
+    per_slice = 2 * 4 * 5 * 27 * 3 * 4
+    for budget, want in [(0, (1, 1)), (per_slice // 4, (1, 1)), (per_slice // 2, (1, 2)),
+                         (per_slice * 3 // 4, (1, 2)), (per_slice, (1, 4)),
+                         (5 * per_slice, (4, 4)), (13 * per_slice, (12, 4)),
+                         (100 * per_slice, (12, 4))]:
         monkeypatch.setattr(im2col, "SLAB_BYTES", budget)
-        assert im2col._slab(x, (3, 3, 3), (12, 3, 5), False) == want, budget
+        assert im2col._block(x, (3, 3, 3), (12, 4, 5), False) == want, budget
 
 
 @pytest.mark.cpu_only(reason="the im2col formulation is chosen for XLA:CPU")

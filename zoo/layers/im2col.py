@@ -1,4 +1,4 @@
-"""Stride-1 VALID convolution as explicit im2col + GEMM, one output slice at a time.
+"""Stride-1 VALID convolution as explicit im2col + GEMM, a block of output slices at a time.
 
 XLA:CPU runs 3-D convolutions with few channels far below its matrix-multiply speed (the
 `convt-256-cpu` forward: 299 ms as a convolution, 10-14 ms as GEMMs, on a 2-core VM). This module
@@ -18,13 +18,15 @@ times a `(taps' * C, k_last * O)` kernel, then `k_last` shifted row slices summe
 gradient stacks the cotangent's shifts the same way). The decoder's 4-channel k3 head runs its
 forward 2.5x faster so.
 
-The loop keeps the patch matrix about `SLAB_BYTES` big: one output slice per step for large
-volumes (a whole-volume im2col of a 64^3 volume with a 3^3 kernel is 27x the input), several
-for small ones, whose per-step cost would otherwise dominate (a 16^3 layer at batch 1: 2.3-2.5x
-faster in one step than in 16). It compiles in about a second; unrolling the loop took 70 s to
-compile and ran slower. XLA's cost analysis counts a loop body once: `zoo.bench.flops`
-multiplies the matrix multiplies of every loop body by its known trip count, so benchmarks count
-the work done.
+The loop keeps the patch matrix within `SLAB_BYTES` (`_block`): several output slices per step
+for small volumes, whose per-step cost would otherwise dominate (a 16^3 layer at batch 1:
+2.3-2.5x faster in one step than in 16); for large ones (a whole-volume im2col of a 64^3 volume
+with a 3^3 kernel is 27x the input) one slice, cut into blocks of rows of the second axis when
+it alone exceeds the budget, so that the patches stay near the caches (the U-Net's training
+step 0.92x the time, the decoder's 0.91x, against whole slices). It compiles in about a
+second; unrolling the loop took 70 s to compile and ran slower. XLA's cost analysis counts a
+loop body once: `zoo.bench.flops` multiplies the matrix multiplies of every loop body by its
+known trip count, so benchmarks count the work done.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ __all__ = ["conv"]
 # 16^3 conv-transpose layer at batch 1 (`convt` preset `cpu`) 0.43x the time forward and 0.40x
 # training, the decoder's training step 0.92x, the U-Net's 1.01x (its 64^3 and 32^3 slices are
 # larger than this anyway); 1 MiB gained less (0.73, 0.76, 0.97), 16 MiB lost on the decoder
-# (1.16x).
+# (1.16x). With slices cut into row blocks, 2 MiB ran the U-Net's forward 1.03x and 1 MiB 1.16x.
 SLAB_BYTES = 4 << 20
 
 
@@ -57,15 +59,22 @@ def _folds(k: tuple[int, ...], c: int, o: int) -> bool:
     return len(k) > 1 and math.prod(k[:-1]) * c >= 2 * o
 
 
-def _slab(x: jax.Array, k: tuple[int, ...], out: tuple[int, ...], fold: bool) -> int:
-    """Output slices per loop step: the largest divisor of `out[0]` whose patch matrix stays
-    within `SLAB_BYTES` (at least one slice). Small volumes then run in a few steps (or one)
-    instead of paying the loop's per-step cost `out[0]` times."""
+def _block(x: jax.Array, k: tuple[int, ...], out: tuple[int, ...],
+           fold: bool) -> tuple[int, int]:
+    """(output slices, rows of the second spatial axis) per loop step, divisors of `out[0]`
+    and `out[1]`, with a patch matrix within `SLAB_BYTES`. Small volumes take several slices
+    (the loop's per-step cost paid fewer times); a slice larger than the budget, with 3 or more
+    spatial axes, is split into blocks of rows (at least one), so that the patch matrix stays
+    small enough for the caches; otherwise one slice, whole."""
     taps = math.prod(k[:-1] if fold else k)
     rest = (*out[1:-1], x.shape[-2]) if fold else out[1:]
     per_slice = x.shape[0] * math.prod(rest) * taps * x.shape[-1] * x.dtype.itemsize
-    fits = max(1, SLAB_BYTES // max(per_slice, 1))
-    return max(s for s in range(1, min(fits, out[0]) + 1) if out[0] % s == 0)
+    fits = SLAB_BYTES // max(per_slice, 1)
+    whole = out[1] if len(k) > 1 else 1
+    if fits >= 1 or len(k) < 3:
+        return max(s for s in range(1, min(max(fits, 1), out[0]) + 1) if out[0] % s == 0), whole
+    rows = SLAB_BYTES * out[1] // per_slice
+    return 1, max(r for r in range(1, max(rows, 1) + 1) if out[1] % r == 0)
 
 
 def _patches(block: jax.Array, k: tuple[int, ...], d: tuple[int, ...],
@@ -83,11 +92,24 @@ def _patches(block: jax.Array, k: tuple[int, ...], d: tuple[int, ...],
 
 
 def _slices(x: jax.Array, k: tuple[int, ...], d: tuple[int, ...], out: tuple[int, ...],
-            start: jax.Array, fold: bool, slab: int) -> jax.Array:
-    """The patch matrix of output slices `start, ..., start + slab - 1` (first spatial axis)
-    of channels-last `x`."""
-    block = lax.dynamic_slice_in_dim(x, start, d[0] * (k[0] - 1) + slab, axis=1)
-    return _patches(block, k, d, out[1:], fold, slab)
+            at: tuple[jax.Array, jax.Array], fold: bool, block: tuple[int, int]) -> jax.Array:
+    """The patch matrix of output slices `at[0], ..., at[0] + block[0] - 1` (first spatial
+    axis) and rows `at[1], ..., at[1] + block[1] - 1` (second) of channels-last `x`."""
+    slab, rows = block
+    if len(k) < 3:  # the second axis (if any) whole: the folded last axis is never cut
+        part = lax.dynamic_slice_in_dim(x, at[0], d[0] * (k[0] - 1) + slab, axis=1)
+        return _patches(part, k, d, out[1:], fold, slab)
+    part = lax.dynamic_slice(x, (0, at[0], at[1], *(0,) * (x.ndim - 3)),
+                             (x.shape[0], d[0] * (k[0] - 1) + slab, d[1] * (k[1] - 1) + rows,
+                              *x.shape[3:]))
+    return _patches(part, k, d, (rows, *out[2:]), fold, slab)
+
+
+def _starts(out: tuple[int, ...], block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
+    """The loop's (slice, row) starts, slices major."""
+    rows = range(0, out[1], block[1]) if len(out) > 1 else (0,)
+    starts = [(i, j) for i in range(0, out[0], block[0]) for j in rows]
+    return tuple(jnp.asarray(v, jnp.int32) for v in zip(*starts, strict=True))
 
 
 def _out(x: jax.Array, k: tuple[int, ...], d: tuple[int, ...]) -> tuple[int, ...]:
@@ -103,19 +125,22 @@ def _forward(x: jax.Array, w: jax.Array, k: tuple[int, ...], d: tuple[int, ...],
     # folded: (*k[:-1], C, k_last, O) -> (prod(k[:-1]) * C, k_last * O)
     w2 = jnp.moveaxis(w, n - 1, n).reshape(-1, last * o) if fold else w.reshape(-1, o)
 
-    slab = _slab(x, k, out, fold)
+    block = _block(x, k, out, fold)
+    part = (block[0], *((block[1], *out[2:]) if n > 1 else ()))  # one step's output block
 
-    def body(_: None, start: jax.Array) -> tuple[None, jax.Array]:
-        z = jnp.matmul(_slices(x, k, d, out, start, fold, slab), w2, precision=precision,
+    def body(_: None, at: tuple[jax.Array, jax.Array]) -> tuple[None, jax.Array]:
+        z = jnp.matmul(_slices(x, k, d, out, at, fold, block), w2, precision=precision,
                        preferred_element_type=out_type)
         if not fold:
-            return None, z.reshape(x.shape[0], slab, *out[1:], o)
-        z = z.reshape(x.shape[0], slab, *out[1:-1], x.shape[-2], last, o)
+            return None, z.reshape(x.shape[0], *part, o)
+        z = z.reshape(x.shape[0], *part[:-1], x.shape[-2], last, o)
         return None, sum(z[..., t * d[-1]:t * d[-1] + out[-1], t, :] for t in range(last))
 
-    _, ys = lax.scan(body, None, jnp.arange(0, out[0], slab))  # (steps, N, slab, *rest, O)
-    ys = jnp.moveaxis(ys, 0, 1)
-    return ys.reshape(ys.shape[0], out[0], *ys.shape[3:])
+    _, ys = lax.scan(body, None, _starts(out, block))  # (steps, N, slab, [rows], *rest, O)
+    by_rows = out[1] // block[1] if n > 1 else 1
+    ys = ys.reshape(out[0] // block[0], by_rows, *ys.shape[1:])
+    ys = ys.transpose(2, 0, 3, 1, *range(4, ys.ndim))  # (N, steps, slab, row steps, ...)
+    return ys.reshape(x.shape[0], *out, ys.shape[-1])
 
 
 def _weight_grad(x: jax.Array, dy: jax.Array, k: tuple[int, ...], d: tuple[int, ...],
@@ -133,17 +158,20 @@ def _weight_grad(x: jax.Array, dy: jax.Array, k: tuple[int, ...], d: tuple[int, 
                 for t in range(last)]
         return jnp.concatenate([jnp.pad(dy_i, p) for p in pads], axis=-1).reshape(-1, last * o)
 
-    slab = _slab(x, k, out, fold)
+    block = _block(x, k, out, fold)
+    cut = 2 + (n > 2)  # dy's axes cut per step: N, slices, and rows where they are split
 
-    def body(acc: jax.Array, start: jax.Array) -> tuple[jax.Array, None]:
-        dy_i = rows(lax.dynamic_slice_in_dim(dy, start, slab, axis=1))
-        patches = _slices(x, k, d, out, start, fold, slab)
+    def body(acc: jax.Array, at: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+        part = lax.dynamic_slice(dy, (0, *at[:cut - 1], *(0,) * (dy.ndim - cut)),
+                                 (dy.shape[0], *block[:cut - 1], *dy.shape[cut:]))
+        dy_i = rows(part)
+        patches = _slices(x, k, d, out, at, fold, block)
         return acc + jnp.matmul(dy_i.T, patches, precision=precision,
                                 preferred_element_type=jnp.float32), None
 
     taps = math.prod(k[:-1]) if fold else math.prod(k)
     acc, _ = lax.scan(body, jnp.zeros(((last if fold else 1) * o, taps * c), jnp.float32),
-                      jnp.arange(0, out[0], slab))
+                      _starts(out, block))
     if not fold:
         return acc.T.reshape(*k, c, o)
     # (k_last, O, *k[:-1], C) -> (*k[:-1], k_last, C, O)
