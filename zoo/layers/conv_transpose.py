@@ -14,7 +14,7 @@ return the same values up to float rounding:
   have unequal tap counts (k3 s2: 8 vs 27 useful per 8 outputs, i.e. 64/27), but one large
   convolution instead of ``prod(stride)`` small ones, which XLA:CPU runs much faster.
 - ``"im2col"``: the convolutions of ``"phase_batched"`` (at stride 1: the padded convolution
-  itself) computed as explicit im2col + GEMM, one output slice at a time, with a custom VJP
+  itself) computed as explicit im2col + GEMM, a block of output slices at a time, with a custom VJP
   whose gradients are GEMMs as well (:mod:`zoo.layers.im2col`). No XLA convolution at all: on
   XLA:CPU this is several times faster than any convolution-based method for 3-D layers.
 - ``"auto"``: :func:`choose_method` picks one from the backend, shapes, stride and dilation.
