@@ -179,7 +179,7 @@ def conv_transposes(spec: tuple[str, str, str], n: int = 8, c: int = 16, hw: int
 
 
 def _nchw_conv(rounds: int) -> Rows:
-    x = jax.random.normal(jax.random.key(0), (32, 16, 16, 128))  # a ResNet-18-cifar layer3 conv
+    x = jax.random.normal(jax.random.key(0), (32, 16, 16, 128))  # ResNet-18-cifar's layer2
     w = jax.random.normal(jax.random.key(1), (3, 3, 128, 128)) * 0.05
     first, last = ("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC")
     calls = {"NHWC": Prepared(jax.jit(_conv(last)), (x, w)),
