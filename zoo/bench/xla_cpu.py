@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 
 from zoo.bench.timing import Prepared, round_orders, round_ratios, settle
-from zoo.bench.xla_flags import PRESETS
+from zoo.bench.xla_flags import PRESETS, backend_started
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
@@ -253,6 +253,8 @@ def _fresh_pages(rounds: int) -> Rows:
 
 
 def _ynn_conv(rounds: int) -> Rows:
+    if not hasattr(os, "sched_getaffinity"):
+        return [("cores", "needs Linux's CPU affinity (os.sched_setaffinity)")]
     if len(os.sched_getaffinity(0)) < 2:
         return [("cores available", "1: needs 2")]
     n = str(max(rounds, 5))
@@ -304,6 +306,10 @@ def xla_cpu_main(argv: list[str]) -> int:
     if unknown or args.rounds < 1:
         p.error(f"unknown --only {unknown} (use {', '.join(names)})" if unknown
                 else f"--rounds {args.rounds}: must be >= 1")
+    if not backend_started():  # XLA:CPU's facts, whatever accelerator the machine has
+        jax.config.update("jax_platforms", "cpu")
+    elif jax.default_backend() != "cpu":
+        p.error(f"JAX already runs on {jax.default_backend()}; run with JAX_PLATFORMS=cpu")
     console = make_console()
     console.print(f"jax {jax.__version__}, {jax.default_backend()}, load average "
                   f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}", highlight=False)
