@@ -21,11 +21,10 @@ def test_concatenate_operands_are_written_by_separate_fusions():
 
 
 def test_residual_stack_fusion_operands_grow_faster_than_depth():
-    small = (4, 5, 16)
-    auto = [xla_cpu.fusion_operands(d, small)[0] for d in (2, 4, 8)]
-    closed = xla_cpu.fusion_operands(8, small, closed_form=True)[0]
-    assert auto[2] / auto[1] > 2.2 and auto[1] / auto[0] > 2.2, auto  # superlinear in depth
-    assert closed < 0.5 * auto[2], (closed, auto)
+    """Autodiff's LayerNorm chain: more than twice the operands for twice the depth (the
+    closed form's halving is pinned in tests/test_layer_norm.py)."""
+    auto = [xla_cpu.fusion_operands(d, (4, 5, 16))[0] for d in (2, 4, 8)]
+    assert auto[2] / auto[1] > 2.2 and auto[1] / auto[0] > 2.2, auto
 
 
 def test_channels_first_convolution_is_wrapped_in_transposes():

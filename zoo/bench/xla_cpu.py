@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from zoo.bench.timing import Prepared, round_orders, round_ratios, settle
+from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
 from zoo.layers.norm import normalize
 
@@ -57,14 +56,8 @@ def _interleaved(calls: dict[str, Prepared], rounds: int, reference: str
     times: dict[str, list[list[float]]] = {k: [] for k in calls}
     for order in round_orders(list(calls), rounds, seed=0):
         for key in order:
-            p = calls[key]
-            settle(p, 0.05)
-            one = []
-            for _ in range(3):
-                start = time.perf_counter()
-                p.block(p.fn(*p.args))
-                one.append(time.perf_counter() - start)
-            times[key].append(one)
+            settle(calls[key], 0.05)
+            times[key].append(run_steps(calls[key], 3).step_s)
     ratios = round_ratios(times, reference)
     return {k: (float(np.median([np.median(r) for r in v])), ratios[k]) for k, v in times.items()}
 
@@ -150,9 +143,9 @@ def _concatenate(rounds: int) -> Rows:
     n_ops, separate = concatenate_fusions(shape)
     out_shape = jax.eval_shape(_patches, x).shape
     # the same output bytes from one fusion (each element read once, written once)
+    d, h = shape[1] - 2, shape[2] - 2
     one_pass = jax.jit(lambda x: jnp.broadcast_to(
-        x[:, :16, :64, :, None], (*x.shape[:1], 16, 64, x.shape[3], 9, x.shape[4])
-    ).reshape(out_shape))
+        x[:, :d, :h, :, None], (shape[0], d, h, shape[3], 9, shape[4])).reshape(out_shape))
     calls = {"concat": Prepared(jax.jit(_patches), (x,)), "one": Prepared(one_pass, (x,))}
     t = _interleaved(calls, rounds, "one")
     mib = np.prod(out_shape) * 4 / 2**20
