@@ -34,6 +34,52 @@ def check_keys(cls: type[Config], keys: Iterable[str]) -> None:
 
 
 @dataclass(frozen=True)
+class Axis:
+    """What one axis of an input sample must satisfy: exactly `size` (weights depend on it),
+    or at least `minimum`, at most `maximum` and a multiple of `multiple`."""
+
+    name: str
+    size: int | None = None
+    minimum: int = 1
+    maximum: int | None = None
+    multiple: int = 1
+
+    @property
+    def symbol(self) -> str:
+        """The axis in a shape: its size when fixed, else its name."""
+        return str(self.size) if self.size is not None else self.name
+
+    def describe(self) -> str:
+        """The rule of a free axis, e.g. "H >= 32, a multiple of 32"."""
+        parts = [f"{self.name} >= {self.minimum}"]
+        if self.maximum is not None:
+            parts = [f"{self.minimum} <= {self.name} <= {self.maximum}"]
+        if self.multiple > 1:
+            parts.append(f"a multiple of {self.multiple}")
+        return ", ".join(parts)
+
+    def problem(self, n: int) -> str | None:
+        """Why `n` breaks the rule, or None."""
+        if self.size is not None:
+            return None if n == self.size else f"{self.name} must be {self.size}, not {n}"
+        if n < self.minimum or (self.maximum is not None and n > self.maximum):
+            return f"{self.describe().split(',')[0]}, not {n}"
+        if n % self.multiple:
+            return f"{self.name} must be a multiple of {self.multiple}, not {n}"
+        return None
+
+
+def axis_names(rank: int, channels: bool = True) -> tuple[str, ...]:
+    """Names of a sample's axes: "C" then the spatial "D", "H", "W" (the last ones) of a
+    channels-first map; "L" (length) for a token sequence; "dim i" for other axes."""
+    if not channels:
+        return ("L",) if rank == 1 else tuple(f"dim {i}" for i in range(rank))
+    spatial = rank - 1
+    return ("C", *(("D", "H", "W")[3 - spatial:] if spatial <= 3
+                   else (f"dim {i}" for i in range(1, rank))))
+
+
+@dataclass(frozen=True)
 class Config:
     """Base class: validation and JSON round trips shared by every architecture config."""
 
@@ -44,6 +90,10 @@ class Config:
     NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
     # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
     ADAPTERS: ClassVar[tuple[Any, ...]] = ()
+    # A sample's first axis is channels, which channels-last libraries (Flax) put last; False
+    # for token sequences, laid out alike in every library.
+    CHANNELS: ClassVar[bool] = True
+    INPUT_DTYPE: ClassVar[str] = "float32"  # token models: "int32"
 
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         check_keys(cls, fields)  # before the dataclass __init__'s bare TypeError
@@ -81,23 +131,49 @@ class Config:
         that many inputs (Flax flattens channels-last: the converters permute that layer)."""
         return None
 
+    @property
+    def input_axes(self) -> tuple[Axis, ...]:
+        """What each axis of one input sample must satisfy, in `input_shape`'s order. The
+        default pins every axis to `input_shape`; an architecture whose weights do not depend
+        on a size (a global pool, a rotary position code) relaxes it here."""
+        return tuple(Axis(name, size=n) for name, n in
+                     zip(axis_names(len(self.input_shape), self.CHANNELS), self.input_shape,
+                         strict=True))
+
+    def sample_input(self, key: Any, batch: int, dtype: Any = "float32") -> Any:
+        """A random batch of `input_shape` samples in the canonical layout: normal values in
+        `dtype` (token models: ids drawn from their vocabulary)."""
+        import jax
+        import jax.numpy as jnp
+
+        return jax.random.normal(key, (batch, *self.input_shape), jnp.float32).astype(dtype)
+
     def check_input(self, shape: Sequence[int], *, channels_last: bool = False,
                     batched: bool = True) -> None:
         """Raise ConfigError unless `shape` (a model's input, in its library's layout) holds
-        samples of `input_shape`. Shapes are static, so a model calls this at trace time."""
+        samples that `input_axes` allow. Shapes are static, so a model calls this at trace
+        time. `channels_last`: the library puts the channel axis last (ignored for
+        architectures without one, `CHANNELS = False`)."""
         shape = tuple(int(d) for d in shape)
-        want = self.input_shape
-        if channels_last and len(want) > 1:
-            want = (*want[1:], want[0])
-        if len(shape) != len(want) + batched:
+        axes = self.input_axes
+        moved = channels_last and self.CHANNELS and len(axes) > 1
+        if len(shape) != len(axes) + batched:
+            want = [a.symbol for a in axes]
+            if moved:
+                want = [*want[1:], want[0]]
             layout = ("N", *want) if batched else want
             raise ConfigError(f"{self.arch} expects {'batched' if batched else 'per-sample'} "
-                              f"inputs shaped ({', '.join(map(str, layout))}), got {shape}")
+                              f"inputs shaped ({', '.join(layout)}), got {shape}")
         sample = shape[1:] if batched else shape
-        if sample != want:
-            if channels_last and len(sample) > 1:
-                sample = (sample[-1], *sample[:-1])
-            raise ConfigError(f"{self.arch} expects {self.input_shape} per sample, got {sample}")
+        if moved:
+            sample = (sample[-1], *sample[:-1])
+        problems = [p for a, n in zip(axes, sample, strict=True) if (p := a.problem(n))]
+        if problems:
+            free = [a.describe() for a in axes if a.size is None]
+            contract = "(" + ", ".join(a.symbol for a in axes) + ")"
+            rules = f" ({'; '.join(free)})" if free else ""
+            raise ConfigError(f"{self.arch} expects {contract} per sample{rules}, got {sample}"
+                              + (f": {'; '.join(problems)}" if free else ""))
 
     @classmethod
     def tiny(cls, **overrides: Any) -> Self:

@@ -40,6 +40,11 @@ def _channels_first(x: jax.Array) -> jax.Array:
     return x if x.ndim <= 2 else x.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
 
 
+def _has_channels(config: Any) -> bool:
+    """Whether arrays of `config`'s architecture have a channel axis (unknown: they do)."""
+    return getattr(config, "CHANNELS", True)
+
+
 def _takes(fn: Callable[..., Any], name: str) -> bool:
     """Whether `fn` accepts the keyword `name` (a user's model may take no `train=`/`key=`)."""
     params = inspect.signature(fn).parameters
@@ -67,11 +72,14 @@ class Interface:
               key: jax.Array | None = None) -> tuple[jax.Array, Any]:
         raise NotImplementedError(f"{self.impl} has no functional apply")
 
-    def to_native(self, x: jax.Array) -> jax.Array:
-        return _channels_last(x) if self.channels_last else x
+    def to_native(self, x: jax.Array, config: Any = None) -> jax.Array:
+        """A canonical batch in this library's layout: channels last for Flax, unless
+        `config` (the model's `zoo.Config`) says its samples have no channel axis (tokens)."""
+        return _channels_last(x) if self.channels_last and _has_channels(config) else x
 
-    def to_canonical(self, y: jax.Array) -> jax.Array:
-        return _channels_first(y) if self.channels_last else y
+    def to_canonical(self, y: jax.Array, config: Any = None) -> jax.Array:
+        """The inverse of `to_native` (outputs: channels first, token models' as they are)."""
+        return _channels_first(y) if self.channels_last and _has_channels(config) else y
 
     def eval_fn(self, model: Any) -> tuple[Callable[[Any, Any], Any], Any]:
         """(fn, arrays): `fn(arrays, x)` is the eval-mode output of the whole native `model` on

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
@@ -155,9 +154,9 @@ def tiny_config(arch: str, **overrides: Any) -> Config:
 
 
 def example_input(config: Config, batch: int = 2, seed: int = 0, dtype: Any = "float32"):
-    """Non-degenerate random input in the canonical layout: (batch, C, *spatial)."""
-    key = jax.random.key(seed)
-    return jax.random.normal(key, (batch, *config.input_shape), jnp.float32).astype(dtype)
+    """Non-degenerate random input in the canonical layout, (batch, *input_shape): normal
+    values in `dtype`, token ids for language models (`Config.sample_input`)."""
+    return config.sample_input(jax.random.key(seed), batch, dtype)
 
 
 def abstract_input(config: Config, impl: str, batch: int = 1) -> jax.ShapeDtypeStruct:

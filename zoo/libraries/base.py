@@ -111,14 +111,21 @@ class Library:
         """Give the library's own thread pool `n` threads (a no-op where XLA decides)."""
 
     def input_shape(self, config: Config, batch: int) -> tuple[int, ...]:
-        """The shape of a native input batch (channels-last for Flax)."""
+        """The shape of a native input batch (channels-last for Flax where the architecture
+        has a channel axis)."""
         c, *spatial = config.input_shape
-        if spatial and self.channels_last:
+        if spatial and self.channels_last and config.CHANNELS:
             return (batch, *spatial, c)
         return (batch, *config.input_shape)
 
+    def input_dtype(self, config: Config, dtype: Any = "float32") -> jnp.dtype:
+        """The dtype of a native input to a model of `dtype`: the architecture's own where it
+        takes integers (token ids), else `dtype`."""
+        own = jnp.dtype(config.INPUT_DTYPE)
+        return own if not jnp.issubdtype(own, jnp.floating) else jnp.dtype(dtype)
+
     def abstract_input(self, config: Config, batch: int = 1) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(self.input_shape(config, batch), jnp.float32)
+        return jax.ShapeDtypeStruct(self.input_shape(config, batch), self.input_dtype(config))
 
     # ------------------------------------------------------------------ the model contract
     def contract_problems(self, cls: type) -> list[str]:

@@ -46,7 +46,7 @@ class LinenLibrary(Library):
     def native_init(self, cls: type, config: Config, key: jax.Array, dtype: Any) -> Any:
         dt = jnp.dtype(dtype)
         module = cls(config, param_dtype=dt.name)
-        x = jnp.zeros(self.input_shape(config, 1), dt)
+        x = jnp.zeros(self.input_shape(config, 1), self.input_dtype(config, dt))
         return module, module.init({"params": key, "dropout": key}, x)
 
     def skeleton(self, cls: type, config: Config, dtype: Any) -> Any:
