@@ -37,19 +37,33 @@ def test_an_unknown_key_gives_the_clis_error_in_python():
     assert "'features'" in str(from_json.value)
 
 
-def _wrong_sample(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """`shape` with its last axis one longer (channels-first)."""
-    return (*shape[:-1], shape[-1] + 1)
+def _wrong_sample(cfg: zoo.Config) -> tuple[int, ...]:
+    """A sample shape `cfg.input_axes` refuse: a fixed axis one longer, else a free one
+    shorter than its minimum or longer than its maximum."""
+    shape = list(cfg.input_shape)
+    axes = cfg.input_axes
+    i = next((i for i, a in enumerate(axes) if a.size is not None), None)
+    if i is not None:
+        shape[i] += 1
+        return tuple(shape)
+    i, a = next((i, a) for i, a in enumerate(axes) if a.minimum > 1 or a.maximum is not None)
+    shape[i] = a.minimum - 1 if a.minimum > 1 else a.maximum + 1
+    return tuple(shape)
+
+
+def _contract(cfg: zoo.Config) -> str:
+    """How the refusal shows the contract: fixed sizes as numbers, free axes by name."""
+    return "(" + ", ".join(a.symbol for a in cfg.input_axes) + ")"
 
 
 @pytest.mark.parametrize(("arch", "impl"), _PAIRS, ids=[f"{a}-{i}" for a, i in _PAIRS])
 def test_a_wrong_input_size_names_the_expected_shape(arch: str, impl: str):
-    """Every model checks its input against its config when traced and names both shapes,
-    channels-first in every library."""
+    """Every model checks its input against its config's `input_axes` when traced and names
+    the contract and the shape, channels-first in every library."""
     cfg = zoo.tiny_config(arch)
-    wrong = _wrong_sample(cfg.input_shape)
-    message = rf"^{arch} expects {_escaped(cfg.input_shape)} per sample, got {_escaped(wrong)}"
-    x = np.zeros((2, *wrong), np.float32)
+    wrong = _wrong_sample(cfg)
+    message = rf"^{arch} expects {_escaped(_contract(cfg))} per sample.*, got {_escaped(wrong)}"
+    x = np.zeros((2, *wrong), np.dtype(cfg.INPUT_DTYPE))
     model = zoo.create(cfg, impl)
     if impl == "torch":
         import torch
@@ -61,7 +75,7 @@ def test_a_wrong_input_size_names_the_expected_shape(arch: str, impl: str):
     static, params, state = api.split(model)
     with pytest.raises(ConfigError, match=message):
         jax.eval_shape(lambda p, s, v: api.apply(static, p, s, v), params, state,
-                       api.to_native(x))
+                       api.to_native(x, cfg))
 
 
 def _escaped(shape: tuple[int, ...]) -> str:
@@ -81,6 +95,33 @@ def test_check_input_layouts():
         cfg.check_input((28, 28, 1), channels_last=True)
     with pytest.raises(ConfigError, match=r"per-sample inputs shaped \(1, 28, 28\)"):
         cfg.check_input((4, 1, 28, 28), batched=False)
+
+
+def test_free_axes_are_named_with_their_rule():
+    """An architecture that pools globally takes any size its rules allow, and a refusal
+    names the rule it breaks in one line."""
+    cfg = zoo.make_config("resnet18")
+    for shape in ((2, 3, 1, 1), (2, 3, 64, 48), (2, 3, 225, 224)):
+        cfg.check_input(shape)
+    cfg.check_input((2, 64, 48, 3), channels_last=True)
+    with pytest.raises(ConfigError, match=r"^resnet expects \(3, H, W\) per sample \(H >= 1; "
+                                          r"W >= 1\), got \(1, 64, 64\): C must be 3, not 1$"):
+        cfg.check_input((2, 64, 64, 1), channels_last=True)
+
+
+def test_axis_rules():
+    """`Axis`: an exact size, or a minimum, a maximum and a multiple; each refusal says which."""
+    from zoo.configs import Axis
+
+    assert Axis("C", size=3).problem(3) is None
+    assert Axis("C", size=3).problem(4) == "C must be 3, not 4"
+    axis = Axis("H", minimum=32, multiple=32)
+    assert axis.problem(64) is None
+    assert axis.problem(16) == "H >= 32, not 16"
+    assert axis.problem(48) == "H must be a multiple of 32, not 48"
+    length = Axis("L", maximum=1024)
+    assert length.problem(1024) is None and length.describe() == "1 <= L <= 1024"
+    assert length.problem(1025) == "1 <= L <= 1024, not 1025"
 
 
 # --------------------------------------------------------------------------- nested values

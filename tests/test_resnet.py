@@ -118,3 +118,25 @@ def test_independent_resnet18_converts_with_no_mapping(source, impl):
         got = np.asarray(api.to_canonical(y))
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err < 1e-4, f"{source} -> {impl}, train={train}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+def test_other_input_sizes_as_torchvision(impl, tmp_path):
+    """A size is not a contract for a model that pools globally: a ResNet loaded from a
+    torchvision checkpoint (`converters.load`) for 224x224 runs 1x1, 33x33 and 64x48 batches
+    and gives torchvision's logits, in eval mode."""
+    torch = pytest.importorskip("torch")
+    tv = pytest.importorskip("torchvision")
+    reference = _randomise(tv.models.resnet.ResNet(tv.models.resnet.BasicBlock, [1, 1, 1, 1],
+                                                   num_classes=10), torch).eval()
+    path = tmp_path / "resnet.pt"
+    torch.save(reference.state_dict(), path)
+    config = ResNetConfig(layers=(1, 1, 1, 1), num_classes=10)
+    model = converters.load(path, impl, config=config)
+    api = zoo.interface(impl)
+    for shape in ((2, 3, 1, 1), (2, 3, 33, 33), (2, 3, 64, 48)):
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        with torch.no_grad():
+            want = reference(torch.from_numpy(x)).numpy()
+        got = np.asarray(api.to_canonical(api.forward(model, api.to_native(x))))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())

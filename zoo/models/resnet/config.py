@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
-from zoo.configs import Config, ConfigError, positive
+from zoo.configs import Axis, Config, ConfigError, positive
 
 EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
 STEM: dict[str, tuple[int, int, int, bool]] = {  # conv1 kernel, stride, padding; max-pool
@@ -134,15 +134,20 @@ class ResNetConfig(Config):
         """A conv's padding: torchvision's `padding` on both sides, or "SAME"."""
         return "SAME" if self.padding == "same" else padding
 
-    @property
-    def pool_padding(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        """The stem max-pool's (before, after) padding per spatial axis."""
+    def pool_padding(self, size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The stem max-pool's (before, after) padding per spatial axis for its input of
+        `size` (H, W): PyTorch's `POOL` padding, or Flax's SAME for that size."""
         k, s, p = POOL
         if self.padding != "same":
             return ((p, p), (p, p))
-        kernel, stride, pad = self.stem_conv
-        h, w = ((n + 2 * pad - kernel) // stride + 1 for n in self.input_size)  # conv1's output
+        h, w = size
         return (same_pads(h, k, s), same_pads(w, k, s))
+
+    @property
+    def input_axes(self) -> tuple[Axis, ...]:
+        """The channels; any height and width (the ResNet pools globally, as torchvision's
+        and timm's do at any size)."""
+        return (Axis("C", size=self.in_channels), Axis("H"), Axis("W"))
 
     @property
     def stem_pool(self) -> bool:

@@ -117,7 +117,6 @@ class ResNet(eqx.Module):
 
     conv1: eqx.nn.Conv2d
     bn1: BatchNorm
-    maxpool: eqx.nn.MaxPool2d | None
     layer1: Stage
     layer2: Stage
     layer3: Stage
@@ -132,8 +131,6 @@ class ResNet(eqx.Module):
         k, s, p = config.stem_conv
         self.conv1 = _conv(config.in_channels, config.stem_width, k, s, p, k_stem, dt)
         self.bn1 = _bn(config, config.stem_width, dt)
-        self.maxpool = (eqx.nn.MaxPool2d(POOL[0], POOL[1], padding=config.pool_padding)
-                        if config.stem_pool else None)
         for i in range(4):
             blocks = stages[i] if i < len(stages) else ()
             keys = jax.random.split(k_stages[i], len(blocks)) if blocks else ()
@@ -170,8 +167,10 @@ class ResNet(eqx.Module):
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
         taps = [x] if 0 in take else []
-        if self.maxpool is not None:
-            x = self.maxpool(x)
+        if self.config.stem_pool:  # padded for this size (Flax's SAME depends on it)
+            pool = eqx.nn.MaxPool2d(POOL[0], POOL[1],
+                                    padding=self.config.pool_padding(x.shape[1:]))
+            x = pool(x)
         stages = (self.layer1, self.layer2, self.layer3, self.layer4)
         for i in range(last if stop_early else len(self.config.layers)):
             for block in stages[i]:

@@ -134,7 +134,8 @@ class ResNet(nn.Module):
         taps = [x] if 0 in take else []
         if self.config.stem_pool:
             k, s, _ = POOL
-            x = nn.max_pool(x, (k, k), strides=(s, s), padding=self.config.pool_padding)
+            x = nn.max_pool(x, (k, k), strides=(s, s),
+                             padding=self.config.pool_padding(x.shape[1:3]))
         for i in range(last if stop_early else len(self.config.layers)):
             for block in getattr(self, f"layer{i + 1}"):
                 x = block(x, train=train)
