@@ -111,7 +111,7 @@ def test_the_gpu_plan_parses_and_covers_the_seeds_and_every_precision():
         assert "compile" in c.calls["torch"] and "--torch-compile" not in e.fallback
         formats.setdefault(c.preset, set()).add(
             policy.compute_format(c.dtype, c.precision, backend="gpu"))
-    assert formats == {p: {"tf32", "float32", "bfloat16"} for p in gpu.PRESETS}
+    assert formats == {p: {"tf32", "float32", "bfloat16"} for _, p, _ in gpu.MODEL_PRESETS}
 
 
 def test_the_seeds_fit_their_shares_of_the_budget():

@@ -61,7 +61,7 @@ DRY_TIMING = ("--repeat", "1", "--warmup", "0", "--rounds", "1", "--settle", "0"
               "--no-progress")
 # Seconds the test part leaves between its cap and its hard end (the running tests finish,
 # the workers stop, the JUnit file is written).
-TESTS_GRACE_S = 20.0
+TESTS_GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -134,35 +134,38 @@ DRY_TESTS = ("tests/test_precision.py", "tests/test_activations.py")
 # run two of them (a method comparison all the same).
 CONVT_METHODS = ("--method", ",".join(METHODS))
 DRY_METHODS = ("--method", "lhs_dilation,im2col")
-PRESETS = ("resnet50-224", "vit-b16", "unet3d-128")  # ResNet-50, ViT-B/16, the 3-D U-Net
-PRESET_ARCH = {"resnet50-224": "resnet", "vit-b16": "vit", "unet3d-128": "unet3d"}
-# Seconds per JAX compilation of each preset on an H100 host (guesses until measured).
-PRESET_COMPILE_S = {"resnet50-224": 8.0, "vit-b16": 5.0, "unet3d-128": 8.0}
+# The realistic sizes: (subject, preset, seconds per JAX compilation on an H100 host: guesses
+# until measured) for ResNet-50, ViT-B/16 and the 3-D U-Net.
+MODEL_PRESETS: tuple[tuple[str, str, float], ...] = (
+    ("resnet", "resnet50-224", 8.0), ("vit", "vit-b16", 5.0), ("unet3d", "unet3d-128", 8.0))
 # float32 at the libraries' default precision (TF32 on the GPU) first, then bfloat16, then full
 # float32.
 PRECISIONS: tuple[tuple[str, ...], ...] = ((), ("--dtype", "bfloat16"),
                                            ("--precision", "highest"))
 
 
-def _preset_runs() -> tuple[Bench, ...]:
-    """Every preset in every precision, every library, forward and training. The dry run
-    times the forward pass of Equinox and PyTorch (as `matrix --quick` does: every library on
-    the tiny presets is the test suite's job; the training step's code path is the
-    conv-transpose entries', every library's the conv-transpose and CNN entries')."""
+def preset_runs(presets: tuple[tuple[str, str, float], ...]) -> tuple[Bench, ...]:
+    """Each (subject, preset, compile seconds) in every precision, every library against
+    PyTorch eager (torch.compile with time to spare), in the preset's modes. The dry run times
+    the forward pass of Equinox and PyTorch (as `matrix --quick` does: every library on the
+    tiny presets is the test suite's job; the training step's code path is the conv-transpose
+    entries', every library's the conv-transpose and CNN entries')."""
     runs = []
     for precision in PRECISIONS:
-        for preset in PRESETS:
+        for arch, preset, compile_s in presets:
             args = ("--call", "default", *precision)
-            runs.append(Bench(PRESET_ARCH[preset], preset, ("--mode", "both", "--impl", "all",
-                                                           *args),
+            runs.append(Bench(arch, preset, ("--impl", "all", *args),
                               ("--mode", "forward", "--impl", "eqx,torch", *args),
-                              torch_compile=True, compile_s=PRESET_COMPILE_S[preset]))
+                              torch_compile=True, compile_s=compile_s))
     return tuple(runs)
 
 
+# The run, most wanted first. Another family of presets (the language models' prefill and
+# decode) joins as one more part: Part("lm", SHARE, DOC, runs=preset_runs((("ARCH",
+# "PRESET", COMPILE_S), ...)), needs=BENCH_NEEDS).
 PARTS: tuple[Part, ...] = (
     Part("env", 0.02, "the working tree, the packages every part needs, the GPU", kind="env"),
-    Part("tests", 0.13, "the GPU part of the test suite (cpu_only left out), time-capped",
+    Part("tests", 0.15, "the GPU part of the test suite (cpu_only left out), time-capped",
          kind="tests", tests=GPU_TESTS, dry_tests=DRY_TESTS,
          needs=(*BENCH_NEEDS, "pytest", "hypothesis", "chex", "torchvision", "timm",
                 "transformers")),
@@ -189,9 +192,10 @@ PARTS: tuple[Part, ...] = (
                         ("--impl", "all", "--workload", "static10k,mlp_train",
                          "--rounds", "1", "--budget", "0.0005", "--tiny")),),
          needs=BENCH_NEEDS),
-    Part("presets", 0.35, "ResNet-50 at 224, ViT-B/16, the 3-D U-Net at 128^3: TF32 (the "
+    Part("presets", 0.33, "ResNet-50 at 224, ViT-B/16, the 3-D U-Net at 128^3: TF32 (the "
          "default), bfloat16 and full float32, every library against PyTorch eager (and "
-         "torch.compile with time to spare)", runs=_preset_runs(), needs=BENCH_NEEDS),
+         "torch.compile with time to spare)", runs=preset_runs(MODEL_PRESETS),
+         needs=BENCH_NEEDS),
     Part("report", 0.06, "the README and plots of the records; the copy to $OUT", kind="report",
          needs=("matplotlib",)),
 )
