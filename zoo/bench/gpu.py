@@ -12,8 +12,8 @@ else the entry runs without it), otherwise it is skipped and the command that ru
 printed. They run in one worker process that is stopped at the end of the last benchmark part
 whatever happens (a hang cannot eat the report's time); a crashed worker is restarted after the
 entry that crashed. Records (JSON: device, driver, library versions, precision), the run's log,
-a README and plots go to `--out/<device>/`, and are copied to `$OUT/<device>/` when `$OUT` is
-set.
+a README and plots go to `--out/<device>/`, and are copied to `$OUT/<device>/` after every part
+when `$OUT` is set (what is done survives a run cut short).
 
 `--dry-run` runs every part's code path with tiny shapes (CPU, under 2 minutes): the command is
 known to work before GPU time is spent.
@@ -652,15 +652,15 @@ def gpu_main(argv: list[str]) -> int:
     if not args.dry_run and jax.default_backend() != "gpu":
         parser.error(f"JAX sees no GPU (backend {jax.default_backend()}); on a CPU, check the "
                      f"command with: {COMMAND} --dry-run")
+    root = project_root()
     out = os.path.abspath(args.out or (tempfile.mkdtemp(prefix="zoo-gpu-dry-run-")
-                                       if args.dry_run else os.path.join("bench", "results")))
+                                       if args.dry_run else root / "bench" / "results"))
     device_dir = os.path.join(out, device_slug())
     os.makedirs(device_dir, exist_ok=True)
     log = open(os.path.join(device_dir, "gpu-run.log"), "w")  # noqa: SIM115  (closed below)
     from rich.console import Console
 
     console = Console(file=Tee(sys.stdout, log), width=make_console().width)
-    root = project_root()
     run = Run(args.dry_run, args.budget_min * 60, out, parts, start, console, root,
               child_env(root, env), device_dir)
     windows = part_windows(parts, start, run.budget_s)
@@ -668,31 +668,32 @@ def gpu_main(argv: list[str]) -> int:
                   f"{fmt_left(run.budget_s)} (m:ss); records in {device_dir}/")
     missing = missing_modules(parts)
     unable = frozenset(p for ps in missing.values() for p in ps)
+
+    def unable_to_run(part: Part) -> bool:
+        if part.name in unable:
+            console.print(f"[yellow]skipped: {part.name} needs "
+                          + ", ".join(m for m, p in missing.items() if part.name in p) + "[/]")
+        return part.name in unable
+
+    out_env = os.environ.get("OUT")
     try:
-        for kind, group in itertools.groupby(parts, key=lambda p: p.kind == "bench"):
+        for bench, group in itertools.groupby(parts, key=lambda p: p.kind == "bench"):
             group = list(group)
-            if kind:  # consecutive bench parts: one worker process
+            if bench:  # consecutive bench parts: one worker process
                 _header(run, "benchmarks", windows[group[-1].name][1])
-                for part in group:
-                    if part.name in unable:
-                        console.print(f"[yellow]skipped: {part.name} needs "
-                                      + ", ".join(m for m, p in missing.items() if part.name in p)
-                                      + "[/]")
-                if any(p.name not in unable for p in group):
+                if not all([unable_to_run(p) for p in group]):
                     _bench_parts(run, group, unable, windows[group[-1].name][1])
-                continue
-            for part in group:
+            for part in () if bench else group:
                 _header(run, part.name, windows[part.name][1], part.doc)
-                if part.name in unable:
-                    console.print(f"[yellow]skipped: {part.name} needs "
-                                  + ", ".join(m for m, p in missing.items() if part.name in p)
-                                  + "[/]")
-                elif part.kind == "env":
+                if unable_to_run(part):
+                    continue
+                if part.kind == "env":
                     _env_part(run, missing)
                 elif part.kind == "tests":
                     _tests_part(run, part, windows[part.name])
                 elif part.kind == "report":
                     _report_part(run)
+            copy_out(device_dir, out_env)  # what is done so far, should the run be cut
         console.rule(f"done in {fmt_left(time.time() - start)} of {fmt_left(run.budget_s)}")
         for line in run.summary:
             console.print(line)
@@ -701,7 +702,7 @@ def gpu_main(argv: list[str]) -> int:
         console.print(f"records, log, README and plots: {device_dir}/")
     finally:
         log.close()
-    dest = copy_out(device_dir, os.environ.get("OUT"))
+        dest = copy_out(device_dir, out_env)
     if dest:
         print(f"copied to {dest}/")
     return 3 if run.problems else 0
