@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import time
 
 # On a GPU, JAX would take 75% of its memory in every test process (xdist workers, PyTorch).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -57,13 +58,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--quick", action="store_true",
                      help="the quick subset: the architectures " + ", ".join(sorted(QUICK_ARCHS))
                           + " (one per kind of layer), every converter path, the refusals")
+    parser.addoption("--time-cap", type=float, default=None, metavar="SECONDS",
+                     help="skip every test not started within SECONDS of the session's start "
+                          "(reason: " + TIME_CAP + "; python -m zoo.bench gpu)")
 
 
 _QUICK = {"on": False}
+# The time cap: tests that have not started by this time (time.time()) are skipped. xdist's
+# workers get the controller's deadline (`pytest_configure_node`), not one of their own.
+TIME_CAP = "time cap reached"
+_DEADLINE: dict[str, float | None] = {"at": None}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     _QUICK["on"] = bool(config.getoption("--quick"))
+    worker = getattr(config, "workerinput", None)
+    cap = config.getoption("--time-cap")
+    if worker is not None and "zoo_deadline" in worker:
+        _DEADLINE["at"] = worker["zoo_deadline"]
+    elif cap is not None:
+        _DEADLINE["at"] = time.time() + cap
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """pytest-xdist: each worker inherits the controller's deadline."""
+    node.workerinput["zoo_deadline"] = _DEADLINE["at"]  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _DEADLINE["at"] is not None and time.time() > _DEADLINE["at"]:
+        pytest.skip(TIME_CAP)
 
 
 def examples(n: int) -> int:

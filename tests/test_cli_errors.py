@@ -37,9 +37,9 @@ def test_benchmark_argument_errors_are_one_line(capsys):
     (main, []), (main, ["convert"]), (main, ["inspect"]),
     (bench_cli.main, []), (bench_cli.main, ["dispatch"]), (bench_cli.main, ["report"]),
     (bench_cli.main, ["matrix"]), (bench_cli.main, ["breakdown"]),
-    (bench_cli.main, ["convert"])],
+    (bench_cli.main, ["convert"]), (bench_cli.main, ["gpu"])],
     ids=["converters", "converters convert", "converters inspect", "bench", "bench dispatch",
-         "bench report", "bench matrix", "bench breakdown", "bench convert"])
+         "bench report", "bench matrix", "bench breakdown", "bench convert", "bench gpu"])
 def test_every_help_fits_80_columns(entry, args, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit) as e:

@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.xla_cpu import xla_cpu_main
 
         return xla_cpu_main(argv[1:])
+    if argv and argv[0] == "gpu":
+        from zoo.bench.gpu import gpu_main
+
+        return gpu_main(argv[1:])
     if argv and argv[0] == "matrix":
         from zoo.bench.matrix import matrix_main
 

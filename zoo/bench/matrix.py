@@ -22,49 +22,217 @@ time and says what is left. `--quick` runs the same kinds of entry on the tiny p
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import zoo
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
+from zoo.layers.conv_transpose import CHOICES
+from zoo.libraries import IMPLS, JAX_IMPLS
 
 # Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
 # host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
-# measured compile times (`compile` in every result row). Timed steps are cheap next to them.
-COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0},
-             "full": {"jax": 1.5, "torch_compile": 15.0, "entry": 3.0}}
+# measured compile times (`compile` in every result row) and, per command, the entry's whole
+# time (`wall_s`, which `measured_times` reads back as the estimate). `step`: seconds per timed
+# or warm-up step; `dispatch`: compilations and warm-up of one dispatch workload.
+COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0, "dispatch": 1.0,
+                       "step": 0.002},
+             "full": {"jax": 1.5, "torch_compile": 15.0, "entry": 3.0, "dispatch": 3.0,
+                      "step": 0.005}}
 JAX_STYLES_ALL = 10  # call styles of the three JAX libraries with --call all
+DISPATCH_ROWS = 24  # timed rows of one dispatch workload (styles of every library, floors)
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One command of the matrix: `argv` for `python -m zoo.bench`."""
+    """One command of a budgeted plan: `argv` for `python -m zoo.bench`.
+
+    `fallback`: a cheaper form of the same measurement (e.g. without `--torch-compile`), run
+    instead when `argv` no longer fits. `compile_s`: this entry's seconds per JAX compilation
+    at full size, where its model compiles much slower than `COMPILE_S` says (realistic sizes).
+    """
 
     group: str
     argv: tuple[str, ...]
+    fallback: tuple[str, ...] | None = None
+    compile_s: float | None = None
 
     @property
     def command(self) -> str:
         return "python -m zoo.bench " + " ".join(self.argv)
 
+    def cheaper(self) -> Entry | None:
+        """The fallback form as an entry of its own (None without one)."""
+        if self.fallback is None:
+            return None
+        return dataclasses.replace(self, argv=self.fallback, fallback=None)
+
     def estimate_s(self, size: str) -> float:
-        """Compilations x their rough cost (`COMPILE_S`)."""
-        c = COMPILE_S[size]
-        if self.group == "dispatch":
-            return c["entry"] * 10
+        """Compilations x their rough cost (`COMPILE_S`), plus the timed and settling steps."""
+        c = dict(COMPILE_S[size])
+        if self.compile_s is not None and size == "full":
+            c["jax"] = self.compile_s
         argv = self.argv
-        modes = 2 if "both" in argv else 1
-        methods = 4 if "all" in _value(argv, "--method") else 1
-        styles = JAX_STYLES_ALL if _value(argv, "--call") == "all" else 3
-        jax_compiles = modes * methods * (styles + 3 * 2)  # + the fairness passes
-        torch = modes if "--torch-compile" in argv else 0
-        return c["entry"] + jax_compiles * c["jax"] + torch * c["torch_compile"]
+        if argv[0] == "dispatch":
+            workloads = len(_value(argv, "--workload").split(",")) if "--workload" in argv else 4
+            rounds = int(_value(argv, "--rounds") or 100)
+            budget = float(_value(argv, "--budget") or 0.01)
+            return c["entry"] + workloads * (c["dispatch"] + DISPATCH_ROWS * rounds * 2 * budget)
+        modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
+        method = _value(argv, "--method")
+        methods = len(CHOICES) if method == "all" else max(1, len(method.split(",")))
+        impl = _value(argv, "--impl") or "all"
+        impls = IMPLS if impl == "all" else tuple(impl.split(","))
+        n_jax = sum(1 for i in impls if i in JAX_IMPLS)
+        call = _value(argv, "--call") or "default"
+        per_lib = (JAX_STYLES_ALL / len(JAX_IMPLS) if call == "all" else
+                   1 if call == "default" else len(call.split(",")))
+        jax_styles = methods * n_jax * per_lib
+        # The fairness check compiles the fast path strictly (full float32), then again at the
+        # timed precision where that computes in another format (float32 on a GPU: TF32); the
+        # fast style reuses the last pass's program, every other style compiles its own.
+        passes = 2 if (size == "full" and _value(argv, "--dtype") != "bfloat16"
+                       and _value(argv, "--precision") != "highest") else 1
+        jax_compiles = modes * methods * n_jax * (per_lib - 1 + passes)
+        torch_compiled = "--torch-compile" in argv and "torch" in impls
+        if self.compile_s is not None and size == "full":  # Inductor slows down alike
+            c["torch_compile"] *= self.compile_s / COMPILE_S["full"]["jax"]
+        torch_styles = ("torch" in impls) + torch_compiled
+        rounds = int(_value(argv, "--rounds") or 5)
+        settle = float(_value(argv, "--settle") or 50) / 1e3
+        steps = int(_value(argv, "--warmup") or 3) + int(_value(argv, "--repeat") or 20)
+        timing = modes * (jax_styles + torch_styles) * (rounds * settle + steps * c["step"])
+        return (c["entry"] + jax_compiles * c["jax"] + modes * torch_compiled * c["torch_compile"]
+                + timing)
 
 
 def _value(argv: tuple[str, ...], flag: str) -> str:
     return argv[argv.index(flag) + 1] if flag in argv else ""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An entry of a budgeted run: its part and the clock time by which it must end (None: no
+    limit)."""
+
+    entry: Entry
+    part: str
+    deadline: float | None
+
+
+@dataclass
+class Outcome:
+    """What a budgeted run did: entries run (the form run), skipped (with the reason) and the
+    problems (one line each)."""
+
+    ran: list[Entry] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[Entry, str]] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def fmt_left(seconds: float) -> str:
+    """Seconds as m:ss (negative: 0:00)."""
+    s = max(0, round(seconds))
+    return f"{s // 60}:{s % 60:02d}"
+
+
+class Schedule:
+    """Picks, at the time an entry would start, what runs: an entry that ends by its deadline
+    by its estimate; for an entry with a fallback, the full form only if the cheapest form of
+    every later entry of its part still fits after it (extras such as torch.compile come after
+    the essentials), else the fallback; otherwise nothing: the entry is skipped, never started
+    late. Estimates: the measured time of the same command (`measured`, from earlier records
+    on this device), else `Entry.estimate_s(size)`."""
+
+    def __init__(self, slots: list[Slot], size: str,
+                 measured: dict[str, float] | None = None) -> None:
+        self.slots, self.size, self.measured = slots, size, measured or {}
+
+    def estimate(self, entry: Entry) -> float:
+        return self.measured.get(entry.command) or entry.estimate_s(self.size)
+
+    def cheapest(self, entry: Entry) -> float:
+        fallback = entry.cheaper()
+        return min(self.estimate(entry), self.estimate(fallback) if fallback else float("inf"))
+
+    def pick(self, i: int, now: float) -> tuple[Entry | None, str]:
+        """(what to run for slot `i` at `now`, why not the entry itself): the entry, its
+        fallback or None."""
+        slot = self.slots[i]
+        if slot.deadline is None:
+            return slot.entry, ""
+        fallback = slot.entry.cheaper()
+        reserve = 0.0
+        if fallback is not None:
+            reserve = sum(self.cheapest(s.entry) for s in self.slots[i + 1:]
+                          if s.part == slot.part and s.deadline == slot.deadline)
+        if now + self.estimate(slot.entry) + reserve <= slot.deadline:
+            return slot.entry, ""
+        if fallback is not None and now + self.estimate(fallback) <= slot.deadline:
+            return fallback, f"no time for {_dropped(slot.entry.argv, fallback.argv)}"
+        return None, (f"estimated {self.estimate(slot.entry):.0f} s, "
+                      f"{max(0.0, slot.deadline - now):.0f} s left in part {slot.part}")
+
+
+def _dropped(argv: tuple[str, ...], fallback: tuple[str, ...]) -> str:
+    return " ".join(a for a in argv if a not in fallback) or "(nothing)"
+
+
+def run_slots(slots: list[Slot], run_one: Any, console: Any, *, size: str,
+              clock: Any = time.time, end: float | None = None,
+              measured: dict[str, float] | None = None, keep_going: bool = False,
+              on_event: Any = None, first: int = 0) -> Outcome:
+    """Run the slots in order, each as `Schedule.pick` says, printing the time left before
+    each. `run_one(entry)` returns a problem (one line) or None; with `keep_going`, an
+    exception is a problem too. `end`: the run's overall end (for the time left).
+    `on_event(i, event, entry[, problem])`: "start", "end" (with the problem) or "skip" per
+    slot. `first`: the slots before it are left out (a resumed run)."""
+    schedule = Schedule(slots, size, measured)
+    outcome = Outcome()
+    start = clock()
+    for i in range(first, len(slots)):
+        slot = slots[i]
+        now = clock()
+        entry, why = schedule.pick(i, now)
+        if entry is None:
+            outcome.skipped.append((slot.entry, why))
+            console.print(f"[yellow]skipped ({why}): {slot.entry.command}[/]")
+            if on_event:
+                on_event(i, "skip", slot.entry)
+            continue
+        left = [] if end is not None else [f"{now - start:.0f} s"]
+        if end is not None:
+            left.append(f"{fmt_left(end - now)} left")
+        if slot.deadline is not None and slot.deadline != end:
+            left.append(f"{slot.part} {fmt_left(slot.deadline - now)}")
+        console.print(f"[bold]({i + 1}/{len(slots)}, {', '.join(left)}) {entry.command}[/]")
+        if why:
+            console.print(f"[yellow]{why}[/]")
+            outcome.skipped.append((slot.entry, why))
+        if on_event:
+            on_event(i, "start", entry)
+        try:
+            problem = run_one(entry)
+        except Exception as e:
+            if not keep_going:
+                raise
+            problem = f"{entry.command}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        if problem:
+            outcome.problems.append(problem)
+            console.print(f"[bold red]{problem}[/]")
+        outcome.ran.append(entry)
+        if on_event:
+            on_event(i, "end", entry, problem)
+    return outcome
+
+
+def print_skipped(outcome: Outcome, out: str, console: Any) -> None:
+    """The command that runs each skipped entry (or the dropped part of a fallback) alone."""
+    for entry, why in outcome.skipped:
+        console.print(f"[yellow]skipped ({why}); run it alone: {entry.command} --record "
+                      f"--results-dir {out}[/]")
 
 
 def plan(quick: bool, repeat: int) -> list[Entry]:
@@ -104,8 +272,10 @@ def plan(quick: bool, repeat: int) -> list[Entry]:
     return entries
 
 
-def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any]) -> str | None:
-    """Run one entry in this process and write its record; returns a problem or None."""
+def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> str | None:
+    """Run one entry in this process and write its record (with `extra` fields and the entry's
+    wall time, `wall_s`); returns a problem or None."""
     from zoo.bench.dispatch import WORKLOADS, run_dispatch
     from zoo.bench.fairness import FairnessError
     from zoo.bench.options import bench_parser, config_from_args, parse_impls
@@ -113,13 +283,14 @@ def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any]) -
     from zoo.bench.runner import run
     from zoo.bench.tables import print_model_record
 
-    if entry.group == "dispatch":
+    start = time.perf_counter()
+    if entry.argv[0] == "dispatch":
         argv = entry.argv
         workloads = tuple(_value(argv, "--workload").split(",")) if "--workload" in argv else (
             tuple(WORKLOADS))
         record = run_dispatch(parse_impls(_value(argv, "--impl")), int(_value(argv, "--rounds")),
                               float(_value(argv, "--budget") or 0.01), workloads, console,
-                              progress=False)
+                              progress=False, tiny="--tiny" in argv)
     else:
         cfg = config_from_args(bench_parser().parse_args(list(entry.argv)))
         try:
@@ -129,16 +300,40 @@ def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any]) -
         print_model_record(record, console)
     record["allocator"] = allocator
     record["command"] = entry.command
+    record["wall_s"] = time.perf_counter() - start
+    record.update(extra or {})
     save(record, None, out, console)
     return None
+
+
+def measured_times(directory: str) -> dict[str, float]:
+    """command -> the whole time of its newest run (`wall_s`), from the records in
+    `directory` (this device's): the estimate a rerun budgets with."""
+    import glob
+    import json
+    import os
+
+    times: dict[str, tuple[str, float]] = {}
+    for path in glob.glob(os.path.join(directory, "*.json")):
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or not record.get("wall_s") or not record.get("command"):
+            continue
+        stamp = record.get("timestamp") or ""
+        if record["command"] not in times or stamp > times[record["command"]][0]:
+            times[record["command"]] = (stamp, float(record["wall_s"]))
+    return {command: wall for command, (_, wall) in times.items()}
 
 
 def matrix_main(argv: list[str]) -> int:
     from zoo.bench.accel import configure_allocator
     from zoo.bench.display import make_console
+    from zoo.cli import ArgumentParser
 
-    p = argparse.ArgumentParser(prog="python -m zoo.bench matrix",
-                                description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m zoo.bench matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, metavar="DIR",
                    help="records go to DIR/<device>/ (bench/results for the committed ones)")
     p.add_argument("--quick", action="store_true",
@@ -167,21 +362,12 @@ def matrix_main(argv: list[str]) -> int:
     total = sum(e.estimate_s(size) for e in entries)
     console.print(f"matrix: {len(entries)} entries, estimated {total / 60:.1f} min "
                   f"(compilations dominate){f'; budget {budget:g} min' if budget else ''}")
-    start = time.perf_counter()
-    problems, skipped = [], []
-    for i, entry in enumerate(entries, 1):
-        elapsed = time.perf_counter() - start
-        if budget and elapsed + entry.estimate_s(size) > budget * 60:
-            skipped.append(entry)
-            continue
-        console.print(f"[bold]({i}/{len(entries)}, {elapsed:.0f} s) {entry.command}[/]")
-        problem = run_entry(entry, args.out, console, allocator)
-        if problem:
-            problems.append(problem)
-            console.print(f"[bold red]{problem}[/]")
-    console.print(f"matrix done in {time.perf_counter() - start:.0f} s; records in {args.out}/; "
+    start = time.time()
+    end = start + budget * 60 if budget else None
+    slots = [Slot(e, "matrix", end) for e in entries]
+    outcome = run_slots(slots, lambda e: run_entry(e, args.out, console, allocator), console,
+                        size=size, end=end)
+    console.print(f"matrix done in {time.time() - start:.0f} s; records in {args.out}/; "
                   f"render with: python -m zoo.bench report --results {args.out}")
-    for entry in skipped:
-        console.print(f"[yellow]skipped (budget), run it alone: {entry.command} --record "
-                      f"--results-dir {args.out}[/]")
-    return 3 if problems else 0
+    print_skipped(outcome, args.out, console)
+    return 3 if outcome.problems else 0

@@ -23,6 +23,7 @@ other commands (python -m zoo.bench COMMAND --help):
   dispatch [--impl ...] [--json PATH]  per-call overhead suite
   report [--results DIR]               render bench/README.md and bench/plots/
   matrix --out DIR [--quick]           every architecture, library, mode, dtype
+  gpu [--dry-run]                      everything a GPU measures, in 8 minutes
   presets                              list the named shapes
   xla-flags                            XLA:CPU flag presets, probed on this XLA
   breakdown ARCH --preset P            step time per op category
@@ -32,7 +33,8 @@ other commands (python -m zoo.bench COMMAND --help):
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
   nnx: nnx_jit, jit_tree, flaxlib, cached_partial, jit_partial, split, fast;
   torch: eager, compile; fused (every JAX library, with --steps-per-call K).
-  "default" = each library's fastest (fast, torch eager);
+  "default" = each library's fastest (fast, torch eager); "idiomatic" = its
+  documented way (filter_jit, jit, nnx_jit, eager), also in a comma list;
   "all" = every style installed.
 exit status: 0 ok, 2 bad arguments, 3 fairness check failed (nothing timed).
 """
@@ -66,9 +68,11 @@ def positive_int(value: str) -> int:
 
 def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = False,
                   steps_per_call: int = 1) -> dict[str, list[str]]:
-    """--call value -> impl -> styles. Names a library lacks are skipped for that library.
+    """--call value -> impl -> styles. Names a library lacks are skipped for that library;
+    in a comma list, "default" and "idiomatic" name each library's own (`--call
+    default,idiomatic`: the fastest and the documented way side by side).
     With `steps_per_call` > 1, every JAX library also gets the "fused" style."""
-    from zoo.bench.styles import available_styles, default_style
+    from zoo.bench.styles import available_styles, default_style, idiomatic_style
 
     out: dict[str, list[str]] = {}
     wanted = [v.strip() for v in value.split(",") if v.strip()]
@@ -81,8 +85,10 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
             calls = [default_style(impl)]
             if torch_compile and "compile" in library(impl).styles:
                 calls.append("compile")
-        else:
-            calls = [c for c in wanted if c in avail]
+        else:  # names; "default" and "idiomatic" stand for the library's own
+            names = [default_style(impl) if c == "default" else
+                     idiomatic_style(impl) if c == "idiomatic" else c for c in wanted]
+            calls = list(dict.fromkeys(c for c in names if c in avail))
             if torch_compile and "compile" in library(impl).styles and "compile" not in calls:
                 calls.append("compile")
         if fused and "fused" in avail and "fused" not in calls:
@@ -107,7 +113,7 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="forward (inference), train (loss, gradients, optax update, BN state) "
                         "or both (default: the preset's modes, else both)")
     p.add_argument("--call", default="default",
-                   help="default | all | comma list of call styles (see below)")
+                   help="default | idiomatic | all | comma list of call styles (see below)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None)
     p.add_argument("--preset", default=None, help="named shape (python -m zoo.bench presets)")

@@ -20,6 +20,9 @@ PRESETS: tuple[PresetFields, ...] = (
     {"name": "vit-tiny", "batch": 64,
      "doc": "timm vit_tiny_patch16_224: 224x224, patch 16, width 192, depth 12, 3 heads"},
     {"name": "vit-tiny-b256", "batch": 256, "doc": "timm vit_tiny_patch16_224 at batch 256"},
+    {"name": "vit-b16", "batch": 64, "config": ViTConfig.NAMED["vit_base_patch16_224"],
+     "doc": "ViT-B/16, timm vit_base_patch16_224: 224x224, width 768, depth 12, 12 heads, "
+            "batch 64"},
     {"name": "vit-cifar", "batch": 32,
      "config": {"image_size": (32, 32), "patch_size": 4, "width": 96, "depth": 4,
                 "num_heads": 3, "num_classes": 10},
