@@ -1,8 +1,8 @@
-"""Hub folders (`config.json` beside `model.safetensors` or `pytorch_model.bin`): one `HubReader`
-per family (HF transformers' ViT, timm, ...) reads its `config.json` into a zoo config, names the
-layout adapter of its weights and, for a family that has one zoo architecture, writes the
-`config.json` of a zoo config back. A family is added with `register`; the first registered
-reader that claims a `config.json` reads it."""
+"""Hub folders (`config.json` beside `model.safetensors`, a sharded safetensors index or
+`pytorch_model.bin`): one `HubReader` per family (HF transformers' ViT, timm, ...) reads its
+`config.json` into a zoo config, names the layout adapter of its weights and, for a family
+that has one zoo architecture, writes the `config.json` of a zoo config back. A family is added
+with `register`; the first registered reader that claims a `config.json` reads it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from converters.adapters.base import Adapter
 from zoo.configs import Config, ConfigError
+from zoo.hub import CONFIG, WEIGHTS
 
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # as the Hub stores them, first found
-CONFIG = "config.json"
+__all__ = ["CONFIG", "WEIGHTS", "HubReader", "reader_for", "readers", "register", "writer_for"]
 
 
 class HubReader(ABC):
@@ -23,6 +23,7 @@ class HubReader(ABC):
     name: ClassVar[str]
     arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
+    claims_what: ClassVar[str] = ""  # what it claims, in words ("model_type 'vit'")
 
     @abstractmethod
     def claims(self, raw: Mapping[str, Any]) -> bool:
