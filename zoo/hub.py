@@ -277,8 +277,9 @@ class _HubFetch:
     def _not_cached(self, name: str) -> None:
         offline = self.hub.constants.HF_HUB_OFFLINE
         why = ("HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached")
+        what = self.where(name) if (self.repo_root / "snapshots").is_dir() else str(self.source)
         raise NotCachedError(
-            f"{self.where(name)} is not in the Hugging Face cache ({self.cache}) and {why}: "
+            f"{what} is not in the Hugging Face cache ({self.cache}) and {why}: "
             f"download it once online (`hf download {self.source.location}"
             + (f" --revision {self.revision}" if self.revision else "") + "`), or point "
             "HF_HUB_CACHE at a cache that has it")
