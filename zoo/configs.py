@@ -93,9 +93,10 @@ class Config:
     # first tag the default. `python -m zoo.pretrained.generate` puts them in the tag table
     # beside timm's tags of every named model timm knows (`zoo.pretrained`).
     HUB_REPOS: ClassVar[dict[str, dict[str, str]]] = {}
-    # timm's model arguments whose config field has another name ({"embed_dim": "width"}):
-    # how a timm config.json's `model_args` map to this config (`converters.adapters.timm_hub`).
-    TIMM_ARGS: ClassVar[dict[str, str]] = {}
+    # timm's model arguments whose config field has another name ({"embed_dim": "width"}), or
+    # None for one without effect on the models the config describes: how a timm
+    # config.json's `model_args` map to this config (`converters.adapters.timm_hub`).
+    TIMM_ARGS: ClassVar[dict[str, str | None]] = {}
     # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
     ADAPTERS: ClassVar[tuple[Any, ...]] = ()
     # A sample's first axis is channels, which channels-last libraries (Flax) put last; False

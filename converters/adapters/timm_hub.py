@@ -98,8 +98,8 @@ class TimmReader(HubReader):
                    **CONFIGS[arch].TIMM_ARGS}
         for key, value in args.items():
             target = renamed.get(key, key)
-            if key in _TRAINING_ONLY:
-                continue
+            if key in _TRAINING_ONLY or (key in renamed and target is None):
+                continue  # no effect on the models the zoo's config describes
             if key == "img_size" and isinstance(value, int):
                 value = (value, value)
             if target in fields:
