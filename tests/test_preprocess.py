@@ -68,6 +68,7 @@ def test_every_preprocessing_of_the_table_equals_timms_bitwise(photos):
         np.testing.assert_array_equal(got, want, err_msg=str(cfg))
 
 
+@pytest.mark.full_only
 @pytest.mark.parametrize("mode", ["center", "squash", "border"])
 def test_crop_modes_interpolations_and_odd_sizes_equal_timms_bitwise(photos, mode):
     """timm's other crop modes (no tag of the zoo's families uses them yet), every

@@ -12,7 +12,8 @@ network: ``huggingface_hub`` runs offline and its constants point at the test's 
 
 Each library's forward pass is compared with timm's once per architecture; the other paths
 (untagged names, sources, revisions, file preference, the command line) compare the loaded
-arrays with timm's bit for bit.
+arrays with timm's bit for bit. `--quick` keeps the ViT's (the ResNet's are reference-model
+features, as elsewhere), one transformers folder and the command line.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def test_pretrained_equals_timm_on_the_same_cache(hub, tag, impl):
     assert zoo.data_config(model) == timm.data.resolve_model_data_config(want_model)
 
 
+@pytest.mark.full_only
 def test_untagged_names_sources_and_local_folders(hub):
     """An untagged name takes timm's default tag; a source named as the model takes its
     config from config.json (and, without pretrained, only that); a local folder too."""
@@ -162,6 +164,7 @@ def test_untagged_names_sources_and_local_folders(hub):
                               want.fc.weight.detach().numpy())
 
 
+@pytest.mark.full_only
 def test_revisions(hub):
     v2 = timm_model(f"hf-hub:timm/{RESNET}@v2")
     assert not torch.equal(v2.fc.weight, timm_model(f"hf-hub:timm/{RESNET}").fc.weight)
@@ -172,6 +175,7 @@ def test_revisions(hub):
                                    pretrained=True), "linen", v2)
 
 
+@pytest.mark.full_only
 def test_safetensors_before_pytorch_model_bin(hub):
     """A repository with both files gives the safetensors' weights (timm's preference); one
     with only pytorch_model.bin gives those (read with PyTorch's weights_only loader)."""
@@ -186,9 +190,10 @@ def test_safetensors_before_pytorch_model_bin(hub):
     assert not torch.equal(a.fc.weight, b.fc.weight)  # the two files hold other weights
 
 
-@pytest.mark.parametrize("repo, impl", [("google/vit-tiny-test", "nnx"),
-                                        ("google/vit-tiny-test", "torch"),
-                                        ("google/vit-tiny-sharded", "eqx")])
+@pytest.mark.parametrize("repo, impl", [
+    ("google/vit-tiny-test", "nnx"),
+    pytest.param("google/vit-tiny-test", "torch", marks=pytest.mark.full_only),
+    pytest.param("google/vit-tiny-sharded", "eqx", marks=pytest.mark.full_only)])
 def test_transformers_folders_equal_transformers(hub, repo, impl):
     from transformers import ViTForImageClassification
 
@@ -202,6 +207,7 @@ def test_transformers_folders_equal_transformers(hub, repo, impl):
     assert max_difference(want, run(model, impl, x)) <= tolerance()
 
 
+@pytest.mark.full_only
 def test_headless_weights_need_num_classes(hub):
     """timm's num_classes 0 (features only): the zoo's models end in a classifier, so one is
     asked for, drawn from the seed, and said; every other array is the checkpoint's."""
@@ -217,17 +223,17 @@ def test_headless_weights_need_num_classes(hub):
 
 
 def test_converters_command_line_takes_sources(hub, tmp_path, capsys):
-    dst = tmp_path / "r18_nnx"
-    code, out, err = cli(capsys, "convert", f"hf-hub:timm/{RESNET}", dst, "--to", "nnx")
+    dst = tmp_path / "vit_nnx"
+    code, out, err = cli(capsys, "convert", f"hf-hub:timm/{VIT}", dst, "--to", "nnx")
     assert code == 0, err
-    assert f"fetched hf-hub:timm/{RESNET}" in out and "timm hub folder" in out
-    assert_same_weights(converters.load(dst, "nnx"), "nnx",
-                        timm_model(RESNET, **TIMM_ARGS[RESNET]))
+    assert f"fetched hf-hub:timm/{VIT}" in out and "timm hub folder" in out
+    assert_same_weights(converters.load(dst, "nnx"), "nnx", timm_model(VIT, **TIMM_ARGS[VIT]))
     code, out, err = cli(capsys, "inspect", "hf-hub:google/vit-tiny-sharded")
     assert code == 0, err
     assert "hf-vit hub folder" in out and "loads into the zoo: yes" in out
 
 
+@pytest.mark.full_only
 def test_classify_gives_timms_probabilities(hub):
     from PIL import Image
     from sklearn.datasets import load_sample_images
