@@ -24,6 +24,7 @@ class HubReader(ABC):
     arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
     claims_what: ClassVar[str] = ""  # what it claims, in words ("model_type 'vit'")
+    writes_any: ClassVar[bool] = False  # writes every architecture no other family writes
 
     @abstractmethod
     def claims(self, raw: Mapping[str, Any]) -> bool:
@@ -56,8 +57,10 @@ def reader_for(raw: Mapping[str, Any]) -> HubReader | None:
 
 
 def writer_for(config: Config) -> HubReader | None:
-    """A reader that writes `config.json` for `config`'s architecture, if any."""
-    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch), None)
+    """The reader that writes `config.json` for `config`'s architecture: its family's, else
+    one that writes any (the zoo's own), if any."""
+    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch),
+                next((r for r in _READERS if r.writes_any), None))
 
 
 def readers() -> tuple[HubReader, ...]:
