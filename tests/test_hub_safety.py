@@ -148,6 +148,17 @@ def test_huge_config_json_is_refused_unread(tmp_path, monkeypatch):
     assert str(path) not in opened
 
 
+def test_huge_config_json_in_the_cache_is_refused_unhashed(cache, monkeypatch):
+    snapshot = add_repo(cache, "org/huge", tiny_vit_files())
+    blob = Path(os.path.realpath(snapshot / "config.json"))
+    with open(blob, "r+b") as f:
+        f.truncate(MAX_JSON_BYTES + 1)
+    monkeypatch.setattr("zoo.hub.git_blob_sha1", lambda path: pytest.fail("hashed"))
+    with pytest.raises(REFUSED) as e:
+        zoo.create("hf-hub:org/huge", "nnx", pretrained=True)
+    refused(e, "config.json: 16,777,217 bytes, more than a config file holds")
+
+
 def test_wrong_architecture_for_the_name_is_refused(cache):
     """The tag names a ResNet; the repository holds a ViT: refused naming both."""
     add_repo(cache, "timm/resnet18.a1_in1k", tiny_vit_files())

@@ -309,6 +309,9 @@ class _HubFetch:
         if not real.is_file():
             raise SourceError(f"{self.where(name)}: the cache entry is not a regular file")
         size = real.stat().st_size
+        if name.endswith(".json") and size > MAX_JSON_BYTES:  # refused unread, not hashed
+            raise SourceError(f"{self.where(name)}: {size:,} bytes, more than a config file "
+                              f"holds (limit {MAX_JSON_BYTES:,})")
         expected = self._listed_size(name)
         if expected is not None and expected != size:
             raise SourceError(f"{self.where(name)}: {size:,} bytes in the cache, the commit's "
