@@ -46,11 +46,14 @@ from converters.checkpoints import (
     write,
 )
 from converters.checkpoints.readwrite import read_state
+from converters.checkpoints.sources import source_config
 from converters.matching import MatchError, import_state, transfer
 from converters.optim import CanonicalOptState
 from zoo.weights import register_reader
 
-register_reader(read_state)  # zoo.create(..., weights=PATH) reads files with the formats here
+# zoo.create(..., weights=PATH) reads files with the formats here, and a source named as a model
+# (zoo.create("hf-hub:ORG/REPO", ...)) gives its config through the hub readers.
+register_reader(read_state, source_config)
 
 __all__ += [
     "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "DestinationWarning",

@@ -7,6 +7,10 @@
         [--image-size H,W] [--in-channels C] [--seed S] [--shard-size SIZE]
     python -m converters inspect SRC [--arch ARCH] [--config JSON_OR_FILE] [--map SRC=DST ...]
 
+SRC is a file or folder, or a source as timm names them: ``hf-hub:ORG/REPO[@REVISION]`` (fetched
+through huggingface_hub's cache, HF_HUB_CACHE; HF_HUB_OFFLINE reads only the cache) or
+``local-dir:PATH``; a folder's config.json decides its reader (timm, transformers' ViT).
+
 --num-classes / --image-size / --in-channels adapt the weights to a model of that many
 classes, image size or input channels, as timm does for pretrained weights (a new classifier
 drawn from --seed, a resampled ViT position embedding, an adapted first convolution; each
@@ -53,6 +57,7 @@ from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detecting_once
 from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
+from converters.checkpoints.sources import local
 from converters.core import ConversionError, KeyMismatchError
 from converters.matching.cli import (
     convert_foreign_cli,
@@ -64,6 +69,7 @@ from converters.matching.cli import (
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
 from zoo.configs import Config, ConfigError, config_from_dict
+from zoo.hub import Source
 from zoo.progress import progress as progress_display
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
@@ -91,7 +97,8 @@ def _parser() -> ArgumentParser:
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     c = sub.add_parser("convert", help="convert SRC into format --to at DST")
-    c.add_argument("src", help="source checkpoint: a file or an orbax directory")
+    c.add_argument("src", help="source checkpoint: a file or a folder, or hf-hub:ORG/REPO[@REV] "
+                   "or local-dir:PATH")
     c.add_argument("dst", help="destination (written atomically; refused if it exists)")
     c.add_argument("--to", required=True, choices=format_names(), metavar="FORMAT",
                    help="target format: " + ", ".join(format_names()))
@@ -134,7 +141,8 @@ def _parser() -> ArgumentParser:
                      help="never show a progress bar")
     common(c)
     i = sub.add_parser("inspect", help="describe a checkpoint and check it loads into the zoo")
-    i.add_argument("src", help="checkpoint: a file or an orbax directory")
+    i.add_argument("src", help="checkpoint: a file or a folder, or hf-hub:ORG/REPO[@REV] or "
+                   "local-dir:PATH")
     common(i)
     return p
 
@@ -339,6 +347,14 @@ def quiet_libraries() -> Iterator[None]:
         threading.excepthook, sys.unraisablehook = saved[1], saved[2]
 
 
+def _fetch_source(args: argparse.Namespace, console: Console) -> None:
+    """A source SRC (hf-hub:..., local-dir:...) replaced by the local folder holding it."""
+    if args.src.startswith(Source.PREFIXES):
+        folder = local(args.src)
+        console.print(f"fetched {args.src}: {folder}", markup=False)
+        args.src = str(folder)
+
+
 DETAIL_LINES = 12  # the lines an error prints after its first; --debug shows them all
 
 
@@ -359,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
         with quiet, warning_lines(errors), detecting_once():
+            _fetch_source(args, console)
             return (_convert if args.command == "convert" else _inspect)(args, console)
     except (UsageError, ConfigError) as e:
         if args.debug:

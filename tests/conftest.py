@@ -5,10 +5,22 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import sys
+import tempfile
 import time
 
 # On a GPU, JAX would take 75% of its memory in every test process (xdist workers, PyTorch).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# No test reaches the network or the user's Hugging Face cache: huggingface_hub (and timm's and
+# transformers' loaders through it) reads these when first imported, which is after this point;
+# tests that need a cache lay one out and point the library at it (tests/hub_cache.py).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="zoo-tests-empty-hf-cache-")
+if "huggingface_hub" in sys.modules:  # imported by a plugin already: its constants too
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    huggingface_hub.constants.HF_HUB_CACHE = os.environ["HF_HUB_CACHE"]
 
 import jax
 import pytest

@@ -75,15 +75,33 @@ def test_unknown_config_fields_are_refused_by_name(timm_folder, tmp_path, capsys
     assert code == 1 and "'extra_field'" in err
 
 
-def test_timm_folders_are_read_not_written(timm_folder, tmp_path, capsys):
-    """timm's reader maps many architectures, so it writes none: --to hub for a ResNet is
-    refused in one line naming the architecture (the HF ViT family writes its own)."""
-    folder, _ = timm_folder
+def test_architectures_no_family_writes_get_the_zoos_own_folder(timm_folder, tmp_path,
+                                                                capsys):
+    """timm's reader maps many architectures, so it writes none: --to hub for a ResNet writes
+    the zoo's own folder (config.json with the zoo's marker and config, the weights in the
+    canonical names), which reads back as it was and loads into timm; a newer format version
+    in it is refused by name."""
+    from safetensors.torch import load_file
+
+    folder, model = timm_folder
     assert "hub" not in converters.checkpoints.FORMATS  # not a format for any checkpoint
-    code, _, err = cli(capsys, "convert", folder, tmp_path / "again", "--to", "hub")
+    again = tmp_path / "again"
+    code, _, err = cli(capsys, "convert", folder, again, "--to", "hub")
+    assert code == 0, err
+    raw = json.loads((again / "config.json").read_text())
+    assert raw["zoo_checkpoint"] == 1 and raw["arch"] == "resnet"
+    code, out, err = cli(capsys, "inspect", again)
+    assert code == 0 and "zoo hub folder" in out, err
+    back = converters.load(again)
+    assert back.config == converters.load(folder).config
+    fresh = timm.create_model("resnet18", pretrained=False, num_classes=7).eval()
+    fresh.load_state_dict(load_file(again / "model.safetensors"), strict=True)
+    for key, value in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+    (again / "config.json").write_text(json.dumps({**raw, "zoo_checkpoint": 99}))
+    code, _, err = cli(capsys, "inspect", again)
     assert code == 1 and len(err.strip().splitlines()) == 1
-    assert "no hub family writes a resnet" in err and "hf-vit" in err
-    assert not (tmp_path / "again").exists()
+    assert "written by a newer jax-model-zoo (format 99" in err
 
 
 def test_timm_folder_with_pytorch_model_bin(timm_folder, tmp_path, capsys):

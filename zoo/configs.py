@@ -88,6 +88,15 @@ class Config:
     LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
     VARIANTS: ClassVar[dict[str, Overrides]] = {}  # named TINY overrides tests also run
     NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
+    # Published weights of named models that timm's registry does not list (language models
+    # on the Hub as `transformers` repositories): name -> {tag: "ORG/REPO[@REVISION]"}, the
+    # first tag the default. `python -m zoo.pretrained.generate` puts them in the tag table
+    # beside timm's tags of every named model timm knows (`zoo.pretrained`).
+    HUB_REPOS: ClassVar[dict[str, dict[str, str]]] = {}
+    # timm's model arguments whose config field has another name ({"embed_dim": "width"}), or
+    # None for one without effect on the models the config describes: how a timm
+    # config.json's `model_args` map to this config (`converters.adapters.timm_hub`).
+    TIMM_ARGS: ClassVar[dict[str, str | None]] = {}
     # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
     ADAPTERS: ClassVar[tuple[Any, ...]] = ()
     # A sample's first axis is channels, which channels-last libraries (Flax) put last; False

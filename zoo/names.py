@@ -4,6 +4,10 @@ Each architecture's config class declares its names in `NAMED` (name -> config o
 architecture's own name ("resnet") stands for its default config. Every place that asks for a
 config by name (`zoo.make_config`, `zoo.create`, the converters' `--arch`) resolves it here; an
 unknown name is refused in one line that suggests the closest known ones.
+
+A name may carry a pretrained tag, as timm's do (``resnet50.a1_in1k``, `zoo.pretrained`): the
+tag sets the config fields timm's pretrained config sets (the class count, the input size and
+channels); an unknown tag of a known name is refused naming its tags.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import fnmatch
 from typing import Any
 
 from zoo.configs import CONFIGS, Config, ConfigError
+from zoo.pretrained.table import find, split
 
 
 def named_models() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -33,6 +38,10 @@ def resolve(name: str) -> tuple[str, dict[str, Any]]:
     table = named_models()
     if name in table:
         return table[name]
+    base, tag = split(str(name), table)
+    if tag is not None:
+        arch, overrides = table[base]
+        return arch, {**overrides, **find(base, tag).overrides(CONFIGS[arch])}
     close = difflib.get_close_matches(str(name), [*CONFIGS, *table], n=3)
     hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
             else "zoo.list_models() lists the known names")

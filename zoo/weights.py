@@ -2,11 +2,15 @@
 the requested config by the architecture's `ADAPTERS` (`zoo.adapters`).
 
 Files are read by the checkpoint formats of the `converters` package, which registers its reader
-here when imported (the zoo does not import the converters).
+here when imported (the zoo does not import the converters at module level: a call that needs
+the reader imports the package named by `READERS_PACKAGE`, as the registry imports a model
+class given as "module:Class"). `weights` may be a source (``hf-hub:ORG/REPO[@REVISION]``,
+``local-dir:PATH``, `zoo.hub`): the converters fetch and check it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -21,12 +25,36 @@ from zoo.registry import schema
 
 # path, config -> the file's canonical arrays as stored (not validated against the config)
 Reader = Callable[[str | os.PathLike, Config], Mapping[str, Any]]
+# a source ("hf-hub:ORG/REPO") -> the zoo config its config.json describes
+ConfigReader = Callable[[str], Config]
 _READERS: list[Reader] = []
+_CONFIG_READERS: list[ConfigReader] = []
+READERS_PACKAGE = "converters"  # registers its readers when imported
 
 
-def register_reader(reader: Reader) -> None:
-    """Set how `zoo.create(weights=PATH)` reads a file (the converters register theirs)."""
+def register_reader(reader: Reader, config_reader: ConfigReader | None = None) -> None:
+    """Set how `zoo.create(weights=PATH)` reads a file and, with `config_reader`, how a source
+    named as a model (``zoo.create("hf-hub:ORG/REPO", ...)``) gives its config (the
+    converters register theirs)."""
     _READERS[:] = [reader]
+    if config_reader is not None:
+        _CONFIG_READERS[:] = [config_reader]
+
+
+def _registered(readers: list[Any], what: str) -> Any:
+    if not readers:
+        try:
+            importlib.import_module(READERS_PACKAGE)
+        except ImportError as e:
+            raise RuntimeError(f"{what} needs the {READERS_PACKAGE} package ({e})") from e
+    if not readers:
+        raise RuntimeError(f"{what}: {READERS_PACKAGE} registered no reader")
+    return readers[0]
+
+
+def source_config(source: str) -> Config:
+    """The zoo config a source's ``config.json`` describes (``hf-hub:timm/resnet50.a1_in1k``)."""
+    return _registered(_CONFIG_READERS, f"reading the config of {source}")(source)
 
 
 def adapt(state: Mapping[str, Any], config: Config, seed: int = 0) -> tuple[Arrays, list[str]]:
@@ -54,11 +82,8 @@ def load(weights: str | os.PathLike | Mapping[str, Any], config: Config, seed: i
     adaptation is reported as a `UserWarning`."""
     if isinstance(weights, Mapping):
         state = weights
-    elif not _READERS:
-        raise RuntimeError(f"weights={str(weights)!r}: reading checkpoint files needs the "
-                           "converters package: import converters first (or pass a state dict)")
     else:
-        state = _READERS[0](weights, config)
+        state = _registered(_READERS, f"weights={str(weights)!r}")(weights, config)
     out, notes = adapt(state, config, seed)
     _check_fits(out, config, weights)
     for note in notes:

@@ -1,7 +1,7 @@
 """Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split),
 applied to a checkpoint's keys before matching, chosen by content (which adapter's rules cover
 the keys), and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
-transformers' ViT, timm).
+transformers' ViT, timm, the zoo's own).
 
 A new layout is one `Adapter` value and one `register` call below; a new hub family one
 `HubReader` subclass registered with `converters.adapters.hub.register`.
@@ -15,6 +15,7 @@ from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Fuse, Rename
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
+from converters.adapters.zoo_hub import ZooReader
 
 _ADAPTERS: dict[str, Adapter] = {}
 
@@ -48,7 +49,7 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
 
 for _adapter in (HF_VIT, HF_VIT_MODULES):
     register(_adapter)
-for _reader in (HFViTReader(), TimmReader()):
+for _reader in (HFViTReader(), TimmReader(), ZooReader()):
     hub.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "adapters", "find", "get", "hub",

@@ -74,6 +74,7 @@ class HFViTReader(HubReader):
 
     name: ClassVar[str] = "hf-vit"
     arch: ClassVar[str] = "vit"
+    claims_what: ClassVar[str] = "transformers model_type 'vit'"
     adapter: ClassVar[Adapter | None] = HF_VIT
 
     def claims(self, raw: Mapping[str, Any]) -> bool:

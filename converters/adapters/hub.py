@@ -1,8 +1,8 @@
-"""Hub folders (`config.json` beside `model.safetensors` or `pytorch_model.bin`): one `HubReader`
-per family (HF transformers' ViT, timm, ...) reads its `config.json` into a zoo config, names the
-layout adapter of its weights and, for a family that has one zoo architecture, writes the
-`config.json` of a zoo config back. A family is added with `register`; the first registered
-reader that claims a `config.json` reads it."""
+"""Hub folders (`config.json` beside `model.safetensors`, a sharded safetensors index or
+`pytorch_model.bin`): one `HubReader` per family (HF transformers' ViT, timm, ...) reads its
+`config.json` into a zoo config, names the layout adapter of its weights and, for a family
+that has one zoo architecture, writes the `config.json` of a zoo config back. A family is added
+with `register`; the first registered reader that claims a `config.json` reads it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from converters.adapters.base import Adapter
 from zoo.configs import Config, ConfigError
+from zoo.hub import CONFIG, WEIGHTS
 
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # as the Hub stores them, first found
-CONFIG = "config.json"
+__all__ = ["CONFIG", "WEIGHTS", "HubReader", "reader_for", "readers", "register", "writer_for"]
 
 
 class HubReader(ABC):
@@ -23,6 +23,8 @@ class HubReader(ABC):
     name: ClassVar[str]
     arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
+    claims_what: ClassVar[str] = ""  # what it claims, in words ("model_type 'vit'")
+    writes_any: ClassVar[bool] = False  # writes every architecture no other family writes
 
     @abstractmethod
     def claims(self, raw: Mapping[str, Any]) -> bool:
@@ -55,8 +57,10 @@ def reader_for(raw: Mapping[str, Any]) -> HubReader | None:
 
 
 def writer_for(config: Config) -> HubReader | None:
-    """A reader that writes `config.json` for `config`'s architecture, if any."""
-    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch), None)
+    """The reader that writes `config.json` for `config`'s architecture: its family's, else
+    one that writes any (the zoo's own), if any."""
+    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch),
+                next((r for r in _READERS if r.writes_any), None))
 
 
 def readers() -> tuple[HubReader, ...]:

@@ -17,6 +17,7 @@ from converters.checkpoints.destination import check_pair
 from converters.checkpoints.format import for_writing
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from converters.checkpoints.readwrite import read, shard_bytes, write
+from converters.checkpoints.sources import local
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo import sharding
@@ -112,7 +113,8 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  cast: Any = None, adapt: bool = False, seed: int = 0,
                  shard_size: int | str | None = None,
                  weights: str | None = None) -> Checkpoint:
-    """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
+    """Convert the checkpoint at `src` (a path, or a source: ``hf-hub:ORG/REPO[@REVISION]``,
+    ``local-dir:PATH``) into format `to` at `dst`; returns what was converted.
     With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
     The source is only read. Nothing is written unless the whole checkpoint validates, and
@@ -124,6 +126,7 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     Arrays are read lazily where the source format allows it (memory-mapped safetensors and
     torch files) and written tensor by tensor where the target does (safetensors, torch).
     """
+    src = local(src)  # a source (hf-hub:..., local-dir:...) becomes its local folder
     check_pair(src, dst)
     for_writing(to, dst, shard_bytes(shard_size))  # refused before reading: an unknown
     # format, a DST named for another, shards of a format that has none

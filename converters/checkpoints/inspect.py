@@ -17,6 +17,7 @@ from converters.checkpoints.format import Entry, for_detection
 from converters.checkpoints.io import CheckpointError, file_size
 from converters.checkpoints.metadata import check_version
 from converters.checkpoints.readwrite import read
+from converters.checkpoints.sources import local
 from converters.core import ConversionError, KeyMismatchError
 from converters.optim import param_keys
 from zoo.configs import Config, ConfigError
@@ -45,8 +46,9 @@ class Report:
 def inspect_checkpoint(path: str | os.PathLike, *, arch: str | None = None,
                        config: Any = None) -> Report:
     """Format, architecture, config, every stored key with shape and dtype, parameter count, and
-    whether the checkpoint loads into the zoo (validated against its config)."""
-    path = Path(path)
+    whether the checkpoint loads into the zoo (validated against its config). `path` may be a
+    source (``hf-hub:...``, ``local-dir:...``)."""
+    path = local(path)
     det = detect(path)
     check_version(path, det.meta)
     fmt = for_detection(det)

@@ -28,6 +28,7 @@ from converters.checkpoints.io import (
     first_line,
 )
 from converters.checkpoints.metadata import check_version, write_json
+from converters.checkpoints.sources import local
 from converters.core import ConversionError, canonical_spec
 from zoo.weights import adapt as adapt_state
 
@@ -40,7 +41,8 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
          model_only: bool = False, progress: ProgressFn | None = None,
          cast: Any = None, adapt: bool = False, seed: int = 0,
          weights: str | None = None, placement: Placement | None = None) -> Checkpoint:
-    """Read any supported checkpoint into a validated canonical `Checkpoint`.
+    """Read any supported checkpoint into a validated canonical `Checkpoint`: a path, or a
+    source (``hf-hub:ORG/REPO[@REVISION]``, ``local-dir:PATH``: `converters.checkpoints.sources`).
 
     `arch` / `config` are needed only when the file does not carry them (e.g. a bare
     ``torch.save(model.state_dict())``); if both exist they must agree. `cast` (a floating
@@ -56,7 +58,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     is drawn from `seed`), each change listed in the Checkpoint's `notes`; optimizer state and
     step are dropped.
     """
-    path = Path(path)
+    path = local(path)
     det = detect(path)
     check_version(path, det.meta)
     given = parse_config(arch, config)
@@ -102,8 +104,10 @@ def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | Non
     """The file's arrays, not yet validated; with `adapt`, read with the file's own config when
     it carries one (`given` is then the target, not a claim about the file); `weights` and
     `placement` as in `read`."""
-    stored = adapt and det.meta is not None and det.meta.get("config") is not None
-    fmt, claim = for_detection(det), None if stored else given
+    fmt = for_detection(det)
+    stored = adapt and (fmt.carries_config or (det.meta is not None and
+                                               det.meta.get("config") is not None))
+    claim = None if stored else given
     if weights is not None:
         ck = fmt.read_weights(path, det, claim, progress, weights)
     elif placement is not None:
@@ -118,8 +122,8 @@ def _read_as_stored(path: Path, det: Any, given: Any, progress: ProgressFn | Non
 
 def read_state(path: str | os.PathLike, config: Any) -> dict[str, Any]:
     """The model arrays of the checkpoint at `path` as stored (for `zoo.create(weights=...)`,
-    which adapts them to `config`)."""
-    path = Path(path)
+    which adapts them to `config`); `path` may be a source (``hf-hub:...``)."""
+    path = local(path)
     det = detect(path)
     check_version(path, det.meta)
     ck = _read_as_stored(path, det, config, None, adapt=True)

@@ -1,7 +1,8 @@
 """Hub folders: a `config.json` that a `converters.adapters.hub` reader claims (HF transformers'
-ViT, timm, ...) beside the weights (`model.safetensors` or `pytorch_model.bin`, read by their own
-format class) in the family's key layout. The config comes from `config.json`, so no
-``--arch`` / ``--config`` is needed."""
+ViT, timm, ...) beside the weights (`model.safetensors`, a sharded safetensors index with its
+shards, or `pytorch_model.bin`: the first found, read by its own format class) in the family's
+key layout. The config comes from `config.json`, so no ``--arch`` / ``--config`` is needed.
+`config.json` is read by `zoo.hub.read_json`: bounded in size and nesting, an object."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from converters.checkpoints.format import (
 )
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from zoo.configs import Config, ConfigError
+from zoo.hub import SourceError, read_json
 
 Found = tuple[dict[str, Any] | None, str, Path | None]  # config.json, why not, weights file
 
@@ -37,11 +39,9 @@ def _hub_json(path: Path) -> Found:
     if weights is None:
         return None, f"{hub.CONFIG} but none of {', '.join(hub.WEIGHTS)}", None
     try:
-        raw = json.loads(config.read_bytes())
-    except (OSError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{config}: not a readable JSON file ({type(e).__name__})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{config}: must be a JSON object, found {type(raw).__name__}")
+        raw = read_json(config)
+    except SourceError as e:
+        raise CheckpointError(str(e)) from e
     return raw, "", weights
 
 
@@ -62,6 +62,8 @@ class HubFolder(CheckpointFormat):
     directory: ClassVar[bool] = True
     holds_any: ClassVar[bool] = False  # the families with a hub reader, model weights only
     carries_config: ClassVar[bool] = True
+    # A config.json a family claims is stronger evidence than the shard index beside it.
+    priority: ClassVar[int] = 2
 
     def _found(self, probe: Probe) -> Found:
         return probe.fact("hub", _hub_json)

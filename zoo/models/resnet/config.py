@@ -79,6 +79,11 @@ class ResNetConfig(Config):
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (ResetClassifier("fc"),
                                                AdaptInputConv("conv1.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
+    # timm's ResNet arguments: its `stem_width` shapes only its deep stems (stem_type 'deep',
+    # which the zoo's config has not): the plain stem is 64 wide whatever it says.
+    TIMM_ARGS: ClassVar[dict[str, str | None]] = {
+        "channels": "widths", "cardinality": "groups", "base_width": "width_per_group",
+        "stem_width": None}
     block: Literal["basic", "bottleneck"] = "basic"
     layers: tuple[int, ...] = (2, 2, 2, 2)
     widths: tuple[int, ...] = (64, 128, 256, 512)

@@ -47,6 +47,7 @@ class ViTConfig(Config):
         ResetClassifier("head"), ResamplePosEmbed("pos_embed"),
         AdaptInputConv("patch_embed.proj.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
+    TIMM_ARGS: ClassVar[dict[str, str | None]] = {"embed_dim": "width"}
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 16
     in_channels: int = 3

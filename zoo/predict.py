@@ -1,0 +1,115 @@
+"""Classify images with a pretrained model: the top classes by name, with their probabilities.
+
+    python -m zoo.predict IMAGE [IMAGE ...] --model vit_small_patch16_224 --impl nnx [--top 5]
+
+`--model` is a name with a pretrained tag (``resnet50.tv_in1k``; an untagged name takes its
+default tag, as timm's) or a source (``hf-hub:timm/resnet50.a1_in1k``, ``local-dir:PATH``).
+The weights come from the Hugging Face cache (downloaded by ``huggingface_hub`` on first use;
+with ``HF_HUB_OFFLINE=1`` only the cache is read), the preprocessing is the tag's (timm's
+eval transform) and the names are the tag's label set (ImageNet-1k's ship with the zoo).
+
+In Python, the same in three lines:
+
+    model = zoo.create("vit_small_patch16_224", "nnx", pretrained=True)
+    x = zoo.transform(zoo.data_config(model), "nnx")(image)       # a PIL image, path or array
+    probs = jax.nn.softmax(zoo.native_interface("nnx").forward(model, x))  # names: zoo.labels
+
+or `classify(model, "nnx", image)`. Every failure is one ``error: ...`` line (exit 1; 2 for bad
+arguments), e.g. when the weights are not in the cache and the machine is offline.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from zoo.cli import ArgumentParser
+from zoo.configs import ConfigError
+from zoo.pretrained import Pretrained, data_config, label_names, made_from, resolve, transform
+
+
+def _tag_of(model: Any, name: str | None) -> Pretrained | None:
+    made = made_from(model)
+    if made is None and name is not None:
+        made = resolve(name).pretrained
+    return made
+
+
+def classify(model: Any, impl: str, images: Any, *, name: str | None = None, top: int = 5
+             ) -> list[list[tuple[str, float]]]:
+    """The `top` classes (name, probability) of each image (a PIL image, a path or a uint8
+    array; or a list of them) for a `model` made by `zoo.create(..., pretrained=True)` (or
+    any model of the pretrained `name`): its tag's preprocessing, an eval-mode forward pass in
+    library `impl`, a softmax, its label set's names ("class N" where it names none)."""
+    from zoo.interface import native_interface
+
+    tag = _tag_of(model, name)
+    if tag is None:
+        raise ConfigError("classify: pass name= (the model's name with its tag): this model "
+                          "was not made by zoo.create(..., pretrained=True)")
+    many = isinstance(images, list | tuple)
+    x = transform(data_config(tag), impl)(list(images) if many else [images])
+    logits = np.asarray(native_interface(impl).forward(model, x), np.float64)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    label_set = tag.fields.get("label_set")
+    names = label_names(label_set) if label_set else None
+    if names is not None and len(names) != probs.shape[-1]:
+        names = None  # another class count (num_classes=...): no names to give
+    out = []
+    for row in probs:
+        best = np.argsort(-row, kind="stable")[:top]
+        out.append([(names[i] if names else f"class {i}", float(row[i])) for i in best])
+    return out if many else out[:1]
+
+
+def _parser() -> ArgumentParser:
+    from zoo.libraries import IMPLS
+
+    p = ArgumentParser(prog="python -m zoo.predict",
+                       description="Classify images with a pretrained model (top classes and "
+                                   "probabilities).")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any Pillow reads)")
+    p.add_argument("--model", default="vit_small_patch16_224",
+                   help="a name with a pretrained tag (resnet50.tv_in1k; untagged: its "
+                        "default tag) or hf-hub:ORG/REPO / local-dir:PATH "
+                        "(default vit_small_patch16_224)")
+    p.add_argument("--impl", default="nnx", choices=list(IMPLS),
+                   help="the library to run it in (default nnx)")
+    p.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.top < 1:
+        print("error: --top must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        import zoo
+
+        model = zoo.create(args.model, args.impl, pretrained=True)
+        tag = made_from(model)
+        cfg = data_config(model)
+        results = classify(model, args.impl, list(args.images), top=args.top)
+    except Exception as e:  # one line, whatever failed (--debug for the traceback)
+        if args.debug:
+            raise
+        text = str(e).strip().splitlines()
+        print(f"error: {text[0] if text else type(e).__name__}", file=sys.stderr)
+        return 1
+    _, h, w = cfg["input_size"]
+    for image, top in zip(args.images, results, strict=True):
+        print(f"{image}: {tag} ({args.impl}; {h}x{w}, {cfg['interpolation']}, crop_pct "
+              f"{cfg['crop_pct']})")
+        for label, p in top:
+            print(f"  {100 * p:6.2f}%  {label}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
