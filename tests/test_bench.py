@@ -374,12 +374,12 @@ def test_dispatch_suite_and_report(tmp_path):
                      "--no-progress"]) == 0
     device_dir = next(results.iterdir())
     record = json.loads((device_dir / "dispatch.json").read_text())
-    calls = {(r["impl"], r["call"]) for r in record["results"]}
-    assert ("floor", "raw jax.jit, pre-flattened") in calls
-    assert {("eqx", "fast"), ("eqx", "filter_jit"), ("linen", "fast"), ("nnx", "nnx_jit"),
-            ("nnx", "fast")} <= calls
+    calls = {(r["role"], r.get("impl"), r["call"]) for r in record["results"]}
+    assert ("floor", None, "raw jax.jit, pre-flattened") in calls
+    assert {("style", "eqx", "fast"), ("style", "eqx", "filter_jit"), ("style", "linen", "fast"),
+            ("style", "nnx", "nnx_jit"), ("style", "nnx", "fast")} <= calls
     assert set(record["summary"]) == set(zoo.JAX_IMPLS)
-    floor = next(r for r in record["results"] if r["impl"] == "floor")
+    floor = next(r for r in record["results"] if r["role"] == "floor")
     assert floor["ratio_to_floor"] == 1.0
 
     assert cli.main(["mlp", "--preset", "tiny", "--impl", "eqx,nnx", "--mode", "forward",
@@ -540,10 +540,13 @@ def test_dispatch_training_rows(tmp_path):
     config = zoo.tiny_config("mlp")
     subject = Subject("eqx", build_models(config, ("eqx",))["eqx"], make_task(config, 1))
     entries, own = dispatch._entries("eqx", subject, "train")
-    assert {own, "eqx:filter_jit", "eqx:fast", "eqx:fused K=10", "eqx:fused K=100"} <= set(entries)
-    assert [entries[f"eqx:fused K={k}"].steps for k in (10, 100)] == [10, 100]
-    samples = dispatch.interleaved({k: entries[k] for k in ("eqx:fast", "eqx:fused K=100")}, 1,
-                                   0.001)
+    style = {call: dispatch.Row("style", call, "eqx")
+             for call in ("filter_jit", "fast", "fused K=10", "fused K=100")}
+    assert own == dispatch.Row("own", dispatch.OWN, "eqx")
+    assert {own, *style.values()} <= set(entries)
+    assert [entries[style[f"fused K={k}"]].steps for k in (10, 100)] == [10, 100]
+    samples = dispatch.interleaved({style[k]: entries[style[k]] for k in ("fast", "fused K=100")},
+                                   1, 0.001)
     assert all(len(v) >= 5 for v in samples.values())
 
 
@@ -568,6 +571,7 @@ def test_optimizer_bound_is_the_adam_update_alone():
     assert not np.allclose(params[0], leaves[0])
     _, _, bounds = dispatch.workload("mlp_train", ("eqx",))
     assert [b.steps for b in bounds.values()] == [max(dispatch.FUSED_STEPS)]
+    assert [row.role for row in bounds] == ["bound"]
 
 
 def test_steps_per_call_and_xla_flags_bad_input(capsys):

@@ -11,7 +11,7 @@ reaching the compiled program:
   style, plus `zoo.fast` with K in {1, 10, 100} steps per call (`fused K=10`, `fused K=100`:
   one `lax.scan` per call; times per step = call time / K).
 
-Training also gets a lower bound, `bound` / "optimizer alone, fused K=100": the same Adam update
+Training also gets a lower bound, "optimizer alone, fused K=100": the same Adam update
 of the same parameters with fixed gradients, K = 100 steps in one `lax.scan` (no forward, no
 backward). A fused step cannot be faster than its optimizer update alone, which for this MLP
 (670k parameters; Adam reads and writes parameters, both moments and the gradient) is a memory-
@@ -29,6 +29,9 @@ called directly with pre-flattened arrays, and every style gets a ratio to it as
 Every style is timed call by call (`block_until_ready` after each), interleaved with the others
 in a seeded random order per round, each round after untimed calls of its own (`timing.settle`),
 so that machine noise hits all of them alike; the table gives medians and ratios.
+
+Each result row has a `role` (`ROLES`): the floor and the bounds belong to no library (no
+`impl`); a library's own program and its call styles carry their `impl`.
 """
 
 from __future__ import annotations
@@ -51,28 +54,38 @@ import zoo
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
-from zoo.bench.records import record_base, save
+from zoo.bench.records import OWN, record_base, save
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, round_orders, settle, summarize
 from zoo.libraries import library
 from zoo.registry import Architecture
 
-WORKLOADS: dict[str, str] = {
+WORKLOADS: dict[str, str] = {  # {mlp}: the MLP's widths
     "identity": "identity, batch 1",
-    "mlp": "MLP 784-512-512-10, batch 1",
+    "mlp": "MLP {mlp}, batch 1",
     "static10k": "identity + 10,000 static leaves",
-    "mlp_train": "MLP 784-512-512-10 training step (Adam), batch 1",
+    "mlp_train": "MLP {mlp} training step (Adam), batch 1",
 }
 TRAIN_WORKLOADS = ("mlp_train",)
 FUSED_STEPS = (10, 100)  # K of the fused rows of training workloads (K = 1: "fast")
 TARGET_RATIO = 1.1
 FUSED_TARGET = 0.2  # fused K=100, per step, vs the single-call floor
 FLOOR = "raw jax.jit, pre-flattened"
-OWN = "own program, raw jax.jit"
 BOUND = "optimizer alone, fused K=100"
 N_STATIC = 10_000
 FEATURES = 16
+
+
+@dataclass(frozen=True)
+class Row:
+    """What one timed entry is: `role` "floor" (the hand-written program, raw), "bound" (a lower
+    bound no library can beat), "own" (a library's own program, raw) or "style" (one of its
+    call styles); `impl` only for the last two."""
+
+    role: str
+    call: str
+    impl: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,15 +181,15 @@ def _optimizer_bound(leaves: list[jax.Array], steps: int) -> Prepared:
     return Prepared(jax.jit(loop), (leaves, tx.init(leaves)), steps=steps)
 
 
-def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[str, Prepared], str | None]:
+def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[Row, Prepared], Row | None]:
     """Every style of `impl` in `mode` (training: also the fused rows) and its own-program
     floor (the compiled program of `zoo.fast` called raw; None for PyTorch)."""
     from zoo.bench.styles import available_styles, default_style, styles
 
-    entries: dict[str, Prepared] = {}
+    entries: dict[Row, Prepared] = {}
     own = None
     if not subject.is_torch:
-        own = f"{impl}:{OWN}"
+        own = Row("own", OWN, impl)
         if mode == "forward":
             fwd = subject.fast_forward()
             entries[own] = Prepared(fwd.func, (*fwd.args, subject.x))
@@ -185,22 +198,32 @@ def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[str, Prepared
             entries[own] = Prepared(step.jitted, (*step.leaves, *subject.train_args()))
     for style in available_styles(impl):
         try:
-            entries[f"{impl}:{style}"] = styles(impl)[style](subject, mode)
+            entries[Row("style", style, impl)] = styles(impl)[style](subject, mode)
         except Exception:  # an optional style this installation cannot build
             if default_style(impl) == style:
                 raise
     if mode == "train" and not subject.is_torch:
         for k in FUSED_STEPS:
             fused = dataclasses.replace(subject, steps_per_call=k, _cache={})
-            entries[f"{impl}:fused K={k}"] = styles(impl)["fused"](fused, mode)
+            entries[Row("style", f"fused K={k}", impl)] = styles(impl)["fused"](fused, mode)
     return entries, own
 
 
-def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Prepared,
-                                                         dict[str, Prepared]]:
-    """The subjects of a workload (one per impl), its floor and its bounds (name -> call)."""
+def mlp_config(tiny: bool = False) -> zoo.Config:
+    """The MLP workloads' model: the zoo's default MLP, or its tiny config (`--tiny`)."""
+    return zoo.tiny_config("mlp") if tiny else zoo.make_config("mlp")
+
+
+def describe(name: str, tiny: bool = False) -> str:
+    """A workload in words ("MLP 784-512-512-10, batch 1")."""
+    return WORKLOADS[name].format(mlp="-".join(map(str, mlp_config(tiny).widths)))
+
+
+def workload(name: str, impls: tuple[str, ...], tiny: bool = False
+             ) -> tuple[dict[str, Subject], Prepared, dict[Row, Prepared]]:
+    """The subjects of a workload (one per impl), its floor and its bounds."""
     if name in ("mlp", "mlp_train"):
-        config = zoo.make_config("mlp")
+        config = mlp_config(tiny)
         task = make_task(config, 1)
         state = zoo.canonical_init(config, 0)
         natives = {impl: zoo.create(config, impl) for impl in impls}
@@ -217,7 +240,7 @@ def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Pre
         floor, bounds = Prepared(jax.jit(mlp), (leaves, task.x)), {}
         if name == "mlp_train":
             floor = _train_floor(mlp, leaves, task)
-            bounds = {f"bound:{BOUND}": _optimizer_bound(leaves, max(FUSED_STEPS))}
+            bounds = {Row("bound", BOUND): _optimizer_bound(leaves, max(FUSED_STEPS))}
     else:
         table = tuple(range(N_STATIC)) if name == "static10k" else ()
         x = jax.random.normal(jax.random.key(0), (1, FEATURES))
@@ -228,8 +251,8 @@ def workload(name: str, impls: tuple[str, ...]) -> tuple[dict[str, Subject], Pre
     return {impl: Subject(impl, natives[impl], task) for impl in impls}, floor, bounds
 
 
-def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
-                on_round: Any = None) -> dict[str, list[float]]:
+def interleaved(entries: dict[Any, Prepared], rounds: int, budget_s: float,
+                on_round: Any = None) -> dict[Any, list[float]]:
     """Per-step times (call time / steps per call) of every entry, measured in `rounds`
     rounds of about `budget_s` seconds per entry, in a seeded random order each round, each
     entry's round after `budget_s` of untimed calls (`timing.settle`)."""
@@ -243,7 +266,7 @@ def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
             p.block(p.fn(*p.args))
         per_call = (time.perf_counter() - t0) / 10
         per_round[name] = int(min(500, max(5, budget_s / max(per_call, 1e-7))))
-    samples: dict[str, list[float]] = {n: [] for n in names}
+    samples: dict[Any, list[float]] = {n: [] for n in names}
     clock = time.perf_counter
     for order in round_orders(names, rounds, seed=0):
         for name in order:
@@ -259,78 +282,112 @@ def interleaved(entries: dict[str, Prepared], rounds: int, budget_s: float,
     return samples
 
 
+def _result(wname: str, mode: str, row: Row, p: Prepared, values: list[float],
+            floor_s: float, own_s: float | None) -> dict[str, Any]:
+    """One row of the record: its role (and library), times and ratios (to the library's own
+    program: None for rows that have none)."""
+    from zoo.bench.styles import idiomatic_style
+
+    stats = summarize(values)
+    median = stats["median_s"]
+    return {"workload": wname, "role": row.role, **({"impl": row.impl} if row.impl else {}),
+            "call": row.call, "time": stats, "mode": mode, "steps_per_call": p.steps,
+            "idiomatic": row.role == "style" and idiomatic_style(row.impl) == row.call,
+            "ratio_to_floor": median / floor_s,
+            "ratio_to_own": None if own_s is None else median / own_s,
+            "overhead_s": None if own_s is None else median - own_s}
+
+
+def _summary(results: list[dict[str, Any]], impls: tuple[str, ...],
+             workloads: tuple[str, ...]) -> dict[str, Any]:
+    """Per JAX library and workload: its fastest style against the floor and its own program;
+    training: its fused K=100 row against its own program, the floor and the optimizer bound."""
+    summary: dict[str, Any] = {}
+    for impl in (i for i in impls if library(i).is_jax):
+        summary[impl] = {}
+        for w in workloads:
+            rows = [r for r in results if r.get("impl") == impl and r["workload"] == w
+                    and r["role"] == "style"]
+            best = min(rows, key=lambda r: r["ratio_to_floor"])
+            per = summary[impl][w] = {
+                "call": best["call"], "ratio_to_floor": best["ratio_to_floor"],
+                "ratio_to_own": best["ratio_to_own"],
+                "within_target": best["ratio_to_floor"] <= TARGET_RATIO,
+                "within_target_own": best["ratio_to_own"] <= TARGET_RATIO}
+            fused = next((r for r in rows if r["steps_per_call"] == max(FUSED_STEPS)), None)
+            bound = next((r for r in results if r["role"] == "bound" and r["workload"] == w),
+                         None)
+            if fused:
+                # Judged against the library's own program called once per step (the same
+                # program, so the ratio is what fusing saves, not a layout difference).
+                per["fused"] = {
+                    "call": fused["call"], "ratio_to_floor": fused["ratio_to_floor"],
+                    "ratio_to_own": fused["ratio_to_own"], "target": FUSED_TARGET,
+                    "within_target": fused["ratio_to_own"] <= FUSED_TARGET,
+                    "ratio_to_bound": None if bound is None else (
+                        fused["time"]["median_s"] / bound["time"]["median_s"]),
+                    "bound_to_floor": None if bound is None else bound["ratio_to_floor"]}
+    return summary
+
+
 def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.01,
                  workloads: tuple[str, ...] = tuple(WORKLOADS), console: Any = None,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True, tiny: bool = False) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from zoo.bench.styles import idiomatic_style, skipped_styles
+    from zoo.bench.styles import skipped_styles
 
     results: list[dict[str, Any]] = []
     with Progress(console=console, transient=True, disable=not progress) as bar:
         task_id = bar.add_task("dispatch", total=rounds * len(workloads))
         for wname in workloads:
-            subjects, floor, bounds = workload(wname, impls)
-            entries: dict[str, Prepared] = {"floor": floor, **bounds}
-            own: dict[str, str] = {}
+            subjects, floor, bounds = workload(wname, impls, tiny)
+            floor_row = Row("floor", FLOOR)
+            entries: dict[Row, Prepared] = {floor_row: floor, **bounds}
+            own: dict[str, Row] = {}
             mode = "train" if wname in TRAIN_WORKLOADS else "forward"
             for impl in impls:
-                styles, own_name = _entries(impl, subjects[impl], mode)
+                styles, own_row = _entries(impl, subjects[impl], mode)
                 entries.update(styles)
-                if own_name:
-                    own[impl] = own_name
+                if own_row is not None:
+                    own[impl] = own_row
             samples = interleaved(entries, rounds, budget_s, lambda: bar.advance(task_id))
-            floor_median = float(np.median(samples["floor"]))
-            for name, values in samples.items():
-                impl, _, style = name.partition(":")
-                stats = summarize(values)
-                own_median = (float(np.median(samples[own[impl]])) if impl in own
-                              else floor_median)
-                results.append({
-                    "workload": wname, "impl": impl if style else "floor",
-                    "call": style or FLOOR, "time": stats, "mode": mode,
-                    "steps_per_call": entries[name].steps,
-                    "idiomatic": bool(style) and idiomatic_style(impl) == style,
-                    "ratio_to_floor": stats["median_s"] / floor_median,
-                    "ratio_to_own": stats["median_s"] / own_median,
-                    "overhead_s": stats["median_s"] - own_median,
-                })
-    summary = {}
-    for impl in impls:
-        if not library(impl).is_jax:
-            continue
-        best = {w: min((r for r in results if r["impl"] == impl and r["workload"] == w
-                        and r["call"] != OWN), key=lambda r: r["ratio_to_floor"])
-                for w in workloads}
-        summary[impl] = {w: {"call": b["call"], "ratio_to_floor": b["ratio_to_floor"],
-                             "ratio_to_own": b["ratio_to_own"],
-                             "within_target": b["ratio_to_floor"] <= TARGET_RATIO,
-                             "within_target_own": b["ratio_to_own"] <= TARGET_RATIO}
-                         for w, b in best.items()}
-        for w in workloads:
-            fused = [r for r in results if r["impl"] == impl and r["workload"] == w
-                     and r["steps_per_call"] == max(FUSED_STEPS)]
-            bound = next((r for r in results if r["impl"] == "bound" and r["workload"] == w),
-                         None)
-            if fused:
-                # Judged against the library's own program called once per step (the same
-                # program, so the ratio is what fusing saves, not a layout difference).
-                summary[impl][w]["fused"] = {
-                    "call": fused[0]["call"], "ratio_to_floor": fused[0]["ratio_to_floor"],
-                    "ratio_to_own": fused[0]["ratio_to_own"], "target": FUSED_TARGET,
-                    "within_target": fused[0]["ratio_to_own"] <= FUSED_TARGET,
-                    "ratio_to_bound": None if bound is None else (
-                        fused[0]["time"]["median_s"] / bound["time"]["median_s"]),
-                    "bound_to_floor": None if bound is None else bound["ratio_to_floor"]}
+            medians = {row: float(np.median(v)) for row, v in samples.items()}
+            results += [_result(wname, mode, row, entries[row], values, medians[floor_row],
+                                medians[own[row.impl]] if row.impl in own else None)
+                        for row, values in samples.items()]
     record = record_base("dispatch")
     record["config"] = {"impls": list(impls), "rounds": rounds, "budget_s": budget_s,
-                        "workloads": {w: WORKLOADS[w] for w in workloads},
+                        "workloads": {w: describe(w, tiny) for w in workloads}, "tiny": tiny,
                         "target_ratio": TARGET_RATIO, "fused_steps": [1, *FUSED_STEPS],
                         "fused_target": FUSED_TARGET}
     record["results"] = results
     record["skipped_styles"] = skipped_styles(impls)
-    record["summary"] = summary
+    record["summary"] = _summary(results, impls, workloads)
     return record
+
+
+def verdict_lines(summary: dict[str, Any]) -> list[str]:
+    """The console's verdict, one line per library and workload (fused rows: two)."""
+    lines = [f"fastest style of each library vs the floor (target {TARGET_RATIO}x):"]
+    for impl, per in summary.items():
+        for w, v in per.items():
+            miss = "" if v["within_target"] else " (misses)"
+            lines.append(f"  {impl} {w}: {v['call']}, {v['ratio_to_floor']:.2f}x floor, "
+                         f"{v['ratio_to_own']:.2f}x own{miss}")
+    for impl, per in summary.items():
+        for w, v in per.items():
+            if "fused" not in v:
+                continue
+            f = v["fused"]
+            lines.append(f"{impl} {w}, {f['call']} per step: {f['ratio_to_own']:.3f}x its own "
+                         f"program, {f['ratio_to_floor']:.3f}x the floor")
+            bound = ("" if f.get("ratio_to_bound") is None else
+                     f"; {f['ratio_to_bound']:.2f}x the optimizer alone, itself "
+                     f"{f['bound_to_floor']:.3f}x the floor")
+            lines.append(f"  target <= {FUSED_TARGET}x: {'met' if f['within_target'] else 'missed'}"
+                         f"{bound}")
+    return lines
 
 
 def dispatch_main(argv: list[str]) -> int:
@@ -342,6 +399,8 @@ def dispatch_main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--budget", type=float, default=0.01,
                    help="seconds per style per round (sets the calls per round)")
+    p.add_argument("--tiny", action="store_true",
+                   help="the MLP workloads at the MLP's tiny config (a smoke test)")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--record", action="store_true")
     p.add_argument("--results-dir", default="bench/results", help=argparse.SUPPRESS)
@@ -354,25 +413,12 @@ def dispatch_main(argv: list[str]) -> int:
     console = make_console()
     allocator = configure_allocator("torch" in args.impl)
     record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
-                          not args.no_progress)
+                          not args.no_progress, args.tiny)
     record["allocator"] = allocator
     for w in workloads:
         console.print(to_rich(dispatch_table(record, [w])))
-    for impl, per in record["summary"].items():
-        verdict = ", ".join(
-            f"{w}: {v['call']} {v['ratio_to_floor']:.2f}x floor, {v['ratio_to_own']:.2f}x own"
-            f"{'' if v['within_target'] else ' (misses vs floor)'}" for w, v in per.items())
-        console.print(f"{impl} fastest vs floor (target {TARGET_RATIO}x): {verdict}")
-        for w, v in per.items():
-            if "fused" in v:
-                f = v["fused"]
-                miss = "" if f["within_target"] else ", missed"
-                bound = ("" if f.get("ratio_to_bound") is None else
-                         f"; {f['ratio_to_bound']:.2f}x the optimizer update alone, which "
-                         f"itself takes {f['bound_to_floor']:.3f}x the floor")
-                console.print(f"{impl} {w}: {f['call']} per step {f['ratio_to_own']:.3f}x its own "
-                              f"program called once per step, {f['ratio_to_floor']:.3f}x the floor "
-                              f"(target <= {FUSED_TARGET}x{miss}){bound}")
+    for line in verdict_lines(record["summary"]):
+        console.print(line, highlight=False)
     for f in record["skipped_styles"]:
         console.print(f"not installed: {f['impl']} {f['call']}: {f['reason']}")
     save(record, args.json, args.results_dir if args.record else None, console)

@@ -14,6 +14,7 @@ from zoo.bench.peaks import device_info, versions
 
 SCHEMA = 2
 RESULTS_DIR = os.path.join("bench", "results")
+OWN = "own program, raw jax.jit"  # the call of a dispatch row timing a library's own program
 
 
 def record_base(kind: str) -> dict[str, Any]:
@@ -72,6 +73,24 @@ def record_name(record: dict[str, Any]) -> str:
     if record.get("malloc", {}).get("applied"):
         extra += "-malloc-keep"
     return f"{cfg['arch']}-{tag}-{cfg['dtype']}-{modes}{method}{prec}{extra}.json"
+
+
+def dispatch_results(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a dispatch record, each with its `role` and `impl` only where a library owns
+    it. Records written before roles named the floor and the bounds as pseudo-impls ("floor",
+    "bound") and gave every row a ratio to its own program (the floor's where none)."""
+    rows = record["results"]
+    if all("role" in r for r in rows):
+        return rows
+    own = {(r["impl"], r["workload"]) for r in rows if r["call"] == OWN}
+    upgraded = []
+    for r in rows:
+        pseudo = r["impl"] in ("floor", "bound")
+        role = r["impl"] if pseudo else "own" if r["call"] == OWN else "style"
+        has_own = (r["impl"], r["workload"]) in own
+        upgraded.append({**{k: v for k, v in r.items() if not (pseudo and k == "impl")},
+                         "role": role, "ratio_to_own": r["ratio_to_own"] if has_own else None})
+    return upgraded
 
 
 def _jsonable(o: Any) -> Any:

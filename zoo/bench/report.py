@@ -17,7 +17,7 @@ from typing import Any
 
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
 from zoo.bench.mesh import label as mesh_label
-from zoo.bench.records import host_load, is_loaded, record_name
+from zoo.bench.records import OWN, host_load, is_loaded, record_name
 from zoo.bench.spec import bench_archs
 from zoo.bench.tables import (
     call_label,
@@ -30,11 +30,12 @@ from zoo.bench.tables import (
 )
 from zoo.libraries import IMPLS, library
 
-ROW_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # rows that are no library
+ROLE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # dispatch rows of no library
 
 
-def _color(impl: str) -> str:
-    return library(impl).color if impl in IMPLS else ROW_COLORS.get(impl, "#999")
+def _color(impl: str | None, role: str | None = None) -> str:
+    """A library's colour; for rows of no library, their role's."""
+    return library(impl).color if impl in IMPLS else ROLE_COLORS.get(role, "#999")
 
 
 def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:
@@ -113,17 +114,16 @@ def plot_dispatch(record: dict[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 0.3 * len(keys) + 1.5),
                              sharey=True)
     axes = axes if len(workloads) > 1 else [axes]
-    labels = [f"{i}:{c}" if i != "floor" else "floor (raw jax.jit)" for i, c in keys]
-    labels = [lab.replace("own program, raw jax.jit", "own program (raw)") for lab in labels]
+    labels = [f"{impl or role}: {call.replace(OWN, 'own program (raw)')}"
+              for role, impl, call in keys]
     for ax, w in zip(axes, workloads, strict=True):
-        vals = [by[(i, c, w)]["time"]["median_s"] * 1e6 if (i, c, w) in by else 0
-                for i, c in keys]
-        ax.barh(labels, vals, color=[_color(i) for i, _ in keys])
+        vals = [by[(*k, w)]["time"]["median_s"] * 1e6 if (*k, w) in by else 0 for k in keys]
+        ax.barh(labels, vals, color=[_color(impl, role) for role, impl, _ in keys])
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-        floor = by.get(("floor", keys[0][1], w)) if keys and keys[0][0] == "floor" else None
-        if floor is not None:
-            ax.axvline(floor["time"]["median_s"] * 1e6, color="#555", lw=0.8, ls="--")
+        for (role, _, _), value in zip(keys, vals, strict=True):
+            if role == "floor" and value:
+                ax.axvline(value, color="#555", lw=0.8, ls="--")
         ax.set_title(record["config"]["workloads"][w], fontsize=9)
         ax.set_xlabel("µs per call (median, log)")
         ax.invert_yaxis()

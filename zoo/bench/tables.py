@@ -17,7 +17,7 @@ from zoo.bench.display import (
     time_unit,
 )
 from zoo.bench.mesh import label as mesh_label
-from zoo.bench.records import host_load, is_loaded
+from zoo.bench.records import dispatch_results, host_load, is_loaded
 
 
 @dataclass(frozen=True)
@@ -233,20 +233,22 @@ def model_table(record: dict[str, Any], mode: str, *, wide: bool = False) -> Tab
 
 
 # --------------------------------------------------------------------------- dispatch records
-def dispatch_index(record: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], dict]:
-    """Workloads, `(impl, call)` styles in recorded order, and results by (impl, call, workload).
-    """
+def dispatch_index(record: dict[str, Any]) -> tuple[list[str], list[tuple], dict]:
+    """Workloads, row keys `(role, impl, call)` in recorded order, and results by `(role, impl,
+    call, workload)` (`impl` None for the floor and the bounds; older records upgraded)."""
     workloads = list(record["config"]["workloads"])
-    keys: list[tuple[str, str]] = []
-    for r in record["results"]:
-        if (r["impl"], r["call"]) not in keys:
-            keys.append((r["impl"], r["call"]))
-    by = {(r["impl"], r["call"], r["workload"]): r for r in record["results"]}
+    keys: list[tuple] = []
+    by = {}
+    for r in dispatch_results(record):
+        key = (r["role"], r.get("impl"), r["call"])
+        if key not in keys:
+            keys.append(key)
+        by[(*key, r["workload"])] = r
     return workloads, keys, by
 
 
 def dispatch_table(record: dict[str, Any], workloads: list[str] | None = None) -> Table:
-    """µs per call, × floor and × own per workload, one row per (impl, call style); the
+    """µs per call, × floor and × own per workload, one row per (impl or role, call style); the
     terminal draws one table per workload (`workloads=[w]`) to fit 80 columns."""
     every, keys, by = dispatch_index(record)
     workloads = every if workloads is None else workloads
@@ -256,15 +258,16 @@ def dispatch_table(record: dict[str, Any], workloads: list[str] | None = None) -
     title = (f"dispatch, {workloads[0]}: " if len(workloads) == 1 else "dispatch: ")
     table = Table(title + f"µs per step (median), ratio to the floor and to the library's own "
                   f"program called raw, {record['device']['name']}", cols)
-    for impl, call in keys:
+    for role, impl, call in keys:
         cells = []
         for w in workloads:
-            r = by.get((impl, call, w))
+            r = by.get((role, impl, call, w))
             cells += (["-", "-", "-"] if r is None else
                       [f"{r['time']['median_s'] * 1e6:.1f}", f"{r['ratio_to_floor']:.2f}",
-                       "" if impl in ("floor", "torch", "bound") else f"{r['ratio_to_own']:.2f}"])
-        idiom = " (idiomatic)" if by.get((impl, call, every[0]), {}).get("idiomatic") else ""
-        table.add([impl, call + idiom, *cells])
+                       "" if r["ratio_to_own"] is None else f"{r['ratio_to_own']:.2f}"])
+        first = next(r for w in every if (r := by.get((role, impl, call, w))) is not None)
+        idiom = " (idiomatic)" if first.get("idiomatic") else ""
+        table.add([impl or role, call + idiom, *cells])
     return table
 
 
