@@ -511,3 +511,43 @@ def test_python_blocks(path, tmp_path, monkeypatch, checkpoint):
         for example in examples:
             with contextlib.suppress(unittest.SkipTest):
                 _warned(example)
+
+
+# --------------------------------------------------------------------------- bad input
+# An option -> a value every documented command that takes it refuses.
+BAD: dict[str, str] = {
+    "--impl": "jax", "--preset": "nope", "--workload": "nope", "--mode": "nope",
+    "--method": "nope", "--dtype": "float8", "--precision": "nope", "--strategy": "nope",
+    "--mesh": "0", "--xla-cpu-flags": "--xla_nope", "--rounds": "0", "--repeat": "0",
+    "--batch": "0", "--steps": "0", "--steps-per-call": "0", "--torch-threads": "0",
+    "--budget": "-1", "--budget-min": "0", "--sizes": "nope", "--only": "nope",
+    "--scratch": "no/such/folder", "--results": "no/such/folder", "--arch": "nope",
+    "--config": "{", "--to": "nope", "--cast": "float8", "--weights": "nope",
+    "--num-classes": "x", "--image-size": "x", "--in-channels": "x", "--shard-size": "x",
+}
+
+
+def bad_inputs(placed: Placed) -> list[list[str]]:
+    """The form with an unknown option, with each BAD value it can take, and with its sources
+    missing."""
+    argv, missing = placed.argvs[0], set(sources(placed))
+    cases = [[*argv, "--no-such-option"]]
+    cases += [[*argv[:i + 1], BAD[a], *argv[i + 2:]] for i, a in enumerate(argv[:-1])
+              if a in BAD]
+    if missing:
+        cases.append([f"missing_{a}" if a in missing else a for a in argv])
+    return cases
+
+
+@pytest.mark.parametrize("form", [pytest.param(f, id=_id(f)) for f in FORMS])
+def test_documented_command_refuses_bad_input(form, command_env, monkeypatch, capsys):
+    """Bad input to a documented command is one `error:` line, exit 2, before any work."""
+    placed = place(form)
+    if placed.work:
+        module, name = placed.work.split(":")
+        monkeypatch.setattr(importlib.import_module(module), name,
+                            lambda *a, **k: pytest.fail(f"{placed.work} started"))
+    for argv in bad_inputs(placed):
+        code, out, err = in_process(placed.module, argv, capsys)
+        assert (code, err.count("\n")) == (2, 1) and err.startswith("error: "), (
+            f"python -m {placed.module} {shlex.join(argv)}: exit {code}\n{out}{err}")

@@ -22,13 +22,13 @@ time and says what is left. `--quick` runs the same kinds of entry on the tiny p
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import zoo
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
+from zoo.cli import ArgumentParser, positive_float, positive_int
 
 # Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
 # host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
@@ -137,15 +137,14 @@ def matrix_main(argv: list[str]) -> int:
     from zoo.bench.accel import configure_allocator
     from zoo.bench.display import make_console
 
-    p = argparse.ArgumentParser(prog="python -m zoo.bench matrix",
-                                description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m zoo.bench matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, metavar="DIR",
                    help="records go to DIR/<device>/ (bench/results for the committed ones)")
     p.add_argument("--quick", action="store_true",
                    help="tiny presets, no torch.compile, 2 timed steps (CPU CI)")
-    p.add_argument("--repeat", type=int, default=None,
+    p.add_argument("--repeat", type=positive_int, default=None,
                    help="timed steps per call style (default 2 quick, 20 full)")
-    p.add_argument("--budget-min", type=float, default=None,
+    p.add_argument("--budget-min", type=positive_float, default=None,
                    help="skip entries that would end after this many minutes (default 9; "
                         "none with --quick)")
     p.add_argument("--only", default=None,

@@ -29,7 +29,7 @@ from jax import lax
 
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
-from zoo.cli import ArgumentParser
+from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
@@ -307,13 +307,12 @@ def xla_cpu_main(argv: list[str]) -> int:
     p = ArgumentParser(prog="python -m zoo.bench xla-cpu",
                        description="minimal reproductions of XLA:CPU's limits")
     p.add_argument("--only", default=",".join(names), help=f"comma list of {', '.join(names)}")
-    p.add_argument("--rounds", type=int, default=10, help="timed rounds (default 10)")
+    p.add_argument("--rounds", type=positive_int, default=10, help="timed rounds (default 10)")
     args = p.parse_args(argv)
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(only) - set(names))
-    if unknown or args.rounds < 1:
-        p.error(f"unknown --only {unknown} (use {', '.join(names)})" if unknown
-                else f"--rounds {args.rounds}: must be >= 1")
+    if unknown:
+        p.error(f"unknown --only {unknown} (use {', '.join(names)})")
     if not backend_started():  # XLA:CPU's facts, whatever accelerator the machine has
         jax.config.update("jax_platforms", "cpu")
     elif jax.default_backend() != "cpu":
