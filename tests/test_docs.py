@@ -94,7 +94,8 @@ FORMS = shown(COMMAND)
 # -> the value the suite runs, as shell words (of a set of alternatives, the first is run).
 PLACEHOLDERS: dict[str, str] = {
     "SRC": "model.pt", "DST": "out", "ARCH": "cnn", "P": "tiny", "PRESET": "convt-256-cpu",
-    "JSON_OR_FILE": """'{"batch_norm": true}'""", "DTYPE": "float32", "SIZE": "100MB", "N": "2",
+    "JSON_OR_FILE": """'{"arch": "cnn", "batch_norm": true}'""", "DTYPE": "float32",
+    "SIZE": "100MB", "N": "2",
     "H,W": "28,28", "C": "1", "S": "0", "DIR": "results", "PATH": "out.json", "M": "9",
     "NAME,...": "concatenate", "--impl ...": "--impl all", "--method ...": "--method phase",
     "breakdown ...": "breakdown vit", "/big/disk": ".",
@@ -181,10 +182,10 @@ FILES: dict[str, Callable[[Path], None]] = {
 @dataclass(frozen=True)
 class Way:
     """How the forms matching `pattern` (a regex on the form as documented or as `expand`ed)
-    run: `append`ed
-    flags shorten them (argparse keeps an option's last value, so they override the documented
-    ones; `{root}` is the repository), or `parse` only: up to where the work would start
-    (WORK); in a `fresh` interpreter; expecting exit `status`."""
+    run, and `why`: `append`ed flags shorten them (argparse keeps an option's last value, so
+    they override the documented ones; `{root}` is the repository), or they `parse` only, up
+    to where their work would start (WORK); in a `fresh` interpreter; expecting exit
+    `status`."""
 
     pattern: str
     why: str = ""
