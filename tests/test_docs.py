@@ -41,8 +41,9 @@ from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKDOWN = sorted(p for p in ROOT.rglob("*.md")
-                  if not any(part.startswith(".") for part in p.relative_to(ROOT).parts))
+NOT_DOCS = {"build", "dist", "node_modules", "site-packages"}  # and hidden folders
+MARKDOWN = sorted(p for p in ROOT.rglob("*.md") if not any(
+    part.startswith(".") or part in NOT_DOCS for part in p.relative_to(ROOT).parts))
 COMMAND = re.compile(r"python -m (?:zoo\.bench|converters)\b")
 PIP = re.compile(r"pip install\b")
 
