@@ -23,9 +23,10 @@ random input before anything is written (unless --no-verify).
 
 Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or written (the
 message names each offending key; `inspect` when it reports that the checkpoint does not load),
-2 on a usage error (bad arguments, --config, DST that is the source or named for another
-format). Every failure is one ``error: ...`` line (the usage only with --help); tracebacks only
-with --debug. A DST with an extension unusual for its format gets one ``warning: ...`` line.
+2 on a usage error (bad arguments, --arch, --config, a SRC that does not exist, DST that is
+the source or named for another format: refused before the source is read). Every failure is
+one ``error: ...`` line (the usage only with --help); tracebacks only with --debug. A DST with
+an extension unusual for its format gets one ``warning: ...`` line.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 import threading
 import warnings
@@ -375,7 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = contextlib.nullcontext() if args.debug else quiet_libraries()
     try:
         with quiet, warning_lines(errors), detecting_once():
+            parse_config(args.arch, args.config)  # an unknown --arch, a bad --config
             _fetch_source(args, console)
+            if not os.path.exists(args.src):
+                raise UsageError(f"{args.src}: no such file or directory")
             return (_convert if args.command == "convert" else _inspect)(args, console)
     except (UsageError, ConfigError) as e:
         if args.debug:

@@ -581,7 +581,7 @@ def test_steps_per_call_and_xla_flags_bad_input(capsys):
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
         assert e.value.code == 2
-    assert "--steps-per-call: expected a positive int" in capsys.readouterr().err.replace(
+    assert "--steps-per-call: expected an int >= 1" in capsys.readouterr().err.replace(
         "argument ", "")
     assert xla_flags.resolve("onednn") == xla_flags.PRESETS["onednn"]
     assert xla_flags.resolve(" --xla_cpu_use_xnnpack=true ") == "--xla_cpu_use_xnnpack=true"

@@ -74,12 +74,14 @@ def test_breakdown_command(capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["mlp", "--impl", "jax"], "unknown --impl ['jax']"),
     (["mlp", "--preset", "nope"], "no preset 'nope'"),
-    (["mlp", "--steps", "0"], "--steps 0: must be >= 1"),
-    (["mlp", "--torch-threads", "0"], "--torch-threads 0: must be >= 1"),
-    (["mlp", "--batch", "-1"], "--batch -1: must be >= 1"),
+    (["mlp", "--steps", "0"], "--steps: expected an int >= 1, got '0'"),
+    (["mlp", "--torch-threads", "0"], "--torch-threads: expected an int >= 1, got '0'"),
+    (["mlp", "--batch", "-1"], "--batch: expected an int >= 1, got '-1'"),
     (["nope"], "unknown benchmark subject 'nope'"),
 ])
 def test_breakdown_bad_input(capsys, argv, message):
-    assert main(["breakdown", *argv]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["breakdown", *argv])
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert e.value.code == 2 and err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1

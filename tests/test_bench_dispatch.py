@@ -15,12 +15,15 @@ from zoo.bench.options import parse_impls
 from zoo.bench.records import dispatch_results
 from zoo.bench.tables import dispatch_table
 
+QUICK_IMPL = "eqx"  # --quick runs every workload with this library alone
 COMMITTED = Path(__file__).resolve().parents[1] / "bench" / "results" / "cpu" / "dispatch.json"
 
 
-@pytest.mark.parametrize("impl", ["all", *zoo.IMPLS])
+@pytest.mark.parametrize("impl", [pytest.param(i, marks=() if i == QUICK_IMPL else (
+    pytest.mark.full_only,)) for i in zoo.IMPLS])
 def test_every_workload_runs_and_records(impl, tmp_path, capsys):
-    """One round of every workload (the MLP at its tiny config): one floor row per workload, a
+    """One round of every workload with each library alone (`--impl all`: the docs' command,
+    tests/test_docs.py), the MLP at its tiny config: one floor row per workload, a
     bound row for training only, an own row per JAX library; only library rows name an impl."""
     path = tmp_path / "dispatch.json"
     assert cli.main(["dispatch", "--impl", impl, "--tiny", "--rounds", "1", "--budget", "0.0002",

@@ -93,9 +93,10 @@ def test_report_without_records_fails_and_writes_nothing(tmp_path, missing, caps
     if not missing:
         results.mkdir()
     readme = tmp_path / "README.md"
-    assert cli.main(["report", "--results", str(results), "--readme", str(readme),
-                     "--plots", str(tmp_path / "plots")]) == 1
-    assert not readme.exists()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", "--results", str(results), "--readme", str(readme),
+                  "--plots", str(tmp_path / "plots")])
+    assert e.value.code == 2 and not readme.exists()
     err = capsys.readouterr().err
     assert "no benchmark records" in err and str(results) in err and "wrote" not in err
 

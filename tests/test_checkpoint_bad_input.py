@@ -107,7 +107,7 @@ def test_empty_file_and_garbage(tmp_path, capsys):
           "cannot detect the format")
     fails(capsys, ["inspect", str(tmp_path / "empty.pt")], "empty file")
     fails(capsys, convert(tmp_path / "missing.pt", tmp_path / "o.eqx", "eqx"),
-          "no such file")
+          "no such file", code=2)
 
 
 def test_directory_that_is_not_a_checkpoint(sources, tmp_path, capsys):

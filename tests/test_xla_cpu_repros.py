@@ -65,7 +65,7 @@ def test_command_prints_a_reproduction(capsys):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--only", "concatenate,bogus"], "unknown --only ['bogus']"),
-    (["--rounds", "0"], "--rounds 0: must be >= 1"),
+    (["--rounds", "0"], "--rounds: expected an int >= 1, got '0'"),
 ])
 def test_command_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

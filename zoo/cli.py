@@ -1,8 +1,9 @@
-"""What the command lines share: argument errors as one line."""
+"""What the command lines share: argument errors as one line, numbers checked when parsed."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -12,3 +13,26 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def bounded(kind: type[int] | type[float], low: float, *, strict: bool = False
+            ) -> Callable[[str], int | float]:
+    """argparse type: a number of `kind` at least `low` (above it when `strict`)."""
+    what = f"{'an int' if kind is int else 'a number'} {'>' if strict else '>='} {low:g}"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (strict and value == low) or value != value:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+positive_int = bounded(int, 1)
+non_negative_int = bounded(int, 0)
+positive_float = bounded(float, 0, strict=True)
+non_negative_float = bounded(float, 0)

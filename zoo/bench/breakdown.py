@@ -11,18 +11,18 @@ Shares of a step are printed: unlike absolute times they survive a loaded machin
 
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import gzip
 import json
 import os
 import re
-import sys
 import tempfile
 from typing import Any
 
 import jax
+
+from zoo.cli import ArgumentParser, positive_int
 
 IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
 # First match wins: a fusion holding a convolution is a convolution, whatever else it holds.
@@ -151,32 +151,28 @@ def breakdown_main(argv: list[str]) -> int:
     from zoo.bench.styles import torch_eager
     from zoo.bench.subjects import Subject, build_config, build_models, make_task
 
-    p = argparse.ArgumentParser(prog="python -m zoo.bench breakdown",
-                                description="share of one step's time per op category")
+    p = ArgumentParser(prog="python -m zoo.bench breakdown",
+                       description="share of one step's time per op category")
     p.add_argument("arch")
     p.add_argument("--preset", default=None)
-    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--batch", type=positive_int, default=None)
     p.add_argument("--impl", default="nnx,torch", help="comma list of eqx,linen,nnx,torch")
     p.add_argument("--mode", choices=("forward", "train"), default="train")
-    p.add_argument("--steps", type=int, default=5, help="profiled steps (after 2 warm-ups)")
-    p.add_argument("--torch-threads", type=int, default=None, metavar="N",
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="profiled steps (after 2 warm-ups)")
+    p.add_argument("--torch-threads", type=positive_int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (with `taskset -c 0` and N=1: one core each)")
     args = p.parse_args(argv)
     try:
         preset = find_preset(args.preset, args.arch) if args.preset else None
         config = build_config(args.arch, dict(preset.config) if preset else {}, "auto")
     except (PresetError, ValueError) as err:
-        print(f"breakdown: {err}", file=sys.stderr)
-        return 2
+        p.error(str(err))
     impls = tuple(args.impl.split(","))
     unknown = sorted(set(impls) - set(IMPLS))
+    if unknown:
+        p.error(f"unknown --impl {unknown} (use {', '.join(IMPLS)})")
     threads = args.torch_threads
-    bad = [f"--{name.replace('_', '-')} {value}" for name in ("batch", "steps", "torch_threads")
-           if (value := getattr(args, name)) is not None and value < 1]
-    if unknown or bad:
-        print(f"breakdown: unknown --impl {unknown} (use {', '.join(IMPLS)})" if unknown
-              else f"breakdown: {bad[0]}: must be >= 1", file=sys.stderr)
-        return 2
     if threads is not None and "torch" in impls:
         import torch
 

@@ -12,6 +12,7 @@ from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
 from zoo.bench.xla_flags import apply as apply_xla_flags
+from zoo.cli import ArgumentParser
 from zoo.malloc import keep_freed_memory
 
 EXIT_UNFAIR = 3
@@ -70,6 +71,8 @@ def presets_main(argv: list[str]) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    ArgumentParser(prog="python -m zoo.bench presets",
+                   description="the named shapes of every subject").parse_args(argv)
     table = Table(title="presets: python -m zoo.bench ARCH --preset NAME", title_justify="left",
                   expand=True)
     table.add_column("arch", no_wrap=True)

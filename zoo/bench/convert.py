@@ -273,6 +273,8 @@ def convert_main(argv: list[str]) -> int:
         targets = _names(args.targets, FORMATS, "targets")
     except ValueError as e:
         p.error(str(e))
+    if not os.path.isdir(args.scratch):
+        p.error(f"--scratch {args.scratch}: no such folder")
     record = record_base("convert")
     record["targets"] = {"rss": f"<= {RSS_FACTOR} x checkpoint + {RSS_SLACK / GB} GB",
                          "wall": f"<= {WALL_FACTOR} x floor"}

@@ -58,6 +58,7 @@ from zoo.bench.records import OWN, record_base, save
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, round_orders, settle, summarize
+from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.libraries import library
 from zoo.registry import Architecture
 
@@ -391,13 +392,13 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def dispatch_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m zoo.bench dispatch",
-                                description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m zoo.bench dispatch",
+                       description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", default="all", type=parse_impls)
     p.add_argument("--workload", default=",".join(WORKLOADS),
                    help=f"comma list of {list(WORKLOADS)}")
-    p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--budget", type=float, default=0.01,
+    p.add_argument("--rounds", type=positive_int, default=100)
+    p.add_argument("--budget", type=positive_float, default=0.01,
                    help="seconds per style per round (sets the calls per round)")
     p.add_argument("--tiny", action="store_true",
                    help="the MLP workloads at the MLP's tiny config (a smoke test)")

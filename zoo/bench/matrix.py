@@ -29,6 +29,7 @@ from typing import Any
 
 import zoo
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
+from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
 from zoo.libraries import IMPLS, JAX_IMPLS
 
@@ -331,16 +332,15 @@ def measured_times(directory: str) -> dict[str, float]:
 def matrix_main(argv: list[str]) -> int:
     from zoo.bench.accel import configure_allocator
     from zoo.bench.display import make_console
-    from zoo.cli import ArgumentParser
 
     p = ArgumentParser(prog="python -m zoo.bench matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, metavar="DIR",
                    help="records go to DIR/<device>/ (bench/results for the committed ones)")
     p.add_argument("--quick", action="store_true",
                    help="tiny presets, no torch.compile, 2 timed steps (CPU CI)")
-    p.add_argument("--repeat", type=int, default=None,
+    p.add_argument("--repeat", type=positive_int, default=None,
                    help="timed steps per call style (default 2 quick, 20 full)")
-    p.add_argument("--budget-min", type=float, default=None,
+    p.add_argument("--budget-min", type=positive_float, default=None,
                    help="skip entries that would end after this many minutes (default 9; "
                         "none with --quick)")
     p.add_argument("--only", default=None,

@@ -13,7 +13,12 @@ from zoo import precision as policy
 from zoo.bench.mesh import MeshError, parse_mesh
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
-from zoo.cli import ArgumentParser
+from zoo.cli import (
+    ArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
 from zoo.sharding import STRATEGIES
@@ -54,16 +59,6 @@ def parse_impls(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"{missing} not installed (PyTorch missing?)")
     return impls
 
-
-def positive_int(value: str) -> int:
-    """argparse type: an int >= 1."""
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}")
-    return n
 
 
 def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = False,
@@ -114,7 +109,7 @@ def bench_parser() -> argparse.ArgumentParser:
                         "or both (default: the preset's modes, else both)")
     p.add_argument("--call", default="default",
                    help="default | idiomatic | all | comma list of call styles (see below)")
-    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--batch", type=positive_int, default=None)
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None)
     p.add_argument("--preset", default=None, help="named shape (python -m zoo.bench presets)")
     p.add_argument("--config", default=None, metavar="JSON",
@@ -128,11 +123,11 @@ def bench_parser() -> argparse.ArgumentParser:
                         "on recent GPUs), high, highest (full float32); outputs are first "
                         "checked strictly at highest, then at this precision")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeat", type=int, default=20, help="timed steps per call style")
-    p.add_argument("--rounds", type=int, default=5,
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument("--repeat", type=positive_int, default=20, help="timed steps per call style")
+    p.add_argument("--rounds", type=positive_int, default=5,
                    help="the timed steps run in this many rounds, interleaved across styles")
-    p.add_argument("--settle", type=float, default=50.0, metavar="MS",
+    p.add_argument("--settle", type=non_negative_float, default=50.0, metavar="MS",
                    help="untimed calls of a style for this long before each of its rounds, so "
                         "that it is timed in its steady state, not in the wake of the style "
                         "before it (default 50)")
@@ -154,7 +149,7 @@ def bench_parser() -> argparse.ArgumentParser:
                         "(no page faults for each call's fresh buffers; zoo.malloc; "
                         "recorded); system: glibc's defaults")
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
-    p.add_argument("--torch-threads", type=int, default=None, metavar="N",
+    p.add_argument("--torch-threads", type=positive_int, default=None, metavar="N",
                    help="torch.set_num_threads(N) (default: PyTorch's own choice)")
     p.add_argument("--mesh", default=None, metavar="N|DxM",
                    help="time the sharded step of every JAX library on N devices (a data axis) "

@@ -7,12 +7,10 @@ time per step and of the dispatch overhead (matplotlib, Agg backend).
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import re
-import sys
 from typing import Any
 
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
@@ -28,6 +26,7 @@ from zoo.bench.tables import (
     precision_label,
     to_markdown,
 )
+from zoo.cli import ArgumentParser
 from zoo.libraries import IMPLS, library
 
 ROLE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # dispatch rows of no library
@@ -362,7 +361,7 @@ def render(results_dir: str, readme: str, plots_dir: str) -> str:
 
 
 def report_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m zoo.bench report", description=__doc__)
+    p = ArgumentParser(prog="python -m zoo.bench report", description=__doc__)
     p.add_argument("--results", default=os.path.join("bench", "results"))
     p.add_argument("--readme", default=os.path.join("bench", "README.md"))
     p.add_argument("--plots", default=os.path.join("bench", "plots"))
@@ -370,7 +369,6 @@ def report_main(argv: list[str]) -> int:
     try:
         render(args.results, args.readme, args.plots)
     except FileNotFoundError as e:
-        print(f"zoo.bench report: {e}; nothing written", file=sys.stderr)
-        return 1
+        p.error(f"{e}; nothing written")
     print(f"wrote {args.readme} and plots in {args.plots}/")
     return 0

@@ -12,7 +12,6 @@ ratio (float32, default precision).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -30,6 +29,7 @@ from jax import lax
 
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
+from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
@@ -283,36 +283,39 @@ REPROS: tuple[Repro, ...] = (
 )
 
 
-def xla_cpu_main(argv: list[str]) -> int:
+def run_repros(names: list[str], rounds: int, console: Any) -> None:
+    """Run the reproductions `names`, one table each."""
     from rich.table import Table
 
-    from zoo.bench.display import make_console
-
-    names = [r.name for r in REPROS]
-    p = argparse.ArgumentParser(prog="python -m zoo.bench xla-cpu",
-                                description="minimal reproductions of XLA:CPU's limits")
-    p.add_argument("--only", default=",".join(names), help=f"comma list of {', '.join(names)}")
-    p.add_argument("--rounds", type=int, default=10, help="timed rounds (default 10)")
-    args = p.parse_args(argv)
-    only = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = sorted(set(only) - set(names))
-    if unknown or args.rounds < 1:
-        p.error(f"unknown --only {unknown} (use {', '.join(names)})" if unknown
-                else f"--rounds {args.rounds}: must be >= 1")
-    if not backend_started():  # XLA:CPU's facts, whatever accelerator the machine has
-        jax.config.update("jax_platforms", "cpu")
-    elif jax.default_backend() != "cpu":
-        p.error(f"JAX already runs on {jax.default_backend()}; run with JAX_PLATFORMS=cpu")
-    console = make_console()
     console.print(f"jax {jax.__version__}, {jax.default_backend()}, load average "
                   f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}", highlight=False)
-    for repro in (r for r in REPROS if r.name in only):
+    for repro in (r for r in REPROS if r.name in names):
         table = Table(title=f"{repro.name}: {repro.claim}", title_justify="left",
                       caption=f"upstream: {repro.upstream}", caption_justify="left",
                       expand=True, show_header=False)
         table.add_column("measure", ratio=3)
         table.add_column("value", ratio=2)
-        for measure, value in repro.run(args.rounds):
+        for measure, value in repro.run(rounds):
             table.add_row(measure, value)
         console.print(table)
+
+
+def xla_cpu_main(argv: list[str]) -> int:
+    from zoo.bench.display import make_console
+
+    names = [r.name for r in REPROS]
+    p = ArgumentParser(prog="python -m zoo.bench xla-cpu",
+                       description="minimal reproductions of XLA:CPU's limits")
+    p.add_argument("--only", default=",".join(names), help=f"comma list of {', '.join(names)}")
+    p.add_argument("--rounds", type=positive_int, default=10, help="timed rounds (default 10)")
+    args = p.parse_args(argv)
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        p.error(f"unknown --only {unknown} (use {', '.join(names)})")
+    if not backend_started():  # XLA:CPU's facts, whatever accelerator the machine has
+        jax.config.update("jax_platforms", "cpu")
+    elif jax.default_backend() != "cpu":
+        p.error(f"JAX already runs on {jax.default_backend()}; run with JAX_PLATFORMS=cpu")
+    run_repros(only, args.rounds, make_console())
     return 0

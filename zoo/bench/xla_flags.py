@@ -91,9 +91,10 @@ def apply(value: str) -> str:
 
 def xla_flags_main(argv: list[str]) -> int:
     """`python -m zoo.bench xla-flags`: the presets and whether this XLA accepts their flags."""
-    if argv:
-        print(f"python -m zoo.bench xla-flags takes no arguments, got {argv}", file=sys.stderr)
-        return 2
+    from zoo.cli import ArgumentParser
+
+    ArgumentParser(prog="python -m zoo.bench xla-flags",
+                   description="the XLA:CPU flag presets, each flag probed").parse_args(argv)
     import jax
 
     print(f"jax {jax.__version__}: XLA:CPU flag presets (--xla-cpu-flags NAME)")
