@@ -39,6 +39,7 @@ from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 import zoo
+from zoo.hub import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_DOCS = {"build", "dist", "node_modules", "site-packages"}  # and hidden folders
@@ -99,7 +100,8 @@ PLACEHOLDERS: dict[str, str] = {
     "SIZE": "100MB", "N": "2",
     "H,W": "28,28", "C": "1", "S": "0", "DIR": "results", "PATH": "out.json", "M": "9",
     "NAME,...": "concatenate", "--impl ...": "--impl all", "--method ...": "--method phase",
-    "breakdown ...": "breakdown vit", "/big/disk": ".",
+    "breakdown ...": "breakdown vit", "/big/disk": ".", "PARTS": "convt",
+    "SOURCE ...": "hf-hub:timm/resnet50.a1_in1k out --to nnx",
 }
 
 
@@ -206,6 +208,10 @@ WAYS: list[Way] = [
     Way(r"\[--|\{\w+,", "a usage synopsis: every option it lists parses", parse=True),
     Way(r"--torch-compile", "torch.compile takes minutes on a CPU", parse=True),
     Way(r"zoo\.bench matrix", "the whole matrix: minutes, even --quick", parse=True),
+    Way(r"zoo\.bench gpu", "the GPU run; its --dry-run (2 minutes) runs in test_bench_gpu.py",
+        parse=True),
+    Way(r"converters (convert|inspect) hf-hub:", "reads the Hub; the pretrained tests read a "
+        "cache they lay out", parse=True),
     Way(r"zoo\.bench xla-cpu", "the reproductions need their sizes: 40 s at one round",
         parse=True),
     Way(r"convt-wgrad |--mesh 4x2", "GPU-sized", parse=True),
@@ -237,6 +243,9 @@ WORK: dict[str, str] = {
     "python -m zoo.bench convert": "zoo.bench.convert:run_size",
     "python -m zoo.bench dispatch": "zoo.bench.dispatch:run_dispatch",
     "python -m zoo.bench matrix": "zoo.bench.matrix:run_entry",
+    "python -m zoo.bench gpu": "zoo.bench.gpu:require_backend",
+    "python -m converters convert hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
+    "python -m converters inspect hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m zoo.bench report": "zoo.bench.report:render",
     "python -m zoo.bench xla-cpu": "zoo.bench.xla_cpu:run_repros",
     "python -m zoo.bench": "zoo.bench.runner:run",
@@ -312,6 +321,8 @@ def sources(placed: Placed) -> list[str]:
     from converters.__main__ import _parser
 
     src = _parser().parse_args(placed.short).src
+    if src.startswith(Source.PREFIXES):  # a Hub source: no file of the suite's
+        return []
     if src not in FILES:
         raise Unplaced(f"`{placed.form}` reads {src}: add a builder to FILES in "
                        f"{Path(__file__).name}")

@@ -630,6 +630,17 @@ def gpu_parser() -> ArgumentParser:
     return p
 
 
+def require_backend(dry: bool, parser: ArgumentParser) -> None:
+    """Start JAX's backend in this process (a probe: no preallocation) and refuse a real run
+    where it is no GPU, in one line."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    if not dry and jax.default_backend() != "gpu":
+        parser.error(f"JAX sees no GPU (backend {jax.default_backend()}); on a CPU, check the "
+                     f"command with: {COMMAND} --dry-run")
+
+
 def gpu_main(argv: list[str]) -> int:
     parser = gpu_parser()
     args = parser.parse_args(argv)
@@ -643,15 +654,10 @@ def gpu_main(argv: list[str]) -> int:
         return worker_main(args)
     start = time.time()
     env = dict(os.environ)  # the children configure their own allocator
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # this process: a probe
-    import jax
-
+    require_backend(args.dry_run, parser)
     from zoo.bench.display import make_console
     from zoo.bench.peaks import device_slug
 
-    if not args.dry_run and jax.default_backend() != "gpu":
-        parser.error(f"JAX sees no GPU (backend {jax.default_backend()}); on a CPU, check the "
-                     f"command with: {COMMAND} --dry-run")
     root = project_root()
     out = os.path.abspath(args.out or (tempfile.mkdtemp(prefix="zoo-gpu-dry-run-")
                                        if args.dry_run else root / "bench" / "results"))
