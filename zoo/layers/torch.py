@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["DropPath"]
+import canonical
+
+__all__ = ["DropPath", "GlobalResponseNorm", "LayerNorm2d"]
 
 
 class DropPath(nn.Module):
@@ -41,3 +44,38 @@ class DropPath(nn.Module):
 
     def extra_repr(self) -> str:
         return f"rate={self.rate}"
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """timm's `LayerNorm2d`: a LayerNorm over the channels of an `(N, C, H, W)` map (the
+    `layer_norm` kind, as every `nn.LayerNorm`); eps 1e-6 by default, as timm's."""
+
+    def __init__(self, num_channels: int, eps: float = 1e-6, **kwargs) -> None:
+        super().__init__(num_channels, eps=eps, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 2, 3, 1)
+        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class GlobalResponseNorm(nn.Module):
+    """timm's `GlobalResponseNorm` (ConvNeXt V2), the same computation: `weight`, `bias` of
+    the channels (zeros at first); channels last `(N, H, W, C)` or first `(N, C, H, W)`."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, channels_last: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.spatial_dim, self.channel_dim, self.wb_shape = (
+            ((1, 2), -1, (1, 1, 1, -1)) if channels_last else ((2, 3), 1, (1, -1, 1, 1)))
+        self.weight = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_g = x.norm(p=2, dim=self.spatial_dim, keepdim=True)
+        x_n = x_g / (x_g.mean(dim=self.channel_dim, keepdim=True) + self.eps)
+        return x + torch.addcmul(self.bias.view(self.wb_shape), self.weight.view(self.wb_shape),
+                                 x * x_n)
+
+
+canonical.register_class("global_response_norm", "torch", GlobalResponseNorm)
