@@ -1,17 +1,16 @@
-"""ConvNeXt (v1, v2): timm's names, shapes and parameter counts for every named model, and
-timm's function in every library, in evaluation and in training (drop path on, the masks
-matched), with timm's gradients.
+"""ConvNeXt (v1, v2): timm's names, shapes and parameter counts for every named model, and timm's
+function in every library, in evaluation and in training (drop path on, the masks matched), with
+timm's gradients.
 
 `tests/fixtures/named_timm_convnext.json` holds every name's state_dict keys, shapes and
 parameter count as timm builds them (on PyTorch's meta device: no weights); regenerate it with
 `python -m tests.test_convnext`. Two reduced-depth models taking every path of a block (the MLP
 as Linear layers or 1x1 convolutions, GRN, layer scale) with every array perturbed, and one
-full-depth model (convnext_atto), are compared with timm's own models on the same weights. In training, timm's
-`DropPath` draws from PyTorch's generator: each JAX library's masks (computed from the key it
-was given, `zoo.layers.drop_path`) are handed to timm's blocks through the zoo's PyTorch
-`DropPath`, which computes timm's `drop_path` given a mask (`test_drop_path.py` pins it, and
-the zoo's PyTorch model equals timm's under the same seed here).
-"""
+full-depth model (convnext_atto), are compared with timm's own models on the same weights. In
+training, timm's `DropPath` draws from PyTorch's generator: each JAX library's masks (computed
+from the key it was given, `zoo.layers.drop_path`) are handed to timm's blocks through the zoo's
+PyTorch `DropPath`, which computes timm's `drop_path` given a mask (`test_drop_path.py` pins it,
+and the zoo's PyTorch model equals timm's under the same seed here)."""
 
 from __future__ import annotations
 
