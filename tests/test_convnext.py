@@ -320,5 +320,97 @@ def test_adapts_as_timm(tmp_path):
             np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-6, atol=1e-7, err_msg=k)
 
 
+# --------------------------------------------------------------------------- torchvision's layout
+TORCHVISION = ("convnext_tiny", "convnext_small", "convnext_base", "convnext_large")
+
+
+@pytest.mark.parametrize("name", TORCHVISION)
+def test_torchvision_names_are_the_adapters(name):
+    """torchvision's named ConvNeXts (meta device, no weights): the adapter is found by their
+    keys and maps them onto the zoo's named config, every shape included (layer scale
+    reshaped), and back in torchvision's order."""
+    torchvision = pytest.importorskip("torchvision")
+    with torch.device("meta"):
+        state = {k: np.zeros(tuple(v.shape), np.float32) for k, v in
+                 torchvision.models.get_model(name, weights=None).state_dict().items()}
+    adapter = converters.adapters.find(state, "convnext")
+    assert adapter is not None and adapter.name == "torchvision-convnext"
+    zoo_state = adapter.to_zoo(state)
+    spec = schema(zoo.make_config(name))[1]
+    assert {k: v.shape for k, v in zoo_state.items()} == {k: tuple(v.shape)
+                                                          for k, v in spec.items()}
+    assert list(adapter.from_zoo({k: zoo_state[k] for k in spec})) == list(state)
+
+
+def _torchvision_convnext():
+    """torchvision's ConvNeXt class, one block per stage of widths 8, 16, 24, 32, 7 classes."""
+    pytest.importorskip("torchvision")
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    return ConvNeXt([CNBlockConfig(8, 16, 1), CNBlockConfig(16, 24, 1),
+                     CNBlockConfig(24, 32, 1), CNBlockConfig(32, None, 1)], num_classes=7)
+
+
+@functools.cache
+def torchvision_reference():
+    """torchvision's ConvNeXt class at one block per stage and small widths, every array
+    perturbed (layer scale starts at 1e-6), its zoo config and an input."""
+    torch.manual_seed(0)
+    model = _torchvision_convnext()
+    with torch.no_grad():
+        for v in model.state_dict().values():
+            v.add_(0.1 * torch.randn_like(v))
+    config = zoo.make_config("convnext_tiny", depths=(1, 1, 1, 1), dims=(8, 16, 24, 32),
+                             num_classes=7, input_size=SIZE)
+    x = np.random.default_rng(6).standard_normal((2, 3, *SIZE)).astype(np.float32)
+    return model.eval(), config, x
+
+
+def _torchvision_forward(model, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+def test_torchvision_state_dict_computes_torchvisions_outputs(impl):
+    model_tv, config, x = torchvision_reference()
+    state = {k: v.numpy() for k, v in model_tv.state_dict().items()}
+    zoo_state = converters.adapters.get("torchvision-convnext").to_zoo(state)
+    model = converters.from_canonical(zoo_state, config, impl)
+    api = zoo.native_interface(impl)
+    got = np.asarray(api.to_canonical(np.asarray(api.forward(model, api.to_native(x)))))
+    assert relative(got, _torchvision_forward(model_tv, x)) < RTOL
+
+
+def test_torchvision_files_convert_both_ways_by_one_command(tmp_path, capsys):
+    """A torchvision state_dict into NNX by one command (its layout recognised and named),
+    and back by one command into a file torchvision loads strictly: the same arrays, bitwise,
+    and torchvision's outputs."""
+    from tests.converter_cli import cli
+
+    model_tv, config, x = torchvision_reference()
+    src = tmp_path / "convnext_tv.pt"
+    torch.save(model_tv.state_dict(), src)
+    overrides = {k: getattr(config, k) for k in ("depths", "dims", "num_classes", "input_size")}
+    code, out, err = cli(capsys, "convert", src, tmp_path / "nnx", "--to", "nnx", "--arch",
+                         "convnext_tiny", "--config", json.dumps(overrides))
+    assert code == 0, err
+    assert "layout: torchvision ConvNeXt (torchvision-convnext)" in out
+    nnx_model = converters.load(tmp_path / "nnx", "nnx")
+    api = zoo.native_interface("nnx")
+    got = np.asarray(api.to_canonical(np.asarray(api.forward(nnx_model, api.to_native(x)))))
+    assert relative(got, _torchvision_forward(model_tv, x)) < RTOL
+    back = tmp_path / "back.pt"
+    code, out, err = cli(capsys, "convert", tmp_path / "nnx", back, "--to", "torch",
+                         "--layout", "torchvision-convnext")
+    assert code == 0, err
+    assert "in the layout torchvision-convnext" in out
+    fresh = _torchvision_convnext()
+    fresh.load_state_dict(torch.load(back, weights_only=True), strict=True)
+    for k, v in model_tv.state_dict().items():
+        assert torch.equal(fresh.state_dict()[k], v), k
+    assert relative(_torchvision_forward(fresh.eval(), x), _torchvision_forward(model_tv, x)) == 0
+
+
 if __name__ == "__main__":
     write_fixture()
