@@ -283,8 +283,7 @@ def test_any_size_timm_takes(impl):
     """A model that pools globally takes any size timm's does: 32x32 and 33x45 give timm's
     logits; 31 rows are refused in one line naming the rule (timm's fails in its last
     downsampling)."""
-    model_ref, config = reference("convnext_pico", (("depths", (1, 1, 1, 1)),
-                                                    ("num_classes", 5)))
+    model_ref, config = reference(CASES["linear-mlp"], (*REDUCED.items(), ("use_grn", True)))
     model = converters.from_canonical(model_ref.state_dict(), config, impl)
     api = zoo.native_interface(impl)
     for shape in ((2, 3, 32, 32), (2, 3, 33, 45)):
