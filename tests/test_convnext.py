@@ -319,6 +319,31 @@ def test_adapts_as_timm(tmp_path):
             np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-6, atol=1e-7, err_msg=k)
 
 
+def test_timm_hub_folder_converts_without_arch(tmp_path, capsys):
+    """A timm hub folder of a ConvNeXt V2 (`save_for_hf`, offline): its config.json gives the
+    named config with timm's model_args (depths, classes, input size), the weights load with
+    no mapping and the zoo's model gives timm's outputs."""
+    from timm.models import save_for_hf
+
+    from tests.converter_cli import cli
+
+    model_ref, _ = reference("convnextv2_atto", (("depths", (1, 1, 1, 1)), ("num_classes", 7)))
+    folder = tmp_path / "convnextv2-demo"
+    folder.mkdir()
+    save_for_hf(model_ref, str(folder), safe_serialization=True,
+                data_config={"input_size": (3, 64, 64)})
+    dst = tmp_path / "out.pt"
+    code, out, err = cli(capsys, "convert", folder, dst, "--to", "torch")
+    assert "timm hub folder" in out
+    assert code == 0, err
+    config = converters.load(dst).config
+    assert config == zoo.make_config("convnextv2_atto", depths=(1, 1, 1, 1), num_classes=7,
+                                     input_size=(64, 64))
+    x = np.random.default_rng(7).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    got, _ = torch_run(converters.load(dst, "torch"), x, None)
+    assert relative(got, run_timm(model_ref, x, None)[0]) < RTOL
+
+
 # --------------------------------------------------------------------------- torchvision's layout
 TORCHVISION = ("convnext_tiny", "convnext_small", "convnext_base", "convnext_large")
 
