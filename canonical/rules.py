@@ -8,7 +8,8 @@ are bitwise. Optional arrays (a bias) are converted when present.
 Initialisation (PyTorch's defaults): Linear, Conv and ConvTranspose weights and biases are
 ``U(-b, b)`` with ``b = 1/sqrt(weight.shape[1] * prod(kernel))``, weight drawn first; norms
 weight 1, bias 0, BatchNorm statistics mean 0, var 1, counter 0; Embedding ``N(0, 1)``; bare
-parameters ``N(0, 0.02)`` (timm's class token and position embedding).
+parameters ``N(0, 0.02)`` (timm's class token and position embedding); GRN weight and bias 0
+(timm's: the layer starts as the identity).
 """
 
 from __future__ import annotations
@@ -135,6 +136,10 @@ def embedding_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
     return {"weight": n[layout(family).embedding]}
 
 
+def zeros(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    return {k: np.zeros(s) for k, s in shapes.items()}
+
+
 def _normal(std: float):
     return lambda shapes, rng: {k: std * rng.standard_normal(s) for k, s in shapes.items()}
 
@@ -152,6 +157,9 @@ _GROUP_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), _CHANNELS),
                     "flax": dict.fromkeys(("scale", "bias"), _CHANNELS)}
 _LAYER_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
                     "flax": dict.fromkeys(("scale", "bias"), ("embed",))}
+# GRN follows the MLP's first projection (ConvNeXt V2): its channels are the MLP's hidden ones.
+_GRN_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("mlp",)),
+             "flax": dict.fromkeys(("scale", "bias"), ("mlp",))}
 _EMBEDDING_AXES = {"eqx": {"weight": ("vocab", "embed")}, "flax": {"embedding": ("vocab", "embed")}}
 
 _TORCH = "torch.nn."
@@ -203,6 +211,14 @@ GROUP_NORM = register_kind(LayerKind(
     native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
     init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical,
     axes=_GROUP_NORM_AXES))
+# ConvNeXt V2's Global Response Normalization (timm's `GlobalResponseNorm`): `weight` and
+# `bias` of the channels, named `scale` / `bias` in Flax as a norm's. No library ships one: the
+# zoo's layers register their classes (`register_class("global_response_norm", impl, cls)`).
+GLOBAL_RESPONSE_NORM = register_kind(LayerKind(
+    "global_response_norm", classes={},
+    native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
+    init=zeros, to_native=affine_to_native, to_canonical=affine_to_canonical,
+    axes=_GRN_AXES))
 EMBEDDING = register_kind(LayerKind(
     "embedding",
     classes={"eqx": ("equinox.nn.Embedding",), "linen": ("flax.linen.Embed",),

@@ -1,8 +1,8 @@
-"""timm's `forward_intermediates`, the same name and semantics in every library: the stem and
-stage taps of a ResNet, the per-block feature maps of a ViT (prefix tokens left out or
-returned beside them), `indices`, `norm`, `stop_early`, `intermediates_only` and the
-layouts (`output_fmt`, channels-last by default in Linen and NNX), each against timm's own
-models on the same weights."""
+"""timm's `forward_intermediates`, the same name and semantics in every library: the stem and stage
+taps of a ResNet, the stage taps of a ConvNeXt, the per-block feature maps of a ViT (prefix
+tokens left out or returned beside them), `indices`, `norm`, `stop_early`, `intermediates_only`
+and the layouts (`output_fmt`, channels-last by default in Linen and NNX), each against timm's
+own models on the same weights."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from zoo.models.intermediates import permutation
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 METHOD = "forward_intermediates"
 VIT = {"patch_size": 8, "depth": 3, "num_heads": 3, "mlp_ratio": 2.0, "num_classes": 7}
+CONVNEXT = {"depths": (1, 1, 1, 1), "dims": (8, 16, 24, 32)}
 REGISTERS = {"class_token": False, "reg_tokens": 2, "global_pool": "avg", "fc_norm": False}
 
 
@@ -43,6 +44,8 @@ REFERENCES = {
                  zoo.make_config("resnet18", input_size=(32, 48)), CALLS),
     "vit": (_timm_vit, zoo.make_config("vit", image_size=(32, 48), width=48, **VIT),
             CALLS + VIT_CALLS),
+    "convnext": (lambda timm: timm.create_model("convnext_atto", **CONVNEXT),
+                 zoo.make_config("convnext_atto", **CONVNEXT, input_size=(32, 48)), CALLS),
     "vit-registers": (functools.partial(_timm_vit, **REGISTERS),
                       zoo.make_config("vit", image_size=(32, 48), width=48, **VIT,
                                       **REGISTERS), CALLS + VIT_CALLS),
@@ -131,7 +134,7 @@ def test_timms_resnet50_converts_with_no_mapping():
 
 
 TINY = [(f"{arch}-{name}" if name else arch, zoo.tiny_config(arch, **over))
-        for arch in ("resnet", "vit")
+        for arch in ("resnet", "vit", "convnext")
         for name, over in {None: {}, **zoo.architecture(arch).config.VARIANTS}.items()]
 
 

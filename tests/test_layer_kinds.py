@@ -5,7 +5,8 @@ are walked: the arrays the kinds convert are exactly the model's leaves, canonic
 same in every library (`blocks.0`, also for Linen, which names list items `blocks_0`), a
 composite kind (attention) is not looked into, and a layer type without a kind (a GRU cell,
 RMSNorm) is refused with the names of its arrays. A toy kind registered here converts in all
-four libraries.
+four libraries. ConvNeXt's layers (a depthwise convolution, timm's LayerNorm2d, GRN) convert
+and compute timm's outputs in every library.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.sharding import AbstractMesh
+from jax.sharding import PartitionSpec as P
 
 import canonical
 import converters
 import zoo
-from canonical import ConversionError, LayerKind
+from canonical import KINDS, ConversionError, LayerKind
 from zoo.layers.batch_norm import BatchNorm
+from zoo.layers.eqx import GlobalResponseNorm as EqxGRN
+from zoo.layers.eqx import LayerNorm2d
+from zoo.layers.linen import GlobalResponseNorm as LinenGRN
+from zoo.layers.linen import LayerNorm as LinenLayerNorm
+from zoo.layers.nnx import GlobalResponseNorm as NNXGRN
+from zoo.layers.nnx import LayerNorm as NNXLayerNorm
 
 torch = pytest.importorskip("torch")
 C = 4  # channels of every layer, so that shapes agree across libraries
@@ -279,3 +288,136 @@ def test_a_toy_layer_kind_converts_in_all_four_libraries():
             np.testing.assert_array_equal(np.asarray(y), x * state["scale.weight"])
     finally:
         canonical.unregister_kind("scale")
+
+
+# --------------------------------------------------------------------------- ConvNeXt's layers
+# timm's depthwise 7x7 convolution (groups = channels: the `conv` kind's grouped rule), its
+# LayerNorm2d (the `layer_norm` kind: the zoo's Equinox LayerNorm2d, a Flax LayerNorm over a
+# channels-last map, PyTorch's LayerNorm subclass) and GlobalResponseNorm (its own kind).
+D = 6  # channels
+
+
+class EqxParts(eqx.Module):
+    dw: eqx.nn.Conv2d
+    ln: LayerNorm2d
+    grn: EqxGRN
+
+    def __init__(self) -> None:
+        self.dw = eqx.nn.Conv2d(D, D, (7, 7), padding=3, groups=D, key=KEY)
+        self.ln = LayerNorm2d(D)
+        self.grn = EqxGRN(D)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.grn(self.ln(self.dw(x)))
+
+
+class LinenParts(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.Conv(D, (7, 7), padding=((3, 3), (3, 3)), feature_group_count=D, name="dw")(x)
+        return LinenGRN(name="grn")(LinenLayerNorm(epsilon=1e-6, name="ln")(x))
+
+
+class NNXParts(nnx.Module):
+    def __init__(self) -> None:
+        r = nnx.Rngs(0)
+        self.dw = nnx.Conv(D, D, (7, 7), padding=((3, 3), (3, 3)), feature_group_count=D, rngs=r)
+        self.ln = NNXLayerNorm(D, epsilon=1e-6, rngs=r)
+        self.grn = NNXGRN(D)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.grn(self.ln(self.dw(x)))
+
+
+def _parts(impl: str):
+    if impl == "eqx":
+        return EqxParts()
+    if impl == "linen":
+        module = LinenParts()
+        return module, module.init(KEY, jnp.zeros((1, 9, 8, D)))
+    if impl == "nnx":
+        return NNXParts()
+    from zoo.layers import torch as zoo_torch
+
+    m = TorchModel()
+    m.dw = torch.nn.Conv2d(D, D, 7, padding=3, groups=D)
+    m.ln = zoo_torch.LayerNorm2d(D)
+    m.grn = zoo_torch.GlobalResponseNorm(D, channels_last=False)
+    m.forward = lambda x: m.grn(m.ln(m.dw(x)))
+    return m
+
+
+def _run_parts(impl: str, model, x: np.ndarray) -> np.ndarray:
+    if impl == "eqx":
+        return np.asarray(jax.vmap(model)(jnp.asarray(x)))
+    if impl == "torch":
+        with torch.no_grad():
+            return model.forward(torch.from_numpy(x)).numpy()
+    xl = jnp.asarray(x.transpose(0, 2, 3, 1))
+    y = model[0].apply(model[1], xl) if impl == "linen" else model(xl)
+    return np.asarray(y).transpose(0, 3, 1, 2)
+
+
+def test_convnext_layers_convert_and_compute_timms_in_every_library():
+    """Random arrays through each kind's rule into every library give timm's outputs (its
+    depthwise Conv2d, LayerNorm2d and GlobalResponseNorm on the same arrays) and read back
+    bitwise; the kinds, the shapes of a depthwise kernel and the logical axes are pinned
+    (fsdp shards a depthwise kernel over its channels, tp a GRN over the MLP's)."""
+    layers = pytest.importorskip("timm.layers")
+    grn_module = pytest.importorskip("timm.layers.grn")
+    rng = np.random.default_rng(0)
+    state = {"dw.weight": rng.standard_normal((D, 1, 7, 7)), "dw.bias": rng.standard_normal(D),
+             "ln.weight": 1 + 0.1 * rng.standard_normal(D), "ln.bias": rng.standard_normal(D),
+             "grn.weight": rng.standard_normal(D), "grn.bias": rng.standard_normal(D)}
+    state = {k: v.astype(np.float32) for k, v in state.items()}
+    x = rng.standard_normal((2, D, 9, 8)).astype(np.float32)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(D, D, 7, padding=3, groups=D),
+                              layers.LayerNorm2d(D),
+                              grn_module.GlobalResponseNorm(D, channels_last=False))
+    ref.load_state_dict({k.replace("dw", "0").replace("ln", "1").replace("grn", "2"):
+                         torch.from_numpy(v) for k, v in state.items()})
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x)).numpy()
+    facts = {"example": jax.ShapeDtypeStruct((1, 9, 8, D), jnp.float32)}
+    for impl in zoo.IMPLS:
+        skeleton = _parts(impl)
+        kinds = {layer.name: layer.kind for layer in canonical.layers(skeleton, impl, **facts)}
+        assert kinds == {"dw": "conv", "ln": "layer_norm", "grn": "global_response_norm"}, impl
+        model = canonical.write(skeleton, state, impl, **facts)
+        back = canonical.read(model, impl, **facts)
+        assert {k: np.asarray(v).tobytes() for k, v in back.items()} == {
+            k: v.tobytes() for k, v in state.items()}, impl
+        np.testing.assert_allclose(_run_parts(impl, model, x), want, rtol=1e-5, atol=1e-5,
+                                   err_msg=impl)
+    grn, conv = KINDS["global_response_norm"], KINDS["conv"]
+    assert grn.logical_axes("flax", "scale", 1) == grn.logical_axes("eqx", "weight", 1) == (
+        "mlp",)
+    data = AbstractMesh((4,), ("data",))
+    fsdp = zoo.sharding.strategy("fsdp")
+    assert fsdp.spec(conv.logical_axes("flax", "kernel", 4), (7, 7, 1, 8), data) == P(
+        None, None, None, "data")
+    assert fsdp.spec(conv.logical_axes("eqx", "weight", 4), (8, 1, 7, 7), data) == P(
+        "data", None, None, None)
+    tp = zoo.sharding.strategy("tp")
+    assert tp.spec(grn.logical_axes("flax", "scale", 1), (8,),
+                   AbstractMesh((2, 2), ("data", "model"))) == P("model")
+
+
+def test_grn_gradient_is_finite_on_an_all_zero_channel():
+    """GELU gives exact zeros, and a 1x1 map is one value: an all-zero channel has PyTorch's
+    zero gradient through the L2 norm, not NaN."""
+    x = jnp.zeros((1, 1, 1, 3)).at[..., 0].set(2.0)
+    layer = LinenGRN()
+    variables = {"params": {"scale": jnp.ones(3), "bias": jnp.zeros(3)}}
+    g = jax.grad(lambda v: layer.apply(variables, v).sum())(x)
+    assert np.isfinite(np.asarray(g)).all()
+    xt = torch.zeros(1, 1, 1, 3)
+    xt[..., 0] = 2.0
+    xt.requires_grad_()
+    from zoo.layers import torch as zoo_torch
+
+    t = zoo_torch.GlobalResponseNorm(3)
+    with torch.no_grad():
+        t.weight.fill_(1.0)
+    t(xt).sum().backward()
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-6, atol=1e-7)

@@ -119,6 +119,14 @@ def test_grouped_conv_rule_matches_torch(groups):
                           cin=2 * groups, cout=3 * groups, bias=False, groups=groups))
 
 
+@pytest.mark.parametrize("multiplier", [1, 2])
+def test_depthwise_conv_rule_matches_torch(multiplier):
+    """ConvNeXt's depthwise 7x7 (groups = channels, weights (O, 1, 7, 7); a channel
+    multiplier too) in every library: the grouped rule, a fixed case."""
+    _check_conv_rule(dict(n=2, k=(7, 7), s=(1, 1), d=(1, 1), p=(3, 3), op=(0, 0), size=(9, 8),
+                          cin=6, cout=6 * multiplier, bias=True, groups=6))
+
+
 def _check_conv_rule(c):
     x, y, canon, spec = _reference(c, transpose=False)
     key, n, pairs = jax.random.key(0), c["n"], [(p, p) for p in c["p"]]

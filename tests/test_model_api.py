@@ -1,7 +1,7 @@
 """The classifier API timm users expect, the same names in every library:
 `forward_features(x)` (the feature map / tokens before pooling) and
-`forward_head(features, pre_logits=...)`, for ResNet and ViT. Every library agrees with the
-PyTorch reference on both, and the reference with timm's own models."""
+`forward_head(features, pre_logits=...)`, for ResNet, ViT and ConvNeXt. Every library agrees
+with the PyTorch reference on both, and the reference with timm's own models."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import zoo
 from tests.conftest import HAVE_TORCH
 from zoo.testing import tolerance
 
-ARCHS = ("resnet", "vit")
+ARCHS = ("resnet", "vit", "convnext")
 CASES = [(arch, zoo.tiny_config(arch)) for arch in ARCHS] + [
     (f"{arch}-{name}", zoo.tiny_config(arch, **over)) for arch in ARCHS
     for name, over in zoo.architecture(arch).config.VARIANTS.items()]
@@ -51,7 +51,8 @@ def test_features_and_head_agree_with_torch(case, config, impl):
 
 @pytest.fixture(scope="module")
 def timm_references():
-    """timm's resnet18 (torchvision's keys) at 32x32 and a one-block vit_tiny at 32x32, random;
+    """timm's resnet18 (torchvision's keys) at 32x32, a one-block vit_tiny and a one-block-per-
+    stage convnextv2_atto at 32x32, random;
     (zoo config, state_dict, input, timm's features / pre-logits / logits) each."""
     torch = pytest.importorskip("torch")
     timm = pytest.importorskip("timm", reason="timm is not installed")
@@ -60,7 +61,9 @@ def timm_references():
     for name, kwargs, cfg in [
             ("resnet18", {}, zoo.make_config("resnet18", input_size=(32, 32))),
             ("vit_tiny_patch16_224", {"img_size": 32, "depth": 1},
-             zoo.make_config("vit_tiny_patch16_224", image_size=(32, 32), depth=1))]:
+             zoo.make_config("vit_tiny_patch16_224", image_size=(32, 32), depth=1)),
+            ("convnextv2_atto", {"depths": (1, 1, 1, 1)},
+             zoo.make_config("convnextv2_atto", depths=(1, 1, 1, 1), input_size=(32, 32)))]:
         model = timm.create_model(name, **kwargs).eval()
         with torch.no_grad():
             for p in model.parameters():

@@ -4,6 +4,7 @@ timm's `Conv2dSame`), pinned against the official Flax ImageNet example's ResNet
 from __future__ import annotations
 
 import io
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ from converters.matching import transfer
 from converters.matching.cli import print_mapping
 from converters.matching.verify import forward, max_difference, random_input, tolerance
 from tests.flax_imagenet import BottleneckResNetBlock, ResNet, ResNetBlock
+from zoo.configs import PaddingWarning
 from zoo.models.resnet.config import same_pads
 
 pytest.importorskip("torch")
@@ -74,8 +76,12 @@ def test_flax_imagenet_example_runs_the_same_as_the_zoo_with_same_padding(block_
     assert {r.source for r in res.rows} >= {"conv_init", "bn_init", "ResNetBlock_1.conv_proj"
                                             if block == "basic" else
                                             "BottleneckResNetBlock_0.norm_proj"}
-    # torchvision's padding is another function of the same weights: the check refuses it
+    # torchvision's padding is another function of the same weights: the check refuses it,
+    # after the one warning that a Flax source may pad as SAME
     torch_padded = zoo.make_config("resnet", **SMALL, block=block)
-    with pytest.raises(converters.ConversionError, match="verification failed"):
+    with (warnings.catch_warnings(record=True) as said,
+          pytest.raises(converters.ConversionError, match="verification failed")):
+        warnings.simplefilter("always")
         transfer((module, variables), "linen", zoo.create(torch_padded, "torch", seed=1),
                  "torch", input_shape=config.input_shape)
+    assert [w.category for w in said] == [PaddingWarning]

@@ -1,7 +1,8 @@
-"""Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split),
-applied to a checkpoint's keys before matching, chosen by content (which adapter's rules cover
-the keys), and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
-transformers' ViT, timm, the zoo's own).
+"""Foreign layouts as data: one `Adapter` per layout (renames with exact transforms such as a
+reshape, prefixes, q/k/v fuse and split), applied to a checkpoint's keys before matching, chosen
+by content (which adapter's rules cover the keys), and written back with `--layout` (the torch
+format): HF transformers' ViT, torchvision's ConvNeXt; and the hub folders' `config.json`
+readers (`converters.adapters.hub`: HF transformers' ViT, timm, the zoo's own).
 
 A new layout is one `Adapter` value and one `register` call below; a new hub family one
 `HubReader` subclass registered with `converters.adapters.hub.register`.
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from converters.adapters import hub
-from converters.adapters.base import Adapter, AdapterError, Fuse, Rename
+from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 from converters.adapters.zoo_hub import ZooReader
+from converters.adapters.torchvision_convnext import TORCHVISION_CONVNEXT
 
 _ADAPTERS: dict[str, Adapter] = {}
 
@@ -47,10 +49,10 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
     return best[1] if best[0] > 0.5 else None
 
 
-for _adapter in (HF_VIT, HF_VIT_MODULES):
+for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_CONVNEXT):
     register(_adapter)
 for _reader in (HFViTReader(), TimmReader(), ZooReader()):
     hub.register(_reader)
 
-__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "adapters", "find", "get", "hub",
-           "register"]
+__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "Reshape", "Transform", "adapters",
+           "find", "get", "hub", "register"]

@@ -1,7 +1,7 @@
 """Equinox layers of the zoo: a Flax-semantics BatchNorm, a convolution that runs 3-D ones as
 im2col + GEMM on the CPU, a conv-transpose with methods, a max pool with a fast exact gradient,
-and a Linear (and the
-MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading."""
+a Linear (and the MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading,
+and timm's LayerNorm2d and GlobalResponseNorm (ConvNeXt)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
+import canonical
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
-from zoo.layers.norm import layer_norm
+from zoo.layers.norm import global_response_norm, layer_norm
 from zoo.layers.pooling import max_pool_axes
 
-__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "LayerNorm", "Linear", "MaxPool3d",
-           "MultiheadAttention"]
+__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "GlobalResponseNorm", "LayerNorm",
+           "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention"]
 
 _NO_STATE = object()  # LayerNorm called without a state returns no state
 
@@ -149,6 +150,56 @@ class LayerNorm(eqx.nn.LayerNorm):
         out = layer_norm(x, len(self.shape), self.eps, self.weight if self.use_weight else None,
                          self.bias if self.use_bias else None, x.dtype)
         return out if state is _NO_STATE else (out, state)
+
+
+class LayerNorm2d(eqx.Module):
+    """timm's `LayerNorm2d`: a LayerNorm over the channels of one channels-first map `(C,
+    *spatial)` (`weight`, `bias` of shape `(C,)`; the layer kind `layer_norm`, as PyTorch's
+    LayerNorm and Flax's over a channels-last map). timm's eps, 1e-6, by default."""
+
+    weight: Array
+    bias: Array
+    eps: float = eqx.field(static=True)
+
+    def __init__(self, channels: int, eps: float = 1e-6, dtype: Any = None) -> None:
+        dtype = jnp.float32 if dtype is None else dtype
+        self.weight = jnp.ones((channels,), dtype)
+        self.bias = jnp.zeros((channels,), dtype)
+        self.eps = eps
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        if x.shape[0] != self.weight.shape[0]:
+            raise ValueError(f"LayerNorm2d expects {self.weight.shape[0]} channels on axis 0, "
+                             f"got shape {x.shape}")
+        y = layer_norm(jnp.moveaxis(x, 0, -1), 1, self.eps, self.weight, self.bias, x.dtype)
+        return jnp.moveaxis(y, -1, 0)
+
+
+class GlobalResponseNorm(eqx.Module):
+    """ConvNeXt V2's GRN of one sample (timm's `GlobalResponseNorm`, `weight` and `bias` of the
+    channels, zeros at first: the identity): channels first `(C, *spatial)`, or last with
+    `channels_last` (timm's channels-last MLP)."""
+
+    weight: Array
+    bias: Array
+    eps: float = eqx.field(static=True)
+    channels_last: bool = eqx.field(static=True)
+
+    def __init__(self, channels: int, eps: float = 1e-6, channels_last: bool = False,
+                 dtype: Any = None) -> None:
+        dtype = jnp.float32 if dtype is None else dtype
+        self.weight = jnp.zeros((channels,), dtype)
+        self.bias = jnp.zeros((channels,), dtype)
+        self.eps = eps
+        self.channels_last = channels_last
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        axis = -1 if self.channels_last else 1  # of the batch of one it computes
+        return global_response_norm(x[None], self.weight, self.bias, self.eps, axis)[0]
+
+
+canonical.register_class("layer_norm", "eqx", LayerNorm2d)
+canonical.register_class("global_response_norm", "eqx", GlobalResponseNorm)
 
 
 class MultiheadAttention(eqx.nn.MultiheadAttention):

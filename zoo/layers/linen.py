@@ -1,14 +1,18 @@
 """Flax Linen layers: conv-transpose with a method switch (same parameters as
-`nn.ConvTranspose`); self-attention whose q/k/v projections may go without a bias."""
+`nn.ConvTranspose`); self-attention whose q/k/v projections may go without a bias; ConvNeXt
+V2's GlobalResponseNorm."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 from jax import Array
 
+import canonical
 from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
+from zoo.layers.norm import global_response_norm
 
 
 class ConvTranspose(nn.ConvTranspose):
@@ -78,3 +82,22 @@ class SelfAttention(nn.MultiHeadDotProductAttention):
             kernel_init=self.out_kernel_init or self.kernel_init,
             bias_init=self.out_bias_init or self.bias_init, dtype=self.dtype,
             param_dtype=self.param_dtype, precision=self.precision, name="out")(y)
+
+
+class GlobalResponseNorm(nn.Module):
+    """ConvNeXt V2's GRN over a channels-last map `(N, *spatial, C)` (timm's
+    `GlobalResponseNorm`): parameters `scale` and `bias` `(C,)`, zeros at first (the
+    identity)."""
+
+    epsilon: float = 1e-6
+    param_dtype: Any = "float32"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        shape = (x.shape[-1],)
+        scale = self.param("scale", nn.initializers.zeros, shape, self.param_dtype)
+        bias = self.param("bias", nn.initializers.zeros, shape, self.param_dtype)
+        return global_response_norm(x, scale, bias, self.epsilon, -1)
+
+
+canonical.register_class("global_response_norm", "linen", GlobalResponseNorm)

@@ -1,13 +1,19 @@
 """Flax NNX layers: conv-transpose with a method switch (same parameters as
-`nnx.ConvTranspose`); multi-head attention whose q/k/v projections may go without a bias."""
+`nnx.ConvTranspose`); multi-head attention whose q/k/v projections may go without a bias;
+ConvNeXt V2's GlobalResponseNorm."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax.numpy as jnp
 from flax import nnx
 from jax import Array
 
+import canonical
 from zoo.layers.conv_transpose import CHOICES
 from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
+from zoo.layers.norm import global_response_norm
 
 
 class ConvTranspose(nnx.ConvTranspose):
@@ -56,3 +62,21 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         if not qkv_bias:
             for proj in (self.query, self.key, self.value):
                 proj.use_bias, proj.bias = False, nnx.data(None)
+
+
+class GlobalResponseNorm(nnx.Module):
+    """ConvNeXt V2's GRN over a channels-last map `(N, *spatial, C)` (timm's
+    `GlobalResponseNorm`): `scale` and `bias` `(C,)`, zeros at first (the identity)."""
+
+    def __init__(self, num_features: int, *, epsilon: float = 1e-6,
+                 param_dtype: Any = "float32", rngs: nnx.Rngs | None = None) -> None:
+        del rngs  # zeros: nothing random
+        self.scale = nnx.Param(jnp.zeros((num_features,), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((num_features,), param_dtype))
+        self.epsilon = epsilon
+
+    def __call__(self, x: Array) -> Array:
+        return global_response_norm(x, self.scale[...], self.bias[...], self.epsilon, -1)
+
+
+canonical.register_class("global_response_norm", "nnx", GlobalResponseNorm)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["layer_norm", "normalize"]
+__all__ = ["global_response_norm", "layer_norm", "normalize"]
 
 
 def _stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -73,3 +73,27 @@ def layer_norm(x: Array, n: int, eps: float, scale: Array | None, bias: Array | 
     if bias is not None:
         y = y + jnp.expand_dims(bias.astype(y.dtype), lead)
     return y.astype(dtype)
+
+
+def _l2_norm(x: Array, axes: tuple[int, ...]) -> Array:
+    """`sqrt(sum(x**2))` over `axes` (kept), whose gradient at an all-zero slice is 0 as
+    PyTorch's `norm` gives (not NaN): GELU gives exact zeros, and a 1x1 map is one value."""
+    sq = jnp.sum(x * x, axes, keepdims=True)
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
+
+
+def global_response_norm(x: Array, weight: Array, bias: Array, eps: float,
+                         channel_axis: int) -> Array:
+    """ConvNeXt V2's GRN as timm's `GlobalResponseNorm` computes it, for every library:
+    `x + (bias + weight * (x * n))` with `n = g / (mean_c(g) + eps)` and `g` the L2 norm of
+    each channel over the spatial axes (every axis but the channel axis and the first, the
+    batch; per sample, Equinox's, every axis but the channel axis when `x` has no batch:
+    call it under `vmap` with a leading axis, as the layers do)."""
+    channel_axis %= x.ndim
+    spatial = tuple(a for a in range(1, x.ndim) if a != channel_axis)
+    g = _l2_norm(x, spatial)
+    n = g / (g.mean(channel_axis, keepdims=True) + eps)
+    shape = [1] * x.ndim
+    shape[channel_axis] = -1
+    return x + (bias.reshape(shape) + weight.reshape(shape) * (x * n))

@@ -1,0 +1,186 @@
+"""ConvNeXt in Equinox: per-sample `(C, H, W)` input, batched with `vmap`.
+
+Stages are a tuple of `Stage`s, each with its `downsample` (a `(LayerNorm2d, Conv2d)` tuple, or
+None in the first) and a tuple of `blocks`. A block runs channels-first up to its norm (timm's
+LayerNorm over the channels, `LayerNorm2d` here), then its MLP channels-last as timm's (Linear
+layers on the pixels as tokens `(H * W, C)`) or on the channels-first map (`conv_mlp`: 1x1
+convolutions). Drop path:
+the block of global index `l` draws with `fold_in(key, l)` from the sample's key (the batched
+libraries draw the same from the same key, `zoo.layers.drop_path`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
+
+from zoo.layers.activations import gelu
+from zoo.layers.drop_path import EqxDropPath, block_keys
+from zoo.layers.eqx import GlobalResponseNorm, LayerNorm, LayerNorm2d, Linear
+from zoo.models.common import dtype_of
+from zoo.models.convnext.config import ConvNeXtConfig
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
+
+
+class Mlp(eqx.Module):
+    """fc1, GELU, (GRN,) fc2: Linear layers on `(H, W, C)`, or 1x1 convolutions on `(C, H,
+    W)` (`conv`)."""
+
+    fc1: Linear | eqx.nn.Conv2d
+    grn: GlobalResponseNorm | None
+    fc2: Linear | eqx.nn.Conv2d
+    conv: bool = eqx.field(static=True)
+
+    def __init__(self, dim: int, hidden: int, grn: bool, conv: bool, *, key: PRNGKeyArray,
+                 dtype) -> None:
+        k1, k2 = jax.random.split(key)
+        if conv:
+            self.fc1 = eqx.nn.Conv2d(dim, hidden, (1, 1), key=k1, dtype=dtype)
+            self.fc2 = eqx.nn.Conv2d(hidden, dim, (1, 1), key=k2, dtype=dtype)
+        else:
+            self.fc1 = Linear(dim, hidden, key=k1, dtype=dtype)
+            self.fc2 = Linear(hidden, dim, key=k2, dtype=dtype)
+        self.grn = GlobalResponseNorm(hidden, channels_last=not conv, dtype=dtype) if grn else None
+        self.conv = conv
+
+    def __call__(self, x: Array) -> Array:
+        """A map `(C, H, W)` (`conv`), or its pixels as tokens `(H * W, C)`, in the same
+        layout out."""
+        layer = (lambda f, v: f(v)) if self.conv else (lambda f, v: jax.vmap(f)(v))
+        x = gelu(layer(self.fc1, x))
+        if self.grn is not None:
+            x = self.grn(x)  # over the pixels, whether a map or tokens
+        return layer(self.fc2, x)
+
+
+class Block(eqx.Module):
+    """conv_dw, norm, MLP, layer scale, drop path, + the input (timm's `ConvNeXtBlock`)."""
+
+    gamma: Array | None
+    conv_dw: eqx.nn.Conv2d
+    norm: LayerNorm2d
+    mlp: Mlp
+    drop_path: EqxDropPath
+
+    def __init__(self, config: ConvNeXtConfig, dim: int, drop_path: float, *,
+                 key: PRNGKeyArray, dtype) -> None:
+        k1, k2 = jax.random.split(key)
+        k = config.kernel_size
+        self.gamma = (jnp.full((dim,), config.ls_init_value, dtype) if config.layer_scale
+                      else None)
+        self.conv_dw = eqx.nn.Conv2d(dim, dim, (k, k), padding=k // 2, groups=dim, key=k1,
+                                     dtype=dtype)
+        self.norm = LayerNorm2d(dim, config.norm_eps, dtype=dtype)
+        self.mlp = Mlp(dim, config.mlp_hidden(dim), config.use_grn, config.conv_mlp, key=k2,
+                       dtype=dtype)
+        self.drop_path = EqxDropPath(drop_path)
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        y = self.norm(self.conv_dw(x))  # LayerNorm over the channels: timm's either way
+        if self.mlp.conv:
+            y = self.mlp(y)
+        else:  # channels-last, as timm's: the pixels as tokens
+            c, h, w = y.shape
+            y = self.mlp(y.reshape(c, h * w).T).T.reshape(c, h, w)
+        if self.gamma is not None:
+            y = y * self.gamma[:, None, None]
+        return self.drop_path(y, key=key) + x
+
+
+class Stage(eqx.Module):
+    downsample: tuple[LayerNorm2d, eqx.nn.Conv2d] | None
+    blocks: tuple[Block, ...]
+
+    def __init__(self, config: ConvNeXtConfig, i: int, *, key: PRNGKeyArray, dtype) -> None:
+        kd, *kb = jax.random.split(key, 1 + config.depths[i])
+        dim = config.dims[i]
+        self.downsample = ((LayerNorm2d(config.dims[i - 1], config.norm_eps, dtype=dtype),
+                            eqx.nn.Conv2d(config.dims[i - 1], dim, (2, 2), stride=2, key=kd,
+                                          dtype=dtype))
+                           if i > 0 else None)
+        self.blocks = tuple(Block(config, dim, rate, key=k, dtype=dtype)
+                            for rate, k in zip(config.drop_path_rates()[i], kb, strict=True))
+
+
+class Head(eqx.Module):
+    norm: LayerNorm
+    fc: Linear
+
+
+class ConvNeXt(eqx.Module):
+    stem: tuple[eqx.nn.Conv2d, LayerNorm2d]
+    stages: tuple[Stage, ...]
+    head: Head
+    config: ConvNeXtConfig = eqx.field(static=True)
+
+    def __init__(self, config: ConvNeXtConfig, *, key: PRNGKeyArray, dtype=None) -> None:
+        dt = dtype_of(dtype)
+        k_stem, k_fc, *k_stages = jax.random.split(key, 2 + len(config.depths))
+        p = config.patch_size
+        self.stem = (eqx.nn.Conv2d(config.in_channels, config.dims[0], (p, p), stride=p,
+                                   key=k_stem, dtype=dt),
+                     LayerNorm2d(config.dims[0], config.norm_eps, dtype=dt))
+        self.stages = tuple(Stage(config, i, key=k, dtype=dt) for i, k in enumerate(k_stages))
+        self.head = Head(LayerNorm(config.features, eps=config.norm_eps, dtype=dt),
+                         Linear(config.features, config.num_classes, key=k_fc, dtype=dt))
+        self.config = config
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """Logits of one image `x` of shape `(C, H, W)`; `key`: its drop path key (training
+        with `drop_path_rate > 0`)."""
+        return self.forward_head(self.forward_features(x, key=key))
+
+    def forward_features(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
+        return self.forward_intermediates(x, indices=1, key=key)[0]
+
+    def forward_intermediates(
+            self, x: Array, indices: int | Sequence[int] | None = None, norm: bool = False,
+            stop_early: bool = False, output_fmt: str = "NCHW",
+            intermediates_only: bool = False, *, key: PRNGKeyArray | None = None) -> Any:
+        """timm's, per image: `(forward_features(x), taps)` or, `intermediates_only`, the
+        taps: the feature maps after each stage, `(C, H, W)` for `output_fmt` "NCHW" (the
+        default) or `(H, W, C)` for "NHWC". `indices`: the last n taps (int), those listed, or
+        all (None); `stop_early` skips the stages after the last one taken; `norm` changes
+        nothing (timm's ConvNeXt has no norm before its head)."""
+        del norm
+        take, last = take_indices(len(self.config.depths), indices)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape, batched=False)
+        conv, ln = self.stem
+        x = ln(conv(x))
+        taps, index = [], 0
+        for i, stage in enumerate(self.stages[:last + 1] if stop_early else self.stages):
+            if stage.downsample is not None:
+                ln, conv = stage.downsample
+                x = conv(ln(x))
+            for block in stage.blocks:
+                x = block(x, key=None if key is None else block_keys(key, index))
+                index += 1
+            if i in take:
+                taps.append(x)
+        perm = permutation("NCHW", output_fmt, batched=False)
+        taps = [t.transpose(perm) for t in taps]
+        return taps if intermediates_only else (x, taps)
+
+    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ConvNeXt:
+        """A new model whose `head.fc` is a fresh Equinox Linear for `num_classes` (and whose
+        config says so); this one is not changed."""
+        fc = Linear(self.config.features, num_classes, key=key, dtype=self.head.fc.weight.dtype)
+        new = copy.copy(eqx.tree_at(lambda m: m.head.fc, self, fc))
+        object.__setattr__(new, "config", dataclasses.replace(self.config,
+                                                              num_classes=num_classes))
+        return new
+
+    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
+        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
+        the normalised pooled features)."""
+        pooled = self.head.norm(jnp.mean(x, axis=(1, 2)))
+        return pooled if pre_logits else self.head.fc(pooled)

@@ -1,0 +1,189 @@
+"""ConvNeXt in Flax Linen: batched `(N, H, W, C)` input.
+
+`stem` and a stage's `downsample` are lists of layers, `stages` and a stage's `blocks` lists of
+modules (Linen names them `stages_0`, `blocks_1`; the converters read `stages.0.blocks.1`).
+Channels-last throughout: timm's LayerNorm2d is a LayerNorm over the last axis, the MLP's 1x1
+convolutions (`conv_mlp`) are `nn.Conv` with a 1x1 kernel. Drop path draws from the "dropout"
+stream: one key per call, split per sample and folded with each block's index, as the Equinox
+model draws from each sample's key (`zoo.layers.drop_path`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.layers.activations import gelu
+from zoo.layers.drop_path import LinenDropPath, block_keys
+from zoo.layers.linen import GlobalResponseNorm, LayerNorm
+from zoo.models.common import dtype_of
+from zoo.models.convnext.config import ConvNeXtConfig
+from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
+
+
+def _conv(features: int, k: int, stride: int, padding: int, dtype, groups: int = 1) -> nn.Conv:
+    return nn.Conv(features, (k, k), strides=(stride, stride),
+                   padding=((padding, padding), (padding, padding)),
+                   feature_group_count=groups, param_dtype=dtype)
+
+
+def _norm(config: ConvNeXtConfig, dtype) -> LayerNorm:
+    return LayerNorm(epsilon=config.norm_eps, param_dtype=dtype)
+
+
+class Mlp(nn.Module):
+    """fc1, GELU, (GRN,) fc2: Dense layers, or 1x1 convolutions (`conv_mlp`: timm's shapes)."""
+
+    config: ConvNeXtConfig
+    dim: int
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, dt, hidden = self.config, dtype_of(self.param_dtype), self.config.mlp_hidden(self.dim)
+        dense = ((lambda n: _conv(n, 1, 1, 0, dt)) if cfg.conv_mlp
+                 else (lambda n: nn.Dense(n, param_dtype=dt)))
+        self.fc1 = dense(hidden)
+        self.grn = GlobalResponseNorm(param_dtype=dt) if cfg.use_grn else None
+        self.fc2 = dense(self.dim)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = gelu(self.fc1(x))
+        if self.grn is not None:
+            x = self.grn(x)
+        return self.fc2(x)
+
+
+class Block(nn.Module):
+    """conv_dw, norm, MLP, layer scale, drop path, + the input (timm's `ConvNeXtBlock`)."""
+
+    config: ConvNeXtConfig
+    dim: int
+    drop_path_rate: float
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        if cfg.layer_scale:
+            self.gamma = self.param("gamma", nn.initializers.constant(cfg.ls_init_value),
+                                    (self.dim,), dt)
+        self.conv_dw = _conv(self.dim, cfg.kernel_size, 1, cfg.kernel_size // 2, dt, self.dim)
+        self.norm = _norm(cfg, dt)
+        self.mlp = Mlp(cfg, self.dim, self.param_dtype)
+        self.drop_path = LinenDropPath(self.drop_path_rate)
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        y = self.mlp(self.norm(self.conv_dw(x)))
+        if self.config.layer_scale:
+            y = y * self.gamma.reshape(1, 1, 1, -1)
+        return self.drop_path(y, deterministic=not train, key=key) + x
+
+
+class Stage(nn.Module):
+    config: ConvNeXtConfig
+    index: int
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, i, dt = self.config, self.index, dtype_of(self.param_dtype)
+        self.downsample = [_norm(cfg, dt), _conv(cfg.dims[i], 2, 2, 0, dt)] if i > 0 else None
+        self.blocks = [Block(cfg, cfg.dims[i], rate, self.param_dtype)
+                       for rate in cfg.drop_path_rates()[i]]
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 keys: Sequence[jax.Array | None] = ()) -> jax.Array:
+        if self.downsample is not None:
+            norm, conv = self.downsample
+            x = conv(norm(x))
+        for block, key in zip(self.blocks, keys or [None] * len(self.blocks), strict=True):
+            x = block(x, train=train, key=key)
+        return x
+
+
+class Head(nn.Module):
+    config: ConvNeXtConfig
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        dt = dtype_of(self.param_dtype)
+        self.norm = _norm(self.config, dt)
+        self.fc = nn.Dense(self.config.num_classes, param_dtype=dt)
+
+    def __call__(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        pooled = self.norm(jnp.mean(x, axis=(1, 2)))
+        return pooled if pre_logits else self.fc(pooled)
+
+
+class ConvNeXt(nn.Module):
+    config: ConvNeXtConfig
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        self.stem = [_conv(cfg.dims[0], cfg.patch_size, cfg.patch_size, 0, dt), _norm(cfg, dt)]
+        self.stages = [Stage(cfg, i, self.param_dtype) for i in range(len(cfg.depths))]
+        self.head = Head(cfg, self.param_dtype)
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.forward_head(self.forward_features(x, train=train))
+
+    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
+        `module.apply(variables, x, method="forward_features")`."""
+        return self.forward_intermediates(x, indices=1, train=train)[0]
+
+    def _block_keys(self, batch: int, train: bool) -> list[list[jax.Array | None]]:
+        """Each stage's blocks' keys (one per sample): from the "dropout" stream in training
+        with drop path, else None."""
+        cfg = self.config
+        if not (train and cfg.drop_path_rate > 0):
+            return [[] for _ in cfg.depths]
+        samples = jax.random.split(self.make_rng("dropout"), batch)
+        index = iter(range(sum(cfg.depths)))
+        return [[block_keys(samples, next(index)) for _ in range(n)] for n in cfg.depths]
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
+            intermediates_only: bool = False, *, train: bool = False) -> Any:
+        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
+        feature maps after each stage, channels-last by default ("NHWC"; "NCHW" is timm's
+        layout). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
+        skips the stages after the last one taken; `norm` changes nothing (timm's ConvNeXt has
+        no norm before its head). Call it with `module.apply(variables, x,
+        method="forward_intermediates", ...)`."""
+        del norm
+        take, last = take_indices(len(self.config.depths), indices)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape, channels_last=True)
+        conv, ln = self.stem
+        x = ln(conv(x))
+        keys = self._block_keys(x.shape[0], train)
+        taps = []
+        for i in range(last + 1 if stop_early else len(self.config.depths)):
+            x = self.stages[i](x, train=train, keys=keys[i])
+            if i in take:
+                taps.append(x)
+        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
+        return taps if intermediates_only else (x, taps)
+
+    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
+                         ) -> tuple[nn.Module, Any]:
+        """`(module, variables)` whose `head.fc` is a fresh Flax Dense for `num_classes` (and
+        whose config says so); this module and `variables` are not changed."""
+        config = dataclasses.replace(self.config, num_classes=num_classes)
+        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
+        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
+        params = dict(variables["params"])
+        params["head"] = {**params["head"], "fc": new["params"]}
+        return self.clone(config=config), {**variables, "params": params}
+
+    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
+        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
+        the normalised pooled features)."""
+        return self.head(x, pre_logits=pre_logits)
