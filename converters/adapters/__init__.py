@@ -16,8 +16,8 @@ from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
-from converters.adapters.zoo_hub import ZooReader
 from converters.adapters.torchvision_convnext import TORCHVISION_CONVNEXT
+from converters.adapters.zoo_hub import ZooReader
 
 _ADAPTERS: dict[str, Adapter] = {}
 
