@@ -164,6 +164,14 @@ def _zoo_torch(arch: str) -> Callable[[Path], None]:
     return build
 
 
+def _torchvision_convnext(path: Path) -> None:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    torch.save(torchvision.models.convnext_tiny().state_dict(), path)
+
+
 def _zoo_nnx(path: Path) -> None:
     import converters
 
@@ -179,6 +187,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "mlp.pt": _mlp_sequential,  # PyTorch's tutorial nn.Sequential MLP
     "mine.safetensors": _ambiguous,  # two same-shaped layers, no order
     "vit_small.pt": _zoo_torch("vit_small_patch16_224"),  # timm's layout
+    "tv.pt": _torchvision_convnext,  # torchvision's ConvNeXt-T state_dict (features.N ...)
 }
 
 
@@ -203,7 +212,8 @@ ONE_ROUND = ("--repeat", "1", "--warmup", "0", "--rounds", "1", "--settle", "0",
 TINY = ("--preset", "tiny", *ONE_ROUND)
 # The first row whose pattern matches a form decides.
 WAYS: list[Way] = [
-    Way(r"^python -m (converters( convert)?|zoo\.bench)$", "the command named in prose: --help",
+    Way(r"^python -m (converters( convert)?|zoo\.bench( matrix)?)$",
+        "the command named in prose: --help",
         append=("--help",)),
     Way(r"\[--|\{\w+,", "a usage synopsis: every option it lists parses", parse=True),
     Way(r"--torch-compile", "torch.compile takes minutes on a CPU", parse=True),
@@ -242,7 +252,7 @@ WORK: dict[str, str] = {
     "python -m zoo.bench breakdown": "zoo.bench.subjects:build_models",
     "python -m zoo.bench convert": "zoo.bench.convert:run_size",
     "python -m zoo.bench dispatch": "zoo.bench.dispatch:run_dispatch",
-    "python -m zoo.bench matrix": "zoo.bench.matrix:run_entry",
+    "python -m zoo.bench matrix": "zoo.bench.matrix:run_slots",
     "python -m zoo.bench gpu": "zoo.bench.gpu:require_backend",
     "python -m converters convert hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m converters inspect hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
