@@ -21,6 +21,7 @@ class HubReader(ABC):
     """The `config.json` of one model family."""
 
     name: ClassVar[str]
+    model_type: ClassVar[str | None] = None  # transformers' `model_type` it claims, if any
     arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
     claims_what: ClassVar[str] = ""  # what it claims, in words ("model_type 'vit'")

@@ -6,7 +6,8 @@ Their input is a batch of token ids `(N, L)` (int32, one layout in every library
 `transformers`' models do. The task's loss is the next-token cross-entropy
 (`zoo.training.next_token`, padding ignored). `seq_len` is the zoo's own field: the length of
 the examples, of the abstract input that traces a model, and of the benchmark's batches; no
-weight depends on it.
+weight depends on it. None (the default, and what a `config.json` reads into) stands for
+`DEFAULT_LENGTH` tokens, or the model's maximum length if shorter (`length`).
 
 Left padding: `transformers` gives a token the position `0 .. L-1` of its index whatever the
 mask, unless `position_ids` say otherwise; its `generate` passes `positions(mask)` (each
@@ -24,6 +25,7 @@ import numpy as np
 from canonical.ties import Tie
 from zoo.configs import Axis, Config, ConfigError, positive
 
+DEFAULT_LENGTH = 128  # the examples' length when the config does not set `seq_len`
 INITIALIZER_RANGE = 0.02  # transformers' `initializer_range` of GPT-2 and the Llama family
 
 
@@ -38,8 +40,8 @@ def normal_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator
 @dataclass(frozen=True)
 class LanguageModelConfig(Config):
     """The input, output, loss and tied head of a decoder-only language model; a subclass
-    declares the fields `vocab_size`, `seq_len` and `tie_word_embeddings` and names its token
-    embedding's canonical key (`EMBEDDING`)."""
+    declares the fields `vocab_size`, `seq_len` (int or None) and `tie_word_embeddings` and
+    names its token embedding's canonical key (`EMBEDDING`)."""
 
     CHANNELS: ClassVar[bool] = False
     INPUT_DTYPE: ClassVar[str] = "int32"
@@ -56,7 +58,16 @@ class LanguageModelConfig(Config):
         """The longest sequence the weights allow (learned positions), or None (rotary)."""
         return None
 
+    @property
+    def length(self) -> int:
+        """The examples' length: `seq_len`, else `DEFAULT_LENGTH` (at most `max_length`)."""
+        if self.seq_len is not None:
+            return self.seq_len
+        return min(DEFAULT_LENGTH, self.max_length or DEFAULT_LENGTH)
+
     def check_lengths(self) -> None:
+        if self.seq_len is None:
+            return
         positive(f"{self.arch}.seq_len", (self.seq_len,))
         if self.max_length is not None and self.seq_len > self.max_length:
             raise ConfigError(f"{self.arch}.seq_len {self.seq_len} exceeds the "
@@ -64,11 +75,11 @@ class LanguageModelConfig(Config):
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return (self.seq_len,)
+        return (self.length,)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        return (self.seq_len, self.vocab_size)
+        return (self.length, self.vocab_size)
 
     @property
     def input_axes(self) -> tuple[Axis, ...]:
@@ -81,12 +92,12 @@ class LanguageModelConfig(Config):
         return (Tie(self.HEAD, self.EMBEDDING),) if self.tie_word_embeddings else ()
 
     def sample_input(self, key: Any, batch: int, dtype: Any = None) -> Any:
-        """Token ids drawn uniformly from the vocabulary, `(batch, seq_len)` int32 (`dtype`,
+        """Token ids drawn uniformly from the vocabulary, `(batch, length)` int32 (`dtype`,
         the parameters' dtype of a caller, does not apply to ids)."""
         import jax
         import jax.numpy as jnp
 
-        return jax.random.randint(key, (batch, self.seq_len), 0, self.vocab_size, jnp.int32)
+        return jax.random.randint(key, (batch, self.length), 0, self.vocab_size, jnp.int32)
 
 
 def positions(attention_mask: Any) -> Any:

@@ -201,5 +201,5 @@ class HubShards(HubFolder):
 
 
 def _model_types() -> list[str]:
-    """The `model_type`s of the readers that claim by it (transformers' families)."""
-    return [r.name for r in hub.readers() if r.claims({"model_type": r.name})]
+    """The `model_type`s of the readers of transformers' families."""
+    return [r.model_type for r in hub.readers() if r.model_type is not None]

@@ -1,6 +1,6 @@
 """GPT-2 as a benchmark subject (`zoo.bench.spec`): its sizes and the FLOPs of its matrix
 products (the floor of the benchmark's FLOP check). Forward and training steps on batches of
-`seq_len` tokens; prefill and decode come with generation."""
+`length` tokens; prefill and decode come with generation."""
 
 from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, register
 from zoo.models.gpt2.config import GPT2Config
@@ -9,7 +9,7 @@ from zoo.models.gpt2.config import GPT2Config
 def useful_flops(config: GPT2Config, batch: int, mode: str) -> float:
     """Multiply-adds x 2 of the projections, the two attention products (the whole square, as
     computed, masked or not) and the head, per token; a training step three times that."""
-    e, t = config.n_embd, config.seq_len
+    e, t = config.n_embd, config.length
     block = 2 * t * e * (3 * e + e + 2 * config.inner) + 2 * 2 * t * t * e
     forward = batch * (config.n_layer * block + 2 * t * e * config.vocab_size)
     return float(forward if mode == "forward" else 3 * forward)

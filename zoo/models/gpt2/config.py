@@ -45,7 +45,7 @@ class GPT2Config(LanguageModelConfig):
     attn_pdrop: float = 0.1
     resid_pdrop: float = 0.1
     tie_word_embeddings: bool = True
-    seq_len: int = 128
+    seq_len: int | None = None  # the examples' length (None: 128, or fewer positions)
 
     def validate(self) -> None:
         positive("gpt2 sizes", (self.vocab_size, self.n_positions, self.n_embd, self.n_layer,

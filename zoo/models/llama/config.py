@@ -4,6 +4,7 @@ a `head_dim` of its own) as fields."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -81,7 +82,7 @@ class LlamaConfig(LanguageModelConfig):
     # bands at this head size), untied.
     TINY: ClassVar[dict[str, Any]] = {
         "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
         "rope_theta": 500000.0, "rope_type": "llama3", "rope_factor": 8.0,
         "rope_original_max_position_embeddings": 256, "seq_len": 8}
     # No VARIANTS: the registry-wide tests run the tiny config; every option (sliding window,
@@ -110,7 +111,13 @@ class LlamaConfig(LanguageModelConfig):
     qk_norm: bool = False
     sliding_window: int | None = None
     model_type: Literal["llama", "mistral", "qwen2", "qwen3"] = "llama"
-    seq_len: int = 128
+    seq_len: int | None = None  # the examples' length (None: 128, or fewer positions)
+
+    def __post_init__(self) -> None:
+        if self.rope_type == "default":  # Llama 3's fields unused: equal functions, equal configs
+            for f in _LLAMA3_FIELDS:
+                object.__setattr__(self, f.name, f.default)
+        super().__post_init__()
 
     def validate(self) -> None:
         positive("llama sizes", (self.vocab_size, self.hidden_size, self.intermediate_size,
@@ -160,3 +167,8 @@ class LlamaConfig(LanguageModelConfig):
             self.dim, self.rope_theta, self.rope_type, self.rope_factor,
             self.rope_low_freq_factor, self.rope_high_freq_factor,
             self.rope_original_max_position_embeddings)
+
+
+_LLAMA3_FIELDS = [f for f in dataclasses.fields(LlamaConfig)
+                  if f.name in ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                "rope_original_max_position_embeddings")]
