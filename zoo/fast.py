@@ -191,7 +191,8 @@ class TrainStep:
                  x: jax.Array, target: Any, key: jax.Array | None = None,
                  **inputs: Any) -> tuple:
             if steps == 1:
-                x, target, inputs = batch(x), batch(target), batch(inputs)
+                x, target = batch(x), batch(target)
+                inputs = {k: batch(v) for k, v in inputs.items()}
             new_params, new_opt, new_state, loss = step(
                 param_tree.unflatten(param_leaves), opt_tree.unflatten(opt_leaves),
                 state_tree.unflatten(state_leaves), x, target, key, **inputs)
@@ -206,7 +207,8 @@ class TrainStep:
                   **inputs: Any) -> tuple:
             for name, tree in (("x", xs), ("target", targets), ("key", keys), *inputs.items()):
                 _check_stacked(name, tree, steps)
-            xs, targets, inputs = batch(xs), batch(targets), batch(inputs)
+            xs, targets = batch(xs), batch(targets)
+            inputs = {k: batch(v) for k, v in inputs.items()}
 
             def body(carry: tuple, batch: tuple) -> tuple:
                 x, target, key, more = batch
