@@ -29,6 +29,15 @@ VARIANTS: dict[str, zoo.Config] = {
                                            attention_bias=True),
 }
 PADDING = (0, 3, 1)  # left padding of each row of the batch
+QUICK = "llama-gqa-rope3"  # the variant `--quick` keeps (the Llama family's tiny config)
+
+
+def variants() -> list:
+    """The variant names as parameters, all but `QUICK` left out of `--quick`."""
+    import pytest
+
+    return [n if n == QUICK else pytest.param(n, marks=pytest.mark.full_only)
+            for n in VARIANTS]
 
 
 def hf_config(config: zoo.Config):

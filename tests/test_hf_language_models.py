@@ -18,7 +18,7 @@ import pytest
 import converters
 from converters.checkpoints import detect
 from tests.converter_cli import cli
-from tests.lm_reference import VARIANTS, hf_model, padded_batch, relative
+from tests.lm_reference import QUICK, VARIANTS, hf_model, padded_batch, relative
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -48,10 +48,12 @@ def _loads_strictly(folder):
     return model.eval()
 
 
-# Each family through one library's format, every format once (and the canonical layout).
-ROUND_TRIPS = [("gpt2", "nnx"), ("llama-gqa-rope3", "eqx"), ("mistral-window", "linen"),
-               ("qwen2-bias-tied", "torch"), ("qwen3-norm-head-dim", "nnx"),
-               ("gpt2-untied", "canonical")]
+# Each family through one library's format, every format once (and the canonical layout);
+# `--quick` keeps the Llama family's tiny config through Equinox.
+ROUND_TRIPS = [pytest.param(*case, marks=pytest.mark.full_only) if case[0] != QUICK else case
+               for case in (("gpt2", "nnx"), ("llama-gqa-rope3", "eqx"),
+                            ("mistral-window", "linen"), ("qwen2-bias-tied", "torch"),
+                            ("qwen3-norm-head-dim", "nnx"), ("gpt2-untied", "canonical"))]
 
 
 @pytest.mark.parametrize(("name", "fmt"), ROUND_TRIPS)
@@ -78,6 +80,7 @@ def test_sharded_folder_to_a_library_and_back_loads_in_transformers(name, fmt, t
         "model_type"]
 
 
+@pytest.mark.full_only
 def test_single_file_folder_and_a_zoo_model_written_as_a_hub_folder(tmp_path, capsys):
     """`save_pretrained` without shards (`model.safetensors`), read with no --arch; a zoo model
     saved with `converters.save(..., "hub")` loads in transformers."""
@@ -92,6 +95,7 @@ def test_single_file_folder_and_a_zoo_model_written_as_a_hub_folder(tmp_path, ca
     assert relative(got, _logits(model, ids)) <= RELATIVE
 
 
+@pytest.mark.full_only
 def test_bfloat16_stays_bfloat16_unless_dtype_says_otherwise(tmp_path, capsys):
     folder, model = _saved(tmp_path, "llama-gqa-rope3", dtype=torch.bfloat16)
     out_bf16 = tmp_path / "bf16"

@@ -38,6 +38,7 @@ from tests.lm_reference import (
     hf_state,
     padded_batch,
     relative,
+    variants,
 )
 from zoo import fast
 from zoo.testing import tolerance
@@ -79,7 +80,7 @@ def _logits(name: str, impl: str) -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.asarray(api.to_canonical(y, cfg)) for y in run(params, state, *native))
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", variants())
 def test_canonical_keys_are_transformers_state_dict_keys_in_its_order(name):
     want = [k for k in hf_state(name) if k not in {t.alias for t in VARIANTS[name].ties}]
     for impl in zoo.IMPLS:
@@ -87,7 +88,7 @@ def test_canonical_keys_are_transformers_state_dict_keys_in_its_order(name):
 
 
 @pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", variants())
 def test_logits_equal_transformers(name, impl):
     cfg = VARIANTS[name]
     ids, mask, pos = padded_batch(cfg)
@@ -132,7 +133,7 @@ def _one_step(name: str, impl: str) -> tuple[float, dict[str, np.ndarray]]:
     return float(loss), {k: np.asarray(v) for k, v in after.items()}
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", variants())
 def test_one_training_step_and_every_gradient_agree_in_the_four_libraries(name):
     cfg = VARIANTS[name]
     ids, mask, pos = padded_batch(cfg, seed=1)
@@ -156,6 +157,7 @@ def test_one_training_step_and_every_gradient_agree_in_the_four_libraries(name):
         chex.assert_trees_all_close(grads, {k: before[k] - after_t[k] for k in after}, **TOL)
 
 
+@pytest.mark.full_only
 @pytest.mark.parametrize("impl", zoo.IMPLS)
 def test_native_calls_and_zoo_fast_take_the_mask_and_positions(impl):
     """Each library's own call (Equinox: one sequence; Linen: `apply`; NNX and PyTorch: the
@@ -188,6 +190,7 @@ def test_native_calls_and_zoo_fast_take_the_mask_and_positions(impl):
         assert relative(np.asarray(got)[valid], want[valid]) <= RELATIVE
 
 
+@pytest.mark.full_only
 @pytest.mark.parametrize("impl", zoo.IMPLS)
 def test_gpt2_dropout_is_off_in_eval_keyed_and_on_in_training(impl):
     cfg = zoo.tiny_config("gpt2", embd_pdrop=0.1, attn_pdrop=0.1, resid_pdrop=0.1)
