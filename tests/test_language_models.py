@@ -133,7 +133,8 @@ def _one_step(name: str, impl: str) -> tuple[float, dict[str, np.ndarray]]:
     return float(loss), {k: np.asarray(v) for k, v in after.items()}
 
 
-@pytest.mark.parametrize("name", variants())
+@pytest.mark.full_only  # --quick: the registry-wide tests step the tiny Llama in every library
+@pytest.mark.parametrize("name", VARIANTS)
 def test_one_training_step_and_every_gradient_agree_in_the_four_libraries(name):
     cfg = VARIANTS[name]
     ids, mask, pos = padded_batch(cfg, seed=1)
