@@ -10,14 +10,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.activations import gelu, gelu_tanh
 from zoo.layers.causal import attend, causal_mask, default_positions
 from zoo.layers.eqx import Conv1D, LayerNorm, Linear
-from zoo.models.common import dtype_of
+from zoo.models.common import activation, dtype_of
 from zoo.models.gpt2.config import GPT2Config
-
-ACTIVATIONS = {"gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "gelu": gelu,
-               "relu": jax.nn.relu}
 
 
 def _keys(key: PRNGKeyArray | None, n: int) -> list[PRNGKeyArray | None]:
@@ -72,7 +68,7 @@ class MLP(eqx.Module):
         self.activation = config.activation_function
 
     def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
-        h = ACTIVATIONS[self.activation](_tokenwise(self.c_fc, x))
+        h = activation(self.activation)(_tokenwise(self.c_fc, x))
         return self.dropout(_tokenwise(self.c_proj, h), key=key)
 
 

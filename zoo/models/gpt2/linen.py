@@ -9,9 +9,8 @@ import jax.numpy as jnp
 
 from zoo.layers.causal import attend, causal_mask, default_positions
 from zoo.layers.linen import Conv1D, LayerNorm
-from zoo.models.common import dtype_of
+from zoo.models.common import activation, dtype_of
 from zoo.models.gpt2.config import GPT2Config
-from zoo.models.gpt2.eqx import ACTIVATIONS
 
 
 def _layer_norm(config: GPT2Config, dtype: jnp.dtype) -> LayerNorm:
@@ -50,7 +49,7 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.resid_pdrop)
 
     def __call__(self, x: jax.Array, train: bool) -> jax.Array:
-        h = ACTIVATIONS[self.config.activation_function](self.c_fc(x))
+        h = activation(self.config.activation_function)(self.c_fc(x))
         return self.dropout(self.c_proj(h), deterministic=not train)
 
 

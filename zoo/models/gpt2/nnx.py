@@ -9,9 +9,8 @@ from flax import nnx
 
 from zoo.layers.causal import attend, causal_mask, default_positions
 from zoo.layers.nnx import Conv1D, LayerNorm
-from zoo.models.common import dtype_of
+from zoo.models.common import activation, dtype_of
 from zoo.models.gpt2.config import GPT2Config
-from zoo.models.gpt2.eqx import ACTIVATIONS
 
 Rngs = nnx.Rngs | jax.Array | None
 
@@ -48,7 +47,7 @@ class MLP(nnx.Module):
         self.dropout = nnx.Dropout(config.resid_pdrop)
 
     def __call__(self, x: jax.Array, rngs: Rngs = None) -> jax.Array:
-        h = ACTIVATIONS[self.activation](self.c_fc(x))
+        h = activation(self.activation)(self.c_fc(x))
         return self.dropout(self.c_proj(h), rngs=rngs)
 
 
