@@ -23,13 +23,14 @@ from canonical.kinds import (
 )
 from canonical.paths import path_name
 from canonical.state import layers, read, spec, walker, write
+from canonical.ties import Tie, tie, untie
 from canonical.walkers import WALKERS, Walker
 
 __all__ = [
     "KINDS", "WALKERS", "ConversionError", "KeyMismatchError", "Layer", "LayerKind",
-    "StateMismatchError", "Walker",
+    "StateMismatchError", "Tie", "Walker",
     "attention", "kind_of",
     "layers",
-    "path_name", "read", "register_class", "register_kind", "rules", "spec", "unregister_kind",
-    "walker", "write",
+    "path_name", "read", "register_class", "register_kind", "rules", "spec", "tie",
+    "unregister_kind", "untie", "walker", "write",
 ]

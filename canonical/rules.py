@@ -9,7 +9,8 @@ Initialisation (PyTorch's defaults): Linear, Conv and ConvTranspose weights and 
 ``U(-b, b)`` with ``b = 1/sqrt(weight.shape[1] * prod(kernel))``, weight drawn first; norms
 weight 1, bias 0, BatchNorm statistics mean 0, var 1, counter 0; Embedding ``N(0, 1)``; bare
 parameters ``N(0, 0.02)`` (timm's class token and position embedding); GRN weight and bias 0
-(timm's: the layer starts as the identity).
+(timm's: the layer starts as the identity); transformers' `Conv1D` its own ``N(0, 0.02)`` weight
+and zero bias.
 """
 
 from __future__ import annotations
@@ -127,6 +128,27 @@ def batch_norm_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
         "num_batches_tracked": np.zeros((), np.int64)}
 
 
+# --------------------------------------------------------------------------- Conv1D
+# transformers' `Conv1D` (GPT-2's projections) is a linear layer stored `(in, out)`, computing
+# `x @ W + b`: Flax's Dense kernel is that layout as it is; Equinox's Linear holds `(out, in)`.
+def conv1d_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    f = layout(family)
+    return _renamed(c, {"weight": f.kernel, "bias": "bias"},
+                    **({} if f.channels_last else {f.kernel: lambda w: w.T}))
+
+
+def conv1d_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
+    f = layout(family)
+    return _renamed(n, {f.kernel: "weight", "bias": "bias"},
+                    **({} if f.channels_last else {"weight": lambda w: w.T}))
+
+
+def _conv1d_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    """transformers' `Conv1D.__init__`: weight N(0, 0.02), bias 0."""
+    out = {"weight": 0.02 * rng.standard_normal(shapes["weight"])}
+    return out | ({"bias": np.zeros(shapes["bias"])} if "bias" in shapes else {})
+
+
 # --------------------------------------------------------------------------- embedding
 def embedding_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
     return {layout(family).embedding: c["weight"]}
@@ -161,6 +183,8 @@ _LAYER_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
 _GRN_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("mlp",)),
              "flax": dict.fromkeys(("scale", "bias"), ("mlp",))}
 _EMBEDDING_AXES = {"eqx": {"weight": ("vocab", "embed")}, "flax": {"embedding": ("vocab", "embed")}}
+_RMS_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
+                  "flax": {"scale": ("embed",)}}
 
 _TORCH = "torch.nn."
 LINEAR = register_kind(LayerKind(
@@ -219,6 +243,22 @@ GLOBAL_RESPONSE_NORM = register_kind(LayerKind(
     native={"eqx": ("weight", "bias"), "flax": ("scale", "bias")},
     init=zeros, to_native=affine_to_native, to_canonical=affine_to_canonical,
     axes=_GRN_AXES))
+RMS_NORM = register_kind(LayerKind(
+    "rms_norm",
+    # The libraries' own RMSNorms (the zoo's, with transformers' float32 statistics and cast,
+    # subclass them): a weight (Flax: scale) over the last axis; Equinox's may hold a bias.
+    classes={"eqx": ("equinox.nn.RMSNorm",), "linen": ("flax.linen.RMSNorm",),
+             "nnx": ("flax.nnx.RMSNorm",), "torch": (_TORCH + "RMSNorm",)},
+    native={"eqx": ("weight", "bias"), "flax": ("scale",)},
+    init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical,
+    axes=_RMS_NORM_AXES))
+# transformers' Conv1D: no library has the class; the zoo registers its own in each library
+# (`zoo.layers`: subclasses of Equinox's Linear, Flax's Dense / Linear) with `register_class`.
+CONV1D = register_kind(LayerKind(
+    "hf_conv1d", classes={},
+    native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
+    init=_conv1d_init, to_native=conv1d_to_native, to_canonical=conv1d_to_canonical,
+    axes=_LINEAR_AXES))
 EMBEDDING = register_kind(LayerKind(
     "embedding",
     classes={"eqx": ("equinox.nn.Embedding",), "linen": ("flax.linen.Embed",),

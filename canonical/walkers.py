@@ -319,6 +319,17 @@ def leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
             yield (*prefix, key)
 
 
+def _linen_position(found: dict[tuple, tuple], path: tuple) -> tuple[int, ...]:
+    """Where `path` was defined: per part, its rank among the children its owner registered
+    (in `setup` order, or creation order for compact modules); unknown parts last."""
+    out = []
+    for i, part in enumerate(path):
+        owner = found.get(tuple(path[:i]), ("", None))[1]
+        children = list(getattr(getattr(owner, "_state", None), "children", None) or ())
+        out.append(children.index(part) if part in children else len(children))
+    return tuple(out)
+
+
 def _accepts_train(module: nn.Module) -> bool:
     return "train" in inspect.signature(type(module).__call__).parameters
 
@@ -378,14 +389,13 @@ class LinenWalker(Walker):
                              lambda p: found[p][1], self.layer_classes, problems)
         out = _outside_composites(out, lambda p: found[p][1], self.layer_classes, problems)
         _refuse(self.impl, problems)
-        # Bare parameters take the place of their module in call order (LayerScale's gamma
-        # between the attention and the next norm), as the layers of known kinds do.
-        rank = {path: i for i, path in enumerate(found)}
-
-        def position(layer: Layer) -> int:
-            path = tuple(layer.path)
-            return rank.get(path, rank.get(path[:-1], len(rank)))
-        return sorted(out, key=position)
+        # Definition order, as PyTorch's state_dict lists its modules: each part of a path at
+        # its rank among its owner's children (`setup`'s assignment order; a compact module's
+        # creation order, i.e. call order). A module that calls its layers in another order
+        # than it defines them (a Llama layer: `input_layernorm` called first, defined after
+        # `self_attn` and `mlp`) keeps its definition order. Bare parameters take their place
+        # among their owner's children as the layers do.
+        return sorted(out, key=lambda layer: _linen_position(found, tuple(layer.path)))
 
     def read(self, obj: Any, layers: list[Layer]) -> dict[str, Arrays]:
         _, variables = obj

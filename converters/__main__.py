@@ -2,6 +2,7 @@
 
     python -m converters convert SRC DST --to {eqx,linen,nnx,canonical,torch,npz,msgpack,hub}
         [--force] [--arch ARCH] [--config JSON_OR_FILE | --like MODULE:ATTR] [--model-only]
+        [--cast/--dtype DTYPE]
         [--map SRC=DST ...] [--strip-prefix P] [--add-prefix P] [--show-mapping] [--no-verify]
         [--weights {main,ema}] [--progress | --no-progress] [--num-classes N]
         [--image-size H,W] [--in-channels C] [--seed S] [--shard-size SIZE]
@@ -110,10 +111,11 @@ def _parser() -> ArgumentParser:
     c.add_argument("--to", required=True, choices=format_names(), metavar="FORMAT",
                    help="target format: " + ", ".join(format_names()))
     c.add_argument("--force", action="store_true", help="replace DST if it exists")
-    c.add_argument("--cast", metavar="DTYPE", choices=("float32", "float16", "bfloat16",
-                                                       "float64"),
+    c.add_argument("--cast", "--dtype", dest="cast", metavar="DTYPE",
+                   choices=("float32", "float16", "bfloat16", "float64"),
                    help="convert every floating array to DTYPE (needed e.g. for float64 into a "
-                        "JAX format without x64); nothing is ever cast without it")
+                        "JAX format without x64); nothing is ever cast without it: a bfloat16 "
+                        "checkpoint stays bfloat16")
     c.add_argument("--like", metavar="MODULE:ATTR",
                    help="target your own model (any of the four libraries, or a function of "
                         "no arguments returning one) instead of a zoo --arch")
@@ -266,6 +268,8 @@ def _convert_detected(args: argparse.Namespace, det: Detection, console: Console
             raise ConversionError(f"{e}\nmatching the layers by structure failed too: {m}"
                                   ) from m
     describe(console, ck)
+    console.print(f"  dtype: {ck.dtype}, " + ("as stored (--dtype casts)" if args.cast is None
+                                             else f"cast by --dtype {args.cast}"))
     if args.show_mapping:
         console.print("  mapping: none needed (every key is the architecture's canonical name)")
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]{written_layout(args)}")

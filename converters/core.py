@@ -120,12 +120,13 @@ def from_canonical(state: Mapping[str, Any], config: Config | str, impl: str,
     """Build a native model of `impl` holding the arrays of a canonical `state`.
 
     `config` is a config or an architecture name (default config). `state` is validated
-    against the skeleton of `impl` first and never modified. Returns what `zoo.create`
-    returns for that library.
+    against the skeleton of `impl` first and never modified; a tied array's alias (`Config.ties`,
+    transformers' `lm_head.weight` beside the embedding) is accepted when it equals its source.
+    Returns what `zoo.create` returns for that library.
     """
     walker(impl)
     config = make_config(config)
-    state = as_numpy_state(state)
+    state = canonical.untie(as_numpy_state(state), config.ties)  # an alias beside its source
     dtype = validate(state, config, dtype, impl)
     return canonical.write(skeleton(config, impl, dtype), state, impl,
                            **walk_facts(config, impl))

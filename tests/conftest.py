@@ -47,8 +47,10 @@ jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPT
 # The quick subset (`pytest --quick`, README): one architecture per kind of layer through the
 # library-wide tests, every converter path and the command lines' refusals; the whole suite is
 # what CI runs.
-# Both have dense layers (the CNN's head, the ViT's MLP blocks): the MLP adds no kind of its own.
-QUICK_ARCHS = frozenset({"cnn", "vit"})  # convolutions + BatchNorm + dense, attention + dense
+# All have dense layers (the CNN's head, the ViT's MLP blocks, the Llama's projections): the MLP
+# adds no kind of its own. The CNN brings convolutions and BatchNorm, the ViT attention, the
+# Llama family token ids, embeddings, RMSNorm, the rotary embedding and grouped-query attention.
+QUICK_ARCHS = frozenset({"cnn", "vit", "llama"})
 # Property tests (hypothesis) draw this share of their examples in the quick subset.
 QUICK_EXAMPLES_SHARE = 0.25
 # A test marked `whole_model` runs a whole model through every format, optimizer or library: the
@@ -56,14 +58,15 @@ QUICK_EXAMPLES_SHARE = 0.25
 QUICK_WHOLE_MODEL_ARCH = "cnn"
 # Whole programs end to end, multi-device and multi-process runs, sweeps over every method,
 # damaged byte or kill point, the conv-transpose architectures (their layer rule stays in the
-# subset), and the reference-model features of the ResNet and the ViT (named torchvision/timm
-# models, timm options, adaptation, the features API).
+# subset), the reference-model features of the ResNet and the ViT (named torchvision/timm
+# models, timm options, adaptation, the features API), and the language models' variants but
+# the Llama family's tiny config (and their named models).
 FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py",
              "test_bench_mesh.py", "test_sharding.py", "test_cuda_export.py",
              "test_multiprocess.py", "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py",
              "test_depth.py", "test_unet3d.py", "test_resnet.py", "test_resnet_same_padding.py",
              "test_named_models.py", "test_model_api.py", "test_adapt.py", "test_vit.py",
-             "test_intermediates.py", "test_convnext.py")
+             "test_intermediates.py", "test_convnext.py", "test_named_language_models.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

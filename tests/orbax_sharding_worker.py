@@ -1,7 +1,8 @@
-"""One process on 8 CPU devices: a model sharded over 8 devices (fsdp) in every JAX library is
-saved as an orbax checkpoint (the orbax formats in turn; each device writes its shards), restored
-onto 2 devices and onto 1 (`converters.load(..., mesh=, strategy=)`) and converted to PyTorch
-by the command line; prints a JSON report that tests/test_sharding.py checks. Run as
+"""One process on 8 CPU devices: a model (the ViT's and the Llama family's tiny configs) sharded
+over 8 devices (fsdp) in every JAX library is saved as an orbax checkpoint (the orbax formats in
+turn; each device writes its shards), restored onto 2 devices and onto 1
+(`converters.load(..., mesh=, strategy=)`) and converted to PyTorch by the command line; prints
+a JSON report that tests/test_sharding.py checks. Run as
 `python -m tests.orbax_sharding_worker SCRATCH_DIR` (the device count is set before JAX
 starts)."""
 
@@ -30,6 +31,7 @@ from zoo import precision, sharding
 from zoo.registry import walk_facts
 
 ORBAX = ("linen", "nnx")  # the orbax checkpoint formats
+ARCHS = ("vit", "llama")  # attention and dense layers; a language model (token ids, RMSNorm)
 MESHES = (2, 1)  # the device counts the 8-device checkpoints are restored onto
 
 
@@ -51,33 +53,33 @@ def _devices(model: object, impl: str) -> list[int]:
 
 def main(scratch: Path) -> None:
     precision.set_global(precision.EXACT)
-    cfg = zoo.tiny_config("vit")
     mesh8 = jax.make_mesh((8,), (sharding.DATA,))
-    x = zoo.example_input(cfg, 4, seed=1)
     restored, torch_outputs = [], []
-    for i, impl in enumerate(zoo.JAX_IMPLS):
+    for arch, i, impl in ((a, i, impl) for a in ARCHS for i, impl in enumerate(zoo.JAX_IMPLS)):
+        cfg = zoo.tiny_config(arch)
+        x = zoo.example_input(cfg, 4, seed=1)
         model = zoo.create(cfg, impl, mesh=mesh8, strategy="fsdp")
         want = _state(model, impl, cfg)
         api = zoo.interface(impl)
-        out8 = np.asarray(api.to_canonical(api.forward(model, api.to_native(x))))
+        out8 = np.asarray(api.to_canonical(api.forward(model, api.to_native(x, cfg)), cfg))
         for fmt in (ORBAX[i % len(ORBAX)],):  # each library in one format, in turn
-            path = scratch / f"{impl}-as-{fmt}"
+            path = scratch / f"{arch}-{impl}-as-{fmt}"
             converters.save(model, path, fmt)
             for n in MESHES:
                 mesh = jax.make_mesh((n,), (sharding.DATA,), devices=jax.devices()[:n])
                 back = converters.load(path, impl, mesh=mesh, strategy="fsdp")
-                restored.append({"impl": impl, "format": fmt, "devices": n,
+                restored.append({"arch": arch, "impl": impl, "format": fmt, "devices": n,
                                  "diff": _diff(_state(back, impl, cfg), want),
                                  "on": _devices(back, impl),
                                  "bytes_per_device": sharding.bytes_per_device(back),
                                  "sharding_file": (path / "_sharding").exists()})
-            pt = scratch / f"{impl}-as-{fmt}.pt"
+            pt = scratch / f"{arch}-{impl}-as-{fmt}.pt"
             with contextlib.redirect_stdout(io.StringIO()):  # stdout carries the report
                 status = cli(["convert", str(path), str(pt), "--to", "torch", "--no-progress"])
             with torch.no_grad():
                 out = converters.load(pt, "torch").eval()(torch.from_numpy(np.array(x)))
             out = out.numpy()
-            torch_outputs.append({"impl": impl, "format": fmt, "status": status,
+            torch_outputs.append({"arch": arch, "impl": impl, "format": fmt, "status": status,
                                   "diff": float(np.max(np.abs(out - out8))),
                                   "scale": float(np.max(np.abs(out8)))})
     json.dump({"devices": jax.device_count(), "restored": restored, "torch": torch_outputs},

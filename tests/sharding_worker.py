@@ -1,6 +1,6 @@
 """One process on 8 CPU devices: a training step of every architecture (tiny config) on one
 device (in the first JAX library) and, in every JAX library, on 8 devices under dp and fsdp
-(and tp on 4x2 where there are attention heads); prints a JSON report that
+(and tp on 4x2 where there are attention heads or a vocabulary); prints a JSON report that
 tests/test_sharding.py checks: each sharded step against the one-device step, and the libraries
 against each other under each strategy. Run as `python -m tests.sharding_worker` (it sets the
 device count before JAX starts, so it cannot run inside the test process)."""
@@ -55,10 +55,11 @@ def _step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None, strategy: 
 
 def _strategies(cfg: zoo.Config, impl: str) -> list[str]:
     """dp (the batch sharded), fsdp (the parameters too); tp where the model has attention
-    heads to split."""
+    heads or a vocabulary to split (a language model's q/k/v projections are linear layers:
+    their heads are split with the MLP's outputs)."""
     axes = {a for arrays in sharding.logical_axes(zoo.create(cfg, impl), impl, cfg).values()
             for names in arrays.values() for a in names}
-    return ["dp", "fsdp", *(["tp"] if "heads" in axes else [])]
+    return ["dp", "fsdp", *(["tp"] if {"heads", "vocab"} & axes else [])]
 
 
 def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

@@ -135,3 +135,27 @@ def test_checkpoints_read_back_in_the_canonical_order(fmt: str, tmp_path):
     for name in ("model.safetensors", "model.pt") if fmt == "torch" else ("model",):
         path = write(Checkpoint(config, state), tmp_path / f"{fmt}-{name}", fmt)
         assert list(read(path).state) == list(state), name
+
+
+class LinenCalledOutOfOrder(nn.Module):
+    """Defines `attn`, `mlp`, `norm1`, `norm2` (a Llama layer's order) and calls the norms
+    first."""
+
+    def setup(self) -> None:
+        self.attn = nn.Dense(3)
+        self.mlp = nn.Dense(3)
+        self.norm1 = nn.LayerNorm()
+        self.norm2 = nn.LayerNorm()
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+def test_linen_layers_come_in_definition_order_not_call_order():
+    """PyTorch lists a module's layers as it defines them; so does the Linen walker, whatever
+    order `__call__` runs them in (`setup`'s assignment order)."""
+    x = jnp.zeros((1, 3))
+    model = LinenCalledOutOfOrder()
+    state = canonical.read((model, model.init(jax.random.key(0), x)), "linen", example=x)
+    assert [k.split(".")[0] for k in state][::2] == ["attn", "mlp", "norm1", "norm2"]

@@ -39,15 +39,17 @@ def test_an_unknown_key_gives_the_clis_error_in_python():
 
 def _wrong_sample(cfg: zoo.Config) -> tuple[int, ...]:
     """A sample shape `cfg.input_axes` refuse: a fixed axis one longer, else a free one
-    shorter than its minimum or longer than its maximum."""
+    shorter than its minimum or longer than its maximum (empty, when it has neither: a token
+    sequence)."""
     shape = list(cfg.input_shape)
     axes = cfg.input_axes
     i = next((i for i, a in enumerate(axes) if a.size is not None), None)
     if i is not None:
         shape[i] += 1
         return tuple(shape)
-    i, a = next((i, a) for i, a in enumerate(axes) if a.minimum > 1 or a.maximum is not None)
-    shape[i] = a.minimum - 1 if a.minimum > 1 else a.maximum + 1
+    i, a = next(((i, a) for i, a in enumerate(axes) if a.minimum > 1 or a.maximum is not None),
+                (0, axes[0]))
+    shape[i] = a.minimum - 1 if a.minimum > 1 or a.maximum is None else a.maximum + 1
     return tuple(shape)
 
 

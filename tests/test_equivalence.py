@@ -68,12 +68,13 @@ def test_conversion_gives_the_target_librarys_model(case, src, dst):
 @functools.cache
 def _forward(case: str, impl: str, train: bool, jit: bool):
     """Canonical-layout outputs and canonical state after one forward pass."""
-    api = zoo.interface(impl)
+    api, config = zoo.interface(impl), CONFIGS[case]
     static, params, state = api.split(_model(case, impl))
     f = functools.partial(api.apply, static, train=train)
-    x = zoo.example_input(CONFIGS[case], batch=3, seed=1)
-    y, state = (jax.jit(f) if jit else f)(params, state, api.to_native(x))
-    return api.to_canonical(y), converters.to_canonical(api.merge(static, params, state), impl)
+    x = zoo.example_input(config, batch=3, seed=1)
+    y, state = (jax.jit(f) if jit else f)(params, state, api.to_native(x, config))
+    return (api.to_canonical(y, config),
+            converters.to_canonical(api.merge(static, params, state), impl))
 
 
 # Eager (op-by-op) execution in evaluation, compiled in both modes. Eager runs the model code
@@ -94,16 +95,20 @@ def test_forward_matches(case, a, b, train, jit):
 
 @functools.cache
 def _gradients(case: str, impl: str):
-    """Loss <y, cotangent> in training mode; gradients w.r.t. input (canonical) and params."""
-    api = zoo.interface(impl)
+    """Loss <y, cotangent> in training mode; gradients w.r.t. input (canonical; None for token
+    ids) and params."""
+    api, config = zoo.interface(impl), CONFIGS[case]
     static, params, state = api.split(_model(case, impl))
-    x = zoo.example_input(CONFIGS[case], batch=3, seed=2)
+    x = zoo.example_input(config, batch=3, seed=2)
     cotangent = jax.random.normal(jax.random.key(7), _forward(case, impl, False, True)[0].shape)
 
     def loss(params, x):
-        y, _ = api.apply(static, params, state, api.to_native(x), train=True)
-        return jnp.sum(api.to_canonical(y) * cotangent)
+        y, _ = api.apply(static, params, state, api.to_native(x, config), train=True)
+        return jnp.sum(api.to_canonical(y, config) * cotangent)
 
+    if not jnp.issubdtype(x.dtype, jnp.floating):  # integer inputs (tokens) have no gradient
+        value, g_params = jax.jit(jax.value_and_grad(loss))(params, x)
+        return value, None, converters.to_canonical(api.merge(static, g_params, state), impl)
     value, (g_params, g_x) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
     return value, g_x, converters.to_canonical(api.merge(static, g_params, state), impl)
 
@@ -118,11 +123,11 @@ def _trained(case: str, impl: str, steps: int = 5):
     targets = [jax.random.normal(jax.random.key(20 + i), (4, *shape)) for i in range(steps)]
     step = fast.train_step(_model(case, impl), impl, optax.sgd(0.05, momentum=0.9), mse)
     for x, t in zip(xs, targets, strict=True):
-        step(api.to_native(x), api.to_native(t))
+        step(api.to_native(x, config), api.to_native(t, config))
     static, params, state = api.split(step.model())
-    x = api.to_native(zoo.example_input(config, batch=3, seed=99))
+    x = api.to_native(zoo.example_input(config, batch=3, seed=99), config)
     y, _ = jax.jit(functools.partial(api.apply, static, train=False))(params, state, x)
-    return converters.to_canonical(step.model(), impl), api.to_canonical(y)
+    return converters.to_canonical(step.model(), impl), api.to_canonical(y, config)
 
 
 @pytest.mark.parametrize(("a", "b"), BOTH_WAYS, ids=BOTH_WAYS_IDS)

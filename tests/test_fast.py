@@ -56,7 +56,7 @@ def assert_trees_close(a, b, **tol):
 def test_forward_matches_interface(arch, impl):
     _, task, models = case(arch)
     api = zoo.interface(impl)
-    x = api.to_native(task.x)
+    x = api.to_native(task.x, task.config)
     want, _ = jitted_apply(models[impl], impl)(x)
     fwd = fast.forward(models[impl], impl)
     assert isinstance(fwd, fast.Forward) and fwd.impl == impl and not fwd.train
@@ -77,8 +77,8 @@ def test_donation_default_is_off_on_cpu_only():
 def test_train_step_matches_reference_and_donates(arch, impl):
     _, task, models = case(arch)
     api = zoo.interface(impl)
-    x = api.to_native(task.x)
-    target = task.target if task.loss == "cross_entropy" else api.to_native(task.target)
+    x = api.to_native(task.x, task.config)
+    target = api.to_native(task.target, task.config) if task.loss == "mse" else task.target
     loss_fn, opt = LOSSES[task.loss], optax.adam(1e-2)
     model = models[impl]
     before = [np.asarray(a) for a in jax.tree.leaves(api.split(model)[1])]
@@ -110,7 +110,7 @@ def test_train_forward_returns_state(impl):
     task = make_task(config, 3)
     model = build_models(config, (impl,))[impl]
     api = zoo.interface(impl)
-    x = api.to_native(task.x)
+    x = api.to_native(task.x, task.config)
     want_y, want_state = jitted_apply(model, impl, train=True)(x)
     y, new_state = fast.forward(model, impl, train=True)(x)
     assert len(jax.tree.leaves(new_state)) == 4
@@ -127,7 +127,8 @@ def test_libraries_train_identically():
     for impl, model in models.items():
         api = zoo.interface(impl)
         step = fast.train_step(model, impl, optax.sgd(0.1), LOSSES[task.loss])
-        losses[impl] = [float(step(api.to_native(task.x), task.target)) for _ in range(3)]
+        x = api.to_native(task.x, task.config)
+        losses[impl] = [float(step(x, task.target)) for _ in range(3)]
     assert losses["eqx"][0] != losses["eqx"][2]
     for impl in zoo.JAX_IMPLS:
         np.testing.assert_allclose(losses[impl], losses["eqx"], **TOL)
@@ -140,7 +141,7 @@ def test_dropout_key(impl):
     assert task.key is not None
     model = build_models(config, (impl,))[impl]
     api = zoo.interface(impl)
-    x = api.to_native(task.x)
+    x = api.to_native(task.x, task.config)
     step = fast.train_step(model, impl, optax.sgd(0.1), LOSSES[task.loss], donate=False)
     loss = step(x, task.target, task.key)
     *_, want = reference_step(model, impl, optax.sgd(0.1), LOSSES[task.loss], x,
@@ -168,8 +169,8 @@ def _stacked_batches(config, impl, k):
     """K different batches in `impl`'s layout, stacked (leading axis K), and their list."""
     api = zoo.interface(impl)
     tasks = [make_task(config, 4, seed=10 + i) for i in range(k)]
-    xs = [api.to_native(t.x) for t in tasks]
-    ts = [t.target if t.loss == "cross_entropy" else api.to_native(t.target) for t in tasks]
+    xs = [api.to_native(t.x, t.config) for t in tasks]
+    ts = [api.to_native(t.target, t.config) if t.loss == "mse" else t.target for t in tasks]
     return xs, ts, tasks[0].loss
 
 

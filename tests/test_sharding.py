@@ -214,7 +214,8 @@ def report():
 
 def test_eight_devices_train_as_one(report):
     """Every architecture and JAX library: one step on 8 devices under dp and fsdp (and tp on
-    a 4x2 mesh where there are heads) equals the first library's step on one device (loss,
+    a 4x2 mesh where there are heads or a vocabulary: the language models' q/k/v, MLP and
+    embedding split over "model") equals the first library's step on one device (loss,
     updated parameters, BatchNorm statistics: global batch statistics)."""
     assert report["devices"] == 8
     tol = precision.tolerance("float32")
@@ -280,29 +281,34 @@ def orbax_report(tmp_path_factory):
 
 
 def test_orbax_checkpoint_of_eight_devices_restores_onto_two_and_one(orbax_report):
-    """A model sharded over 8 devices (fsdp) in every JAX library, saved as orbax (each device
-    writing its shards: orbax's `_sharding` record is there), is restored by
+    """A model sharded over 8 devices (fsdp) in every JAX library, the ViT and a language model
+    (Llama), saved as orbax (each device writing its shards: orbax's `_sharding` record is
+    there), is restored by
     `converters.load(..., mesh=, strategy="fsdp")` onto 2 devices and onto 1 with every array
     exactly as it was, lying on that mesh, each device holding its part."""
     assert orbax_report["devices"] == 8
     rows = orbax_report["restored"]
-    assert {r["impl"] for r in rows} == set(zoo.JAX_IMPLS)
+    assert {(r["arch"], r["impl"]) for r in rows} == {
+        (a, i) for a in ("vit", "llama") for i in zoo.JAX_IMPLS}
     assert {r["format"] for r in rows} == {"linen", "nnx"}
     for r in rows:
-        where = f"{r['impl']} as {r['format']} onto {r['devices']}"
+        where = f"{r['arch']} {r['impl']} as {r['format']} onto {r['devices']}"
         assert r["sharding_file"], where
         assert r["diff"] == 0.0, where
         assert r["on"] == [r["devices"]], where
-    for impl in zoo.JAX_IMPLS:
-        nbytes = {r["devices"]: r["bytes_per_device"] for r in rows if r["impl"] == impl}
-        assert nbytes[2] < 0.75 * nbytes[1], (impl, nbytes)
+    for arch in ("vit", "llama"):
+        for impl in zoo.JAX_IMPLS:
+            nbytes = {r["devices"]: r["bytes_per_device"] for r in rows
+                      if (r["arch"], r["impl"]) == (arch, impl)}
+            assert nbytes[2] < 0.75 * nbytes[1], (arch, impl, nbytes)
 
 
 def test_orbax_checkpoint_of_eight_devices_converts_to_torch(orbax_report):
     """`python -m converters convert CKPT OUT.pt --to torch` on the 8-device checkpoints: the
     PyTorch model computes what the sharded JAX model computed."""
     rows = orbax_report["torch"]
-    assert {r["impl"] for r in rows} == set(zoo.JAX_IMPLS)
+    assert {(r["arch"], r["impl"]) for r in rows} == {
+        (a, i) for a in ("vit", "llama") for i in zoo.JAX_IMPLS}
     for r in rows:
         assert r["status"] == 0, r
         assert r["diff"] <= precision.tolerance("float32") * max(1.0, r["scale"]), r

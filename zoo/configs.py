@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
-Loss = Literal["cross_entropy", "mse"]
+Loss = Literal["cross_entropy", "mse", "next_token"]
 Overrides = dict[str, Any]  # config field name -> value
 
 
@@ -123,7 +123,9 @@ class Config:
 
     arch: ClassVar[str]
     TINY: ClassVar[Overrides] = {}  # overrides giving a small config (tests, CI presets)
-    LOSS: ClassVar[Loss] = "mse"  # cross_entropy: integer labels; mse: targets like the output
+    # cross_entropy: integer labels; mse: targets like the output; next_token: a language
+    # model's shifted cross-entropy on token labels (-100 for padding), `zoo.training`
+    LOSS: ClassVar[Loss] = "mse"
     VARIANTS: ClassVar[dict[str, Overrides]] = {}  # named TINY overrides tests also run
     NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
     # Published weights of named models that timm's registry does not list (language models
@@ -143,6 +145,9 @@ class Config:
     INPUT_DTYPE: ClassVar[str] = "float32"  # token models: "int32"
     # The field saying how the convolutions pad, when the architecture has one (`Padding`).
     PADDING: ClassVar[Padding | None] = None
+    # A layer kind's canonical initialisation replaced for this architecture (kind name ->
+    # `init(shapes, rng) -> arrays`, as `canonical.LayerKind.init`; `zoo.init`).
+    KIND_INITS: ClassVar[dict[str, Any]] = {}
 
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         check_keys(cls, fields)  # before the dataclass __init__'s bare TypeError
@@ -188,6 +193,13 @@ class Config:
         return tuple(Axis(name, size=n) for name, n in
                      zip(axis_names(len(self.input_shape), self.CHANNELS), self.input_shape,
                          strict=True))
+
+    @property
+    def ties(self) -> tuple[Any, ...]:
+        """The tied arrays (`canonical.Tie(alias, source)`): one canonical key (`source`) used in
+        two places, e.g. a language model's head and its token embedding. A state listing the
+        alias too (transformers' `state_dict()`) loads when the two are equal."""
+        return ()
 
     def sample_input(self, key: Any, batch: int, dtype: Any = "float32") -> Any:
         """A random batch of `input_shape` samples in the canonical layout: normal values in

@@ -102,10 +102,11 @@ class Forward(functools.partial):
     def state_leaves(self) -> list[Any]:
         return self.args[1]
 
-    def lower(self, x: jax.Array, key: jax.Array | None = None) -> Any:
-        """`jax.jit(...).lower` with the bound leaves: the same call signature as `self(x, key)`."""
+    def lower(self, x: jax.Array, key: jax.Array | None = None, **inputs: Any) -> Any:
+        """`jax.jit(...).lower` with the bound leaves: the same call signature as
+        `self(x, key, **inputs)`."""
         args = (*self.args, x) if key is None else (*self.args, x, key)
-        return self.func.lower(*args)
+        return self.func.lower(*args, **inputs)
 
 
 def forward(model: Any, impl: str, *, train: bool = False) -> Forward:
@@ -122,7 +123,9 @@ def forward(model: Any, impl: str, *, train: bool = False) -> Forward:
     **Returns:** `f` with `f(x)` / `f(x, key)` -> `y` when `train` is False, and
     `(y, new_state)` when True (`new_state`: the updated BatchNorm statistics in the library's
     own form, or None). `x` and `y` are in the library's native layout
-    (`zoo.interface(impl).to_native` converts canonical `(N, C, *spatial)` inputs).
+    (`zoo.interface(impl).to_native` converts canonical `(N, C, *spatial)` inputs). The
+    model's other inputs are keywords, batched as `x` (a language model's
+    `f(ids, attention_mask=mask, position_ids=pos)`).
     """
     api = interface(impl)
     static, params, state = api.split(model)
@@ -130,9 +133,10 @@ def forward(model: Any, impl: str, *, train: bool = False) -> Forward:
     state_leaves, state_tree = jax.tree.flatten(state)
 
     def pure(param_leaves: list[Any], state_leaves: list[Any], x: jax.Array,
-             key: jax.Array | None = None) -> Any:
+             key: jax.Array | None = None, **inputs: Any) -> Any:
         y, new_state = api.apply(static, param_tree.unflatten(param_leaves),
-                                 state_tree.unflatten(state_leaves), x, train=train, key=key)
+                                 state_tree.unflatten(state_leaves), x, train=train, key=key,
+                                 **inputs)
         return (y, new_state) if train else y
 
     fwd = Forward(jax.jit(pure), param_leaves, state_leaves)
@@ -184,12 +188,14 @@ class TrainStep:
             library(impl).constrain, where=sharding.batch_sharding(mesh, 0 if steps == 1 else 1))
 
         def pure(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
-                 x: jax.Array, target: Any, key: jax.Array | None = None) -> tuple:
+                 x: jax.Array, target: Any, key: jax.Array | None = None,
+                 **inputs: Any) -> tuple:
             if steps == 1:
                 x, target = batch(x), batch(target)
+                inputs = {k: batch(v) for k, v in inputs.items()}
             new_params, new_opt, new_state, loss = step(
                 param_tree.unflatten(param_leaves), opt_tree.unflatten(opt_leaves),
-                state_tree.unflatten(state_leaves), x, target, key)
+                state_tree.unflatten(state_leaves), x, target, key, **inputs)
             new_state_leaves, new_state_tree = jax.tree.flatten(new_state)
             if new_state_tree != state_tree:
                 raise ValueError(f"{impl} apply changed the state structure: {state_tree} -> "
@@ -197,17 +203,20 @@ class TrainStep:
             return jax.tree.leaves(new_params), jax.tree.leaves(new_opt), new_state_leaves, loss
 
         def fused(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
-                  xs: jax.Array, targets: Any, keys: jax.Array | None = None) -> tuple:
-            for name, tree in (("x", xs), ("target", targets), ("key", keys)):
+                  xs: jax.Array, targets: Any, keys: jax.Array | None = None,
+                  **inputs: Any) -> tuple:
+            for name, tree in (("x", xs), ("target", targets), ("key", keys), *inputs.items()):
                 _check_stacked(name, tree, steps)
             xs, targets = batch(xs), batch(targets)
+            inputs = {k: batch(v) for k, v in inputs.items()}
 
             def body(carry: tuple, batch: tuple) -> tuple:
-                *leaves, loss = pure(*carry, *batch)
+                x, target, key, more = batch
+                *leaves, loss = pure(*carry, x, target, key, **more)
                 return tuple(leaves), loss
 
             carry, losses = jax.lax.scan(body, (param_leaves, opt_leaves, state_leaves),
-                                         (xs, targets, keys), unroll=unroll)
+                                         (xs, targets, keys, inputs), unroll=unroll)
             return (*carry, losses)
 
         self.impl, self.mesh = impl, mesh
@@ -220,16 +229,18 @@ class TrainStep:
         self._api, self._static = api, static
         self._trees = (param_tree, opt_tree, state_tree)
 
-    def __call__(self, x: jax.Array, target: Any, key: jax.Array | None = None) -> jax.Array:
+    def __call__(self, x: jax.Array, target: Any, key: jax.Array | None = None,
+                 **inputs: Any) -> jax.Array:
         args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
-        *leaves, loss = self.jitted(*args)
+        *leaves, loss = self.jitted(*args, **inputs)
         self.leaves = tuple(leaves)
         return loss
 
-    def lower(self, x: jax.Array, target: Any, key: jax.Array | None = None) -> Any:
+    def lower(self, x: jax.Array, target: Any, key: jax.Array | None = None,
+              **inputs: Any) -> Any:
         """`jax.jit(...).lower` with the held arrays: the same signature as a call."""
         args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
-        return self.jitted.lower(*args)
+        return self.jitted.lower(*args, **inputs)
 
     @property
     def params(self) -> Any:
@@ -283,7 +294,10 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
       state sharded as its parameters. The numbers are those of one device (`zoo.sharding`).
 
     **Returns:** a `TrainStep`: `loss = step(x, target)` (or `step(x, target, key)` for dropout)
-    updates the held arrays; `step.model()` gives the trained native model.
+    updates the held arrays; `step.model()` gives the trained native model. The model's other
+    inputs are keywords, batched as `x` (a language model: `step(ids, labels,
+    attention_mask=mask)`, with `zoo.training.next_token` as `loss_fn`; stacked too with
+    `steps_per_call`).
 
     The gradients are taken with respect to the interface's `params` (Equinox: inexact arrays,
     Linen: the `params` collection, NNX: `nnx.Param`); BatchNorm statistics follow the training

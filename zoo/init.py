@@ -4,8 +4,11 @@ Every layer gets its own generator, ``numpy.random.default_rng([seed, crc32(laye
 (PCG64), and its kind's `init` draws its canonical arrays from it (PyTorch's defaults, see
 `canonical.rules`: Linear, Conv and ConvTranspose weights then biases ``U(-b, b)`` with
 ``b = 1/sqrt(weight.shape[1] * prod(kernel))``; BatchNorm weight 1, bias 0, running_mean 0,
-running_var 1, num_batches_tracked 0). Drawn with NumPy in float64, so that it is identical on
-every platform and costs no compilation, rounded to float32 and then cast to the requested dtype.
+running_var 1, num_batches_tracked 0). An architecture whose reference initialises some kinds
+otherwise replaces their `init` in its config (`Config.KIND_INITS`: the language models take
+transformers' N(0, 0.02) weights and zero biases). Drawn with NumPy in float64, so that it is
+identical on every platform and costs no compilation, rounded to float32 and then cast to the
+requested dtype.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def canonical_init(config: Config, seed: int = 0, dtype: Any = "float32") -> dic
     state: dict[str, np.ndarray] = {}
     for layer in layers:
         rng = np.random.default_rng([seed, zlib.crc32(layer.name.encode())])
-        values = KINDS[layer.kind].init(shapes[layer.name], rng)
+        init = type(config).KIND_INITS.get(layer.kind, KINDS[layer.kind].init)
+        values = init(shapes[layer.name], rng)
         for k, v in values.items():
             key = f"{layer.name}.{k}" if k else layer.name
             v = np.asarray(v)

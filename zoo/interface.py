@@ -9,7 +9,13 @@ Tests and benchmarks use it so that they never special-case a library:
 `params` is the differentiable pytree, `state` the BatchNorm statistics (or None), `static`
 everything else. `apply` is pure: jit it with `static` closed over or marked static.
 Inputs and outputs of `to_native` / `to_canonical` are batched, in the canonical channels-first
-layout `(N, C, *spatial)`.
+layout `(N, C, *spatial)`; token models' `(N, L)` ids and `(N, L, vocab)` logits have one layout
+in every library (pass the config: `api.to_native(x, config)`).
+
+A model's other inputs are keyword arguments of `apply`, passed to its call as they are, every
+one batched along its first axis (a language model's `attention_mask` and `position_ids`:
+`api.apply(static, params, state, ids, attention_mask=mask)`; None is left out). Equinox
+models, called per sample, get each sample's slice under the same `vmap`.
 
 Whole native models, the zoo's or a user's own (a Linen module without `train=`, an
 `eqx.nn.MLP`, an NNX tutorial model), have the per-library operations that tools otherwise
@@ -69,7 +75,7 @@ class Interface:
         raise NotImplementedError(f"{self.impl} has no functional merge")
 
     def apply(self, static: Any, params: Any, state: Any, x: jax.Array, *, train: bool = False,
-              key: jax.Array | None = None) -> tuple[jax.Array, Any]:
+              key: jax.Array | None = None, **inputs: Any) -> tuple[jax.Array, Any]:
         raise NotImplementedError(f"{self.impl} has no functional apply")
 
     def to_native(self, x: jax.Array, config: Any = None) -> jax.Array:
@@ -113,6 +119,11 @@ class Interface:
         raise NotImplementedError
 
 
+def _given(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The other inputs given (None: left out, the model's default)."""
+    return {k: v for k, v in inputs.items() if v is not None}
+
+
 def _is_param(a: Any) -> bool:
     """A floating array, or a skeleton's abstract one (`eqx.filter_eval_shape`)."""
     return eqx.is_inexact_array(a) or (
@@ -135,20 +146,21 @@ class EqxInterface(Interface):
         model = eqx.combine(params, static)
         return model if state is None else (model, state)
 
-    def apply(self, static, params, state, x, *, train=False, key=None):
+    def apply(self, static, params, state, x, *, train=False, key=None, **inputs):
         model = eqx.combine(params, static)
         if not train:
             model = eqx.nn.inference_mode(model)
         keys = None if key is None else jax.random.split(key, x.shape[0])
         kw = (lambda ki: {"key": ki}) if _takes(type(model).__call__, "key") else (lambda ki: {})
+        inputs = _given(inputs)  # each sample's slice of every other input, as keywords
         if state is not None:  # a fresh handle: the caller's state stays usable (pure apply)
             leaves, treedef = jax.tree.flatten(state)
             state = jax.tree.unflatten(treedef, leaves)
         if state is None:
-            y = jax.vmap(lambda xi, ki: model(xi, **kw(ki)))(x, keys)
+            y = jax.vmap(lambda xi, ki, more: model(xi, **kw(ki), **more))(x, keys, inputs)
             return y, None
-        return jax.vmap(lambda xi, ki: model(xi, state, **kw(ki)), axis_name="batch",
-                        out_axes=(0, None))(x, keys)
+        return jax.vmap(lambda xi, ki, more: model(xi, state, **kw(ki), **more),
+                        axis_name="batch", out_axes=(0, None))(x, keys, inputs)
 
     def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
         model, state = model if isinstance(model, tuple) else (model, None)
@@ -175,10 +187,11 @@ class LinenInterface(Interface):
     def merge(self, static: Any, params: Any, state: Any) -> Any:
         return static, {"params": params, **(state or {})}
 
-    def apply(self, static, params, state, x, *, train=False, key=None):
+    def apply(self, static, params, state, x, *, train=False, key=None, **inputs):
         variables = {"params": params, **(state or {})}
         rngs = None if key is None else {"dropout": key}
         kw = {"train": train} if _takes(type(static).__call__, "train") else {}
+        kw |= _given(inputs)
         if train and state:
             y, updates = static.apply(variables, x, rngs=rngs, mutable=list(state), **kw)
             return y, dict(updates)
@@ -209,12 +222,13 @@ class NNXInterface(Interface):
 
         return nnx.merge(static, params, state)
 
-    def apply(self, static, params, state, x, *, train=False, key=None):
+    def apply(self, static, params, state, x, *, train=False, key=None, **inputs):
         from flax import nnx
 
         model = nnx.merge(static, params, state, copy=True)  # never mutate the caller's state
         model.train() if train else model.eval()
-        y = model(x) if key is None else model(x, rngs=key)
+        inputs = _given(inputs)
+        y = model(x, **inputs) if key is None else model(x, rngs=key, **inputs)
         return y, nnx.split(model, nnx.Param, ...)[2]
 
     def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:

@@ -11,8 +11,11 @@ Every native array carries logical axis names, given once per layer kind
 - `dp`: parameters replicated, the batch sharded over "data".
 - `fsdp`: as dp, and each parameter (hence its optimizer state and BatchNorm statistics) sharded
   over "data" along its largest named axis that the data axis divides; replicated otherwise.
-- `tp`: as dp, and the "heads" and "mlp" axes (attention heads, every linear layer's outputs)
-  sharded over "model" where it divides them: a second mesh axis, e.g. `(4, 2)`.
+- `tp`: as dp, and the "heads", "mlp" and "vocab" axes (attention heads, every linear layer's
+  outputs, an embedding's rows) sharded over "model" where it divides them: a second mesh
+  axis, e.g. `(4, 2)`. A language model's q/k/v projections are linear layers, so their
+  outputs, the query heads and the key/value heads, are split over "model" with the MLP's
+  gate and up projections; its token embedding (and a tied head) over the vocabulary.
 
 The arrays are placed with `jax.device_put` onto `NamedSharding`s through the canonical walkers
 (one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Each
@@ -107,7 +110,7 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     "dp": Strategy("dp"),
     "fsdp": Strategy("fsdp", fully_sharded=True),
-    "tp": Strategy("tp", rules=(("heads", MODEL), ("mlp", MODEL))),
+    "tp": Strategy("tp", rules=(("heads", MODEL), ("mlp", MODEL), ("vocab", MODEL))),
 }
 
 

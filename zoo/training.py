@@ -29,27 +29,57 @@ def mse(y: jax.Array, target: jax.Array) -> jax.Array:
     return jnp.mean(jnp.square(y.astype(jnp.float32) - target.astype(jnp.float32)))
 
 
-LOSSES: dict[str, Loss] = {"cross_entropy": cross_entropy, "mse": mse}
+IGNORE = -100  # a label the next-token loss skips (transformers' and PyTorch's ignore_index)
 
 
-def targets(config: Config, batch: int, key: jax.Array, dtype: Any = "float32") -> jax.Array:
-    """Random targets of the architecture's task, canonical layout: labels for cross_entropy,
-    normal arrays shaped like the output for mse."""
+def next_token(y: jax.Array, labels: jax.Array) -> jax.Array:
+    """A language model's loss: the mean softmax cross-entropy of the logits `y` `(N, L, V)` at
+    positions `0 .. L-2` against the labels one step ahead, `labels[:, 1:]` (`labels` `(N, L)`:
+    the token ids themselves, with `IGNORE` (-100) where a token is padding or not to be
+    learnt), over the labels not ignored; `transformers`' `ForCausalLMLoss` (its `loss` for
+    `labels=`)."""
+    logits = y[:, :-1].astype(jnp.float32)
+    target = labels[:, 1:]
+    keep = target != IGNORE
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(keep, target, 0))
+    return jnp.sum(jnp.where(keep, losses, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
+
+
+def token_labels(input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
+    """The next-token loss's labels for a batch of token ids: the ids, `IGNORE` where
+    `attention_mask` is 0 (padding)."""
+    if attention_mask is None:
+        return input_ids
+    return jnp.where(attention_mask.astype(bool), input_ids, IGNORE)
+
+
+LOSSES: dict[str, Loss] = {"cross_entropy": cross_entropy, "mse": mse, "next_token": next_token}
+
+
+def targets(config: Config, batch: int, key: jax.Array, dtype: Any = "float32",
+            x: jax.Array | None = None) -> jax.Array:
+    """Targets of the architecture's task, canonical layout: random labels for cross_entropy,
+    random normal arrays shaped like the output for mse; for next_token the token labels of
+    the input `x` (the task of a language model), or random token ids without one."""
     if config.LOSS == "cross_entropy":
         return jax.random.randint(key, (batch,), 0, config.output_shape[0])
+    if config.LOSS == "next_token":
+        return x if x is not None else config.sample_input(key, batch)
     return jax.random.normal(key, (batch, *config.output_shape), jnp.float32).astype(dtype)
 
 
 def pure_step(api: Interface, static: Any, optimizer: optax.GradientTransformation,
               loss_fn: Loss) -> Callable[..., tuple[Any, Any, Any, jax.Array]]:
-    """`step(params, opt_state, state, x, target, key=None) -> (params, opt_state, state,
-    loss)`: loss and gradients of the training-mode forward, one optimizer update, the new
-    BatchNorm statistics. Pure: jit it (the static part is closed over)."""
+    """`step(params, opt_state, state, x, target, key=None, **inputs) -> (params, opt_state,
+    state, loss)`: loss and gradients of the training-mode forward, one optimizer update, the
+    new BatchNorm statistics. `inputs`: the model's other inputs (a language model's
+    `attention_mask`, `position_ids`), passed to `api.apply`. Pure: jit it (the static part is
+    closed over)."""
 
     def step(params: Any, opt_state: Any, state: Any, x: jax.Array, target: Any,
-             key: jax.Array | None = None) -> tuple[Any, Any, Any, jax.Array]:
+             key: jax.Array | None = None, **inputs: Any) -> tuple[Any, Any, Any, jax.Array]:
         def objective(params: Any) -> tuple[jax.Array, Any]:
-            y, new_state = api.apply(static, params, state, x, train=True, key=key)
+            y, new_state = api.apply(static, params, state, x, train=True, key=key, **inputs)
             return loss_fn(y, target), new_state
 
         (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)

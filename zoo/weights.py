@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+import canonical
 from zoo.adapters import Adapter, Arrays
 from zoo.configs import Config, ConfigError
 from zoo.init import canonical_init
@@ -84,6 +85,7 @@ def load(weights: str | os.PathLike | Mapping[str, Any], config: Config, seed: i
         state = weights
     else:
         state = _registered(_READERS, f"weights={str(weights)!r}")(weights, config)
+    state = canonical.untie(state, config.ties)  # transformers' lm_head.weight beside wte
     out, notes = adapt(state, config, seed)
     _check_fits(out, config, weights)
     for note in notes:

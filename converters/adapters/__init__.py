@@ -2,7 +2,8 @@
 reshape, prefixes, q/k/v fuse and split), applied to a checkpoint's keys before matching, chosen
 by content (which adapter's rules cover the keys), and written back with `--layout` (the torch
 format): HF transformers' ViT, torchvision's ConvNeXt; and the hub folders' `config.json`
-readers (`converters.adapters.hub`: HF transformers' ViT, timm, the zoo's own).
+readers (`converters.adapters.hub`: HF transformers' ViT and language models (`hf_lm`: gpt2,
+llama, mistral, qwen2, qwen3), timm, the zoo's own).
 
 A new layout is one `Adapter` value and one `register` call below; a new hub family one
 `HubReader` subclass registered with `converters.adapters.hub.register`.
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 
 from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
+from converters.adapters.hf_lm import READERS as LM_READERS
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 from converters.adapters.torchvision_convnext import TORCHVISION_CONVNEXT
@@ -51,7 +53,7 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
 
 for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_CONVNEXT):
     register(_adapter)
-for _reader in (HFViTReader(), TimmReader(), ZooReader()):
+for _reader in (HFViTReader(), TimmReader(), *LM_READERS, ZooReader()):
     hub.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "Reshape", "Transform", "adapters",

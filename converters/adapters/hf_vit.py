@@ -73,12 +73,13 @@ class HFViTReader(HubReader):
     absent fields)."""
 
     name: ClassVar[str] = "hf-vit"
+    model_type: ClassVar[str] = "vit"
     arch: ClassVar[str] = "vit"
     claims_what: ClassVar[str] = "transformers model_type 'vit'"
     adapter: ClassVar[Adapter | None] = HF_VIT
 
     def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == "vit"
+        return raw.get("model_type") == self.model_type
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         unknown = sorted(set(raw) - _INERT - set(_DEFAULTS) - {"id2label", "num_labels"})

@@ -21,6 +21,7 @@ class HubReader(ABC):
     """The `config.json` of one model family."""
 
     name: ClassVar[str]
+    model_type: ClassVar[str | None] = None  # transformers' `model_type` it claims, if any
     arch: ClassVar[str | None] = None  # the one zoo architecture it writes (None: read only)
     adapter: ClassVar[Adapter | None] = None  # the layout of its weights (None: the zoo's)
     claims_what: ClassVar[str] = ""  # what it claims, in words ("model_type 'vit'")
@@ -33,6 +34,11 @@ class HubReader(ABC):
     @abstractmethod
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         """The zoo config of `raw`; ConfigError naming the field (and `where`) otherwise."""
+
+    def writes(self, config: Config) -> bool:
+        """Whether this family writes the `config.json` of `config` (default: a config of its
+        one architecture; a family of several `model_type`s looks at the config)."""
+        return self.arch is not None and self.arch == config.arch
 
     def hub_config(self, config: Config) -> dict[str, Any]:
         """The `config.json` of a zoo `config` (the family's own field names); a family that
@@ -57,9 +63,9 @@ def reader_for(raw: Mapping[str, Any]) -> HubReader | None:
 
 
 def writer_for(config: Config) -> HubReader | None:
-    """The reader that writes `config.json` for `config`'s architecture: its family's, else
-    one that writes any (the zoo's own), if any."""
-    return next((r for r in _READERS if r.arch is not None and r.arch == config.arch),
+    """The reader that writes `config.json` for `config`: its family's (`HubReader.writes`),
+    else one that writes any (the zoo's own), if any."""
+    return next((r for r in _READERS if r.writes(config)),
                 next((r for r in _READERS if r.writes_any), None))
 
 

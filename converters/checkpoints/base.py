@@ -108,13 +108,16 @@ class Checkpoint:
         dtype = np.dtype(jnp.dtype(dtype))
         if not jnp.issubdtype(dtype, jnp.floating):
             raise UsageError(f"--cast {dtype}: not a floating dtype")
+        stored = sorted({np.dtype(v.dtype).name for v in self.state.values()
+                         if jnp.issubdtype(v.dtype, jnp.floating)} - {dtype.name})
+        said = (f"floating arrays cast from {', '.join(stored)} to {dtype.name}",) if stored else ()
         conv = lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
         opt = self.optimizer
         if opt is not None:
             opt = CanonicalOptState(opt.layout, {k: conv(np.asarray(v))
                                                  for k, v in opt.arrays.items()})
         return dataclasses.replace(self, state={k: conv(v) for k, v in self.state.items()},
-                                   optimizer=opt, _validated=None)
+                                   optimizer=opt, notes=(*self.notes, *said), _validated=None)
 
     def model_only(self) -> Checkpoint:
         return dataclasses.replace(self, optimizer=None, step=None)

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import canonical
 from converters import adapters
 from converters.checkpoints.base import Checkpoint, Placement, ordered_state
 from converters.checkpoints.configs import parse_config
@@ -86,8 +87,12 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
 
 def adapted(ck: Checkpoint) -> Checkpoint:
     """`ck` with a foreign layout's keys renamed to the canonical ones, by the adapter whose
-    rules cover them (`converters.adapters.find`); `ck` itself when its keys are canonical
-    or no adapter fits."""
+    rules cover them (`converters.adapters.find`), and a tied array's alias dropped where it
+    equals its source (`Config.ties`: transformers' `lm_head.weight`; refused by name where it
+    differs); `ck` itself when its keys are canonical or no adapter fits."""
+    if ck.config.ties and any(t.alias in ck.state for t in ck.config.ties):
+        ck = dataclasses.replace(ck, state=canonical.untie(ck.state, ck.config.ties),
+                                 _validated=None)
     if set(ck.state) == set(canonical_spec(ck.config)):
         return ck
     adapter = adapters.find(ck.state, ck.config.arch)

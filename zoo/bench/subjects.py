@@ -23,7 +23,7 @@ from zoo import fast, sharding
 from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
 from zoo.configs import Overrides
 from zoo.libraries import library
-from zoo.training import LOSSES, targets
+from zoo.training import IGNORE, LOSSES, targets
 
 LEARNING_RATE = 1e-3
 
@@ -43,14 +43,16 @@ def torch_sync() -> None:
 
 @dataclass(eq=False)
 class Task:
-    """Canonical data for every implementation: `x` (N, C, *spatial), `target` (class labels for
-    classifiers, else an array shaped like the canonical output), the loss kind and, for models
-    with dropout, a dropout key."""
+    """Canonical data for every implementation: `x` (N, C, *spatial; token ids (N, L) for a
+    language model), `target` (class labels for classifiers, token labels for a language model,
+    else an array shaped like the canonical output), the loss kind, for models with dropout a
+    dropout key, and the config (whose `CHANNELS` says how layouts change)."""
 
     x: jax.Array
     target: jax.Array
-    loss: str  # "cross_entropy" or "mse"
+    loss: str  # "cross_entropy", "mse" or "next_token" (zoo.training.LOSSES)
     key: jax.Array | None = None
+    config: Any = None
 
     @property
     def batch(self) -> int:
@@ -65,11 +67,18 @@ JAX_LOSSES = LOSSES
 
 
 def make_task(config: SubjectConfig, batch: int, dtype: str = "float32", seed: int = 0) -> Task:
-    """Random normal inputs (seed `seed`), the architecture's targets (seed `seed + 1`)."""
-    x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape), jnp.float32)
-    target = targets(config, batch, jax.random.key(seed + 1), dtype)
+    """Random inputs (seed `seed`: normal values in `dtype`, a language model's token ids;
+    `Config.sample_input`), the architecture's targets (seed `seed + 1`; a language model's
+    are its input's token labels)."""
+    sample = getattr(config, "sample_input", None)
+    if sample is not None:
+        x = sample(jax.random.key(seed), batch, dtype)
+    else:  # a bench-only subject
+        x = jax.random.normal(jax.random.key(seed), (batch, *config.input_shape),
+                              jnp.float32).astype(dtype)
+    target = targets(config, batch, jax.random.key(seed + 1), dtype, x=x)
     key = jax.random.key(seed + 2) if getattr(config, "dropout", 0.0) > 0 else None
-    return Task(*jax.block_until_ready((x.astype(dtype), target)), loss=config.LOSS, key=key)
+    return Task(*jax.block_until_ready((x, target)), loss=config.LOSS, key=key, config=config)
 
 
 def build_config(arch: str, overrides: Overrides, method: str) -> SubjectConfig:
@@ -130,14 +139,14 @@ class Subject:
 
     @property
     def target(self) -> Any:
-        if self.task.loss == "cross_entropy":
+        if self.task.loss in ("cross_entropy", "next_token"):  # labels: no layout
             return self._memo("t", lambda: self._native_array(self.task.target, layout=False))
         return self._memo("t", lambda: self._native_array(self.task.target))
 
     def _native_array(self, a: jax.Array, layout: bool = True) -> Any:
         if self.is_torch:
             return numpy_to_torch(np.asarray(a)).to(torch_device())
-        a = self.api.to_native(a) if layout else a
+        a = self.api.to_native(a, self.task.config) if layout else a
         if self.mesh is not None:
             a = jax.device_put(a, sharding.batch_sharding(self.mesh))
         return jax.block_until_ready(a)
@@ -152,6 +161,9 @@ class Subject:
 
         if self.task.loss == "cross_entropy":
             return F.cross_entropy(y.float(), target.long())
+        if self.task.loss == "next_token":  # zoo.training.next_token: shifted, -100 ignored
+            return F.cross_entropy(y[:, :-1].flatten(0, 1).float(),
+                                   target[:, 1:].flatten().long(), ignore_index=IGNORE)
         return F.mse_loss(y.float(), target.float())
 
     @staticmethod
@@ -166,7 +178,7 @@ class Subject:
     def to_canonical(self, y: Any) -> np.ndarray:
         if self.is_torch:
             return y.detach().float().cpu().numpy()
-        return np.asarray(self.api.to_canonical(y).astype(jnp.float32))
+        return np.asarray(self.api.to_canonical(y, self.task.config).astype(jnp.float32))
 
     def parameter_count(self) -> int:
         if self.is_torch:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["gelu"]
+__all__ = ["gelu", "gelu_tanh"]
 
 _SQRT_HALF = 1 / math.sqrt(2)
 
@@ -23,3 +23,13 @@ def gelu(x: Array) -> Array:
     activations), and where `x` is very negative this form gives PyTorch's exact 0.
     """
     return 0.5 * x * (1 + jax.lax.erf(x * jnp.asarray(_SQRT_HALF, x.dtype)))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def gelu_tanh(x: Array) -> Array:
+    """GELU's tanh approximation as transformers' `gelu_new` (GPT-2) writes it:
+    `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`."""
+    inner = jnp.asarray(_SQRT_2_OVER_PI, x.dtype) * (x + jnp.asarray(0.044715, x.dtype) * x ** 3)
+    return 0.5 * x * (1 + jnp.tanh(inner))

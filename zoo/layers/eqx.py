@@ -1,7 +1,8 @@
 """Equinox layers of the zoo: a Flax-semantics BatchNorm, a convolution that runs 3-D ones as
 im2col + GEMM on the CPU, a conv-transpose with methods, a max pool with a fast exact gradient,
 a Linear (and the MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading,
-and timm's LayerNorm2d and GlobalResponseNorm (ConvNeXt)."""
+timm's LayerNorm2d and GlobalResponseNorm (ConvNeXt), and for language models transformers'
+RMSNorm and GPT-2's `Conv1D` (a Linear under the layout of its kind)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ import canonical
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
-from zoo.layers.norm import global_response_norm, layer_norm
+from zoo.layers.norm import global_response_norm, layer_norm, rms_norm
 from zoo.layers.pooling import max_pool_axes
 
-__all__ = ["BatchNorm", "Conv", "Conv3d", "ConvTranspose", "GlobalResponseNorm", "LayerNorm",
-           "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention"]
+__all__ = ["BatchNorm", "Conv", "Conv1D", "Conv3d", "ConvTranspose", "GlobalResponseNorm",
+           "LayerNorm", "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention", "RMSNorm"]
 
 _NO_STATE = object()  # LayerNorm called without a state returns no state
 
@@ -200,6 +201,30 @@ class GlobalResponseNorm(eqx.Module):
 
 canonical.register_class("layer_norm", "eqx", LayerNorm2d)
 canonical.register_class("global_response_norm", "eqx", GlobalResponseNorm)
+
+
+class RMSNorm(eqx.nn.RMSNorm):
+    """`eqx.nn.RMSNorm` (same fields and layer kind) computing transformers' RMSNorm
+    (`zoo.layers.norm.rms_norm`): statistics in float32, the normalised input cast back to its
+    dtype before the weight. Over a vector: vmap it over the leading axes."""
+
+    def __call__(self, x: Array, state: Any = _NO_STATE, *, key: PRNGKeyArray | None = None
+                 ) -> Any:
+        if x.shape != self.shape or len(self.shape) != 1:
+            raise ValueError(f"RMSNorm(shape={self.shape}) got an input of shape {x.shape}; "
+                             "vmap it over the leading axes")
+        out = rms_norm(x, self.eps, self.weight if self.use_weight else None)
+        out = out if not self.use_bias else out + self.bias
+        return out if state is _NO_STATE else (out, state)
+
+
+class Conv1D(Linear):
+    """transformers' `Conv1D` (GPT-2's projections) as an Equinox Linear: the same function
+    and fields, `weight` held `(out, in)` as `eqx.nn.Linear` holds it. Its layer kind
+    (`hf_conv1d`) maps it to the canonical `(in, out)` weight of transformers' files."""
+
+
+canonical.register_class("hf_conv1d", "eqx", Conv1D)
 
 
 class MultiheadAttention(eqx.nn.MultiheadAttention):

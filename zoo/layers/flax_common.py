@@ -68,3 +68,11 @@ def layer_norm(x: Array, scale: Array | None, bias: Array | None, epsilon: float
     `dtype`, else in the promoted dtype of `x` and the parameters (as Flax's)."""
     out_dtype = dtype or jnp.result_type(x, *(p for p in (scale, bias) if p is not None))
     return norm.layer_norm(x, 1, epsilon, scale, bias, out_dtype)
+
+
+def check_rms_norm(layer: Any, mask: Array | None) -> None:
+    """The zoo's Flax RMSNorms normalise over the last axis, on one device's values."""
+    last = (-1, (-1,))
+    if (mask is not None or layer.reduction_axes not in last or layer.feature_axes not in last
+            or layer.axis_name is not None):
+        raise ValueError("zoo RMSNorm: over the last axis only, without mask or axis_name")

@@ -1,6 +1,7 @@
 """Flax Linen layers: conv-transpose with a method switch (same parameters as
 `nn.ConvTranspose`); self-attention whose q/k/v projections may go without a bias; ConvNeXt
-V2's GlobalResponseNorm."""
+V2's GlobalResponseNorm; for language models, transformers' RMSNorm and GPT-2's `Conv1D` (a
+Dense under the layout of its kind)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import flax.linen as nn
 from jax import Array
 
 import canonical
-from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
-from zoo.layers.norm import global_response_norm
+from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
+from zoo.layers.norm import global_response_norm, rms_norm
 
 
 class ConvTranspose(nn.ConvTranspose):
@@ -101,3 +102,24 @@ class GlobalResponseNorm(nn.Module):
 
 
 canonical.register_class("global_response_norm", "linen", GlobalResponseNorm)
+
+
+class RMSNorm(nn.RMSNorm):
+    """`flax.linen.RMSNorm` (parameter `scale`) computing transformers' RMSNorm
+    (`zoo.layers.norm.rms_norm`): statistics in float32, the normalised input cast back to its
+    dtype before the scale. Over the last axis."""
+
+    @nn.compact
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        check_rms_norm(self, mask)
+        scale = (self.param("scale", self.scale_init, (x.shape[-1],), self.param_dtype)
+                 if self.use_scale else None)
+        return rms_norm(x, self.epsilon, scale)
+
+
+class Conv1D(nn.Dense):
+    """transformers' `Conv1D` (GPT-2's projections): a Dense, whose `(in, out)` kernel is
+    transformers' weight as it is (layer kind `hf_conv1d`)."""
+
+
+canonical.register_class("hf_conv1d", "linen", Conv1D)

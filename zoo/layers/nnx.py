@@ -1,6 +1,7 @@
 """Flax NNX layers: conv-transpose with a method switch (same parameters as
 `nnx.ConvTranspose`); multi-head attention whose q/k/v projections may go without a bias;
-ConvNeXt V2's GlobalResponseNorm."""
+ConvNeXt V2's GlobalResponseNorm; for language models, transformers' RMSNorm and GPT-2's
+`Conv1D` (a Linear under the layout of its kind)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from jax import Array
 
 import canonical
 from zoo.layers.conv_transpose import CHOICES
-from zoo.layers.flax_common import check_layer_norm, flax_conv_transpose, layer_norm
-from zoo.layers.norm import global_response_norm
+from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
+from zoo.layers.norm import global_response_norm, rms_norm
 
 
 class ConvTranspose(nnx.ConvTranspose):
@@ -80,3 +81,21 @@ class GlobalResponseNorm(nnx.Module):
 
 
 canonical.register_class("global_response_norm", "nnx", GlobalResponseNorm)
+
+
+class RMSNorm(nnx.RMSNorm):
+    """`flax.nnx.RMSNorm` (parameter `scale`) computing transformers' RMSNorm
+    (`zoo.layers.norm.rms_norm`): statistics in float32, the normalised input cast back to its
+    dtype before the scale. Over the last axis."""
+
+    def __call__(self, x: Array, mask: Array | None = None) -> Array:
+        check_rms_norm(self, mask)
+        return rms_norm(x, self.epsilon, self.scale[...] if self.scale is not None else None)
+
+
+class Conv1D(nnx.Linear):
+    """transformers' `Conv1D` (GPT-2's projections): a Linear, whose `(in, out)` kernel is
+    transformers' weight as it is (layer kind `hf_conv1d`)."""
+
+
+canonical.register_class("hf_conv1d", "nnx", Conv1D)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["global_response_norm", "layer_norm", "normalize"]
+__all__ = ["global_response_norm", "layer_norm", "normalize", "rms_norm"]
 
 
 def _stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -97,3 +97,15 @@ def global_response_norm(x: Array, weight: Array, bias: Array, eps: float,
     shape = [1] * x.ndim
     shape[channel_axis] = -1
     return x + (bias.reshape(shape) + weight.reshape(shape) * (x * n))
+
+
+def rms_norm(x: Array, eps: float, scale: Array | None) -> Array:
+    """transformers' RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps)` computed in
+    float32 (or wider), cast back to `x`'s dtype, then times `scale` (the dtype their product
+    promotes to, as `weight * x.to(input_dtype)` in PyTorch)."""
+    y = x.astype(_stats_dtype(x.dtype))
+    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
+    y = y.astype(x.dtype)
+    if scale is None:
+        return y
+    return jnp.expand_dims(scale, tuple(range(y.ndim - 1))) * y

@@ -117,14 +117,15 @@ class Library:
         """The shape of a native input batch (channels-last for Flax where the architecture
         has a channel axis)."""
         c, *spatial = config.input_shape
-        if spatial and self.channels_last and config.CHANNELS:
+        if spatial and self.channels_last and getattr(config, "CHANNELS", True):
             return (batch, *spatial, c)
         return (batch, *config.input_shape)
 
     def input_dtype(self, config: Config, dtype: Any = "float32") -> jnp.dtype:
         """The dtype of a native input to a model of `dtype`: the architecture's own where it
         takes integers (token ids), else `dtype`."""
-        own = jnp.dtype(config.INPUT_DTYPE)
+        own = jnp.dtype(getattr(config, "INPUT_DTYPE", "float32"))  # a bench-only subject's
+        # config (not a zoo Config) declares neither: a float input with channels
         return own if not jnp.issubdtype(own, jnp.floating) else jnp.dtype(dtype)
 
     def abstract_input(self, config: Config, batch: int = 1) -> jax.ShapeDtypeStruct:

@@ -7,11 +7,13 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from zoo.layers.activations import gelu
+from zoo.layers.activations import gelu, gelu_tanh
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": jax.nn.relu,
     "gelu": gelu,  # exact erf form, as torch.nn.GELU()
+    "gelu_new": gelu_tanh,  # transformers' names of the tanh form (GPT-2)
+    "gelu_pytorch_tanh": gelu_tanh,
 }
 
 

@@ -6,7 +6,7 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
-from converters.checkpoints.formats.hub import HubFolder
+from converters.checkpoints.formats.hub import HubFolder, HubShards
 from converters.checkpoints.formats.msgpack import FlaxMsgpack
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.npz import Npz
@@ -22,9 +22,9 @@ from converters.checkpoints.formats.torch_pickle import TorchPickle
 
 for _fmt in (EquinoxLeaves(), LinenOrbax(), NnxOrbax(), CanonicalSafetensors(), TorchPickle(),
              TorchSafetensors(), CanonicalShards(), CanonicalShardIndex(), TorchShards(),
-             TorchShardIndex(), Npz(), FlaxMsgpack(), HubFolder()):
+             TorchShardIndex(), Npz(), FlaxMsgpack(), HubFolder(), HubShards()):
     register(_fmt)
 
 __all__ = ["CanonicalSafetensors", "CanonicalShardIndex", "CanonicalShards", "EquinoxLeaves",
-           "FlaxMsgpack", "HubFolder", "LinenOrbax", "NativeFormat", "NnxOrbax", "Npz",
+           "FlaxMsgpack", "HubFolder", "HubShards", "LinenOrbax", "NativeFormat", "NnxOrbax", "Npz",
            "TorchPickle", "TorchSafetensors", "TorchShardIndex", "TorchShards"]

@@ -1,16 +1,21 @@
 """Hub folders: a `config.json` that a `converters.adapters.hub` reader claims (HF transformers'
-ViT, timm, ...) beside the weights (`model.safetensors`, a sharded safetensors index with its
-shards, or `pytorch_model.bin`: the first found, read by its own format class) in the family's
-key layout. The config comes from `config.json`, so no ``--arch`` / ``--config`` is needed.
-`config.json` is read by `zoo.hub.read_json`: bounded in size and nesting, an object."""
+ViT and language models, timm, ...) beside the weights (`model.safetensors`, a sharded
+safetensors index with its shards, or `pytorch_model.bin`: the first found, read by its own
+format class) in the family's key layout. The config comes from `config.json`, so no
+``--arch`` / ``--config`` is needed. `config.json` is read by `zoo.hub.read_json`: bounded in
+size and nesting, an object. A folder whose `config.json` names a `model_type` no reader knows
+is refused by name, with the known ones.
+
+Written as transformers' `save_pretrained` writes them: `config.json` and `model.safetensors`,
+or with ``--shard-size`` shards of at most that size and their index, each shard's header
+saying ``{"format": "pt"}``; tensors stream to disk one at a time, in their stored dtype."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, ClassVar
-
-from safetensors.numpy import save_file
 
 from converters.adapters import hub
 from converters.checkpoints.base import Checkpoint, Detection, ordered_state
@@ -22,9 +27,19 @@ from converters.checkpoints.format import (
     for_detection,
     registered,
 )
+from converters.checkpoints.formats.safetensors_io import (
+    index_json,
+    nbytes,
+    plan_shards,
+    shard_names,
+    write_stream,
+)
+from converters.checkpoints.formats.safetensors_shards import DEFAULT_SHARD_BYTES, INDEX
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from zoo.configs import Config, ConfigError
 from zoo.hub import SourceError, read_json
+
+HF_METADATA = {"format": "pt"}  # what transformers' save_pretrained writes in each header
 
 Found = tuple[dict[str, Any] | None, str, Path | None]  # config.json, why not, weights file
 
@@ -71,6 +86,10 @@ class HubFolder(CheckpointFormat):
     def detect(self, probe: Probe) -> Detection | None:
         raw, _, weights = self._found(probe)
         reader = None if raw is None else hub.reader_for(raw)
+        if raw is not None and weights is not None and reader is None and "model_type" in raw:
+            raise CheckpointError(  # a transformers folder of a family the zoo does not read
+                f"{probe.path / hub.CONFIG}: model_type {raw['model_type']!r} is not one the "
+                f"zoo reads; known: {', '.join(_model_types())}")
         if reader is None or weights is None:
             return None
         return self.detection(f"{hub.CONFIG} of the {reader.name} family beside {weights.name} "
@@ -115,23 +134,37 @@ class HubFolder(CheckpointFormat):
     def refuse(self, ck: Checkpoint) -> None:
         if ck.training:
             raise CheckpointError("a hub folder holds model weights only: pass --model-only")
-        if hub.writer_for(ck.config) is None:
+        reader = hub.writer_for(ck.config)
+        if reader is None:
             raise CheckpointError(
                 f"no hub family writes a {ck.config.arch}; families written: "
                 f"{[r.name for r in hub.readers() if r.arch is not None]}")
+        try:
+            reader.hub_config(ck.config)  # a config its family's class cannot express
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from e
 
     def write(self, ck: Checkpoint, data: Path) -> None:
+        self.write_counted(ck, data, lambda n: None)
+
+    def write_counted(self, ck: Checkpoint, data: Path, advance: Any) -> None:
         reader = hub.writer_for(ck.config)
         if reader is None:  # refused before staging (`refuse`)
             raise CheckpointError(f"no hub family writes a {ck.config.arch}")
-        hub_config = reader.hub_config(ck.config)
+        try:
+            hub_config = reader.hub_config(ck.config)
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from e
         state = ordered_state(ck)
         if reader.adapter is not None:
             state = reader.adapter.from_zoo(state)
         data.mkdir()
         (data / hub.CONFIG).write_text(json.dumps(hub_config, indent=2) + "\n")
-        save_file({k: v.copy(order="C") for k, v in state.items()}, str(data / hub.WEIGHTS[0]),
-                  metadata={"format": "pt"})
+        self.write_weights(state, data, advance)
+
+    def write_weights(self, state: dict[str, Any], data: Path, advance: Any) -> None:
+        """`model.safetensors`, streamed tensor by tensor."""
+        write_stream(data / hub.WEIGHTS[0], state, HF_METADATA, advance)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         weights = _hub_json(path)[2]
@@ -139,3 +172,34 @@ class HubFolder(CheckpointFormat):
             raise CheckpointError(f"{path}: no longer a hub folder")
         wdet = _detect_file(weights)
         return for_detection(wdet).entries(weights, wdet, ck)
+
+
+class HubShards(HubFolder):
+    """``hub`` with ``--shard-size``: the weights in shards of at most that size beside HF's
+    index (`model.safetensors.index.json`), as `save_pretrained(max_shard_size=...)` writes
+    them. Read through `HubFolder`, which detects every hub folder."""
+
+    variant: ClassVar[str] = "sharded"
+    shards: ClassVar[bool] = True
+    max_bytes: int = DEFAULT_SHARD_BYTES
+
+    def detect(self, probe: Probe) -> Detection | None:
+        return None
+
+    def sized(self, max_bytes: int) -> CheckpointFormat:
+        fmt = copy.copy(self)
+        fmt.max_bytes = max_bytes
+        return fmt
+
+    def write_weights(self, state: dict[str, Any], data: Path, advance: Any) -> None:
+        groups = plan_shards(state, self.max_bytes)
+        names = shard_names(len(groups))
+        for name, keys in zip(names, groups, strict=True):
+            write_stream(data / name, {k: state[k] for k in keys}, HF_METADATA, advance)
+        weight_map = {k: name for name, keys in zip(names, groups, strict=True) for k in keys}
+        (data / INDEX).write_text(index_json(weight_map, nbytes(state)))
+
+
+def _model_types() -> list[str]:
+    """The `model_type`s of the readers of transformers' families."""
+    return [r.model_type for r in hub.readers() if r.model_type is not None]

@@ -1,0 +1,105 @@
+"""`transformers` references for the language-model tests: small configs of every variant of
+the zoo's GPT-2 and Llama family, the `transformers` model of a zoo config (built from the
+`config.json` the zoo writes, eager attention, float32, random weights with every array
+perturbed), and left-padded batches."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import zoo
+from zoo.models.language import positions
+
+# Every option of the issue's list, each in a small config (two layers of width 16-32).
+_ROPE = {"rope_type": "default", "rope_theta": 1e6}
+VARIANTS: dict[str, zoo.Config] = {
+    "gpt2": zoo.tiny_config("gpt2"),  # tied
+    "gpt2-untied": zoo.tiny_config("gpt2", tie_word_embeddings=False, n_inner=24),
+    # grouped-query attention and Llama 3's rope scaling (zoo's TINY), untied; Llama's MLP bias
+    "llama-gqa-rope3": zoo.tiny_config("llama", mlp_bias=True),
+    "mistral-window": zoo.tiny_config("llama", rope_type="default", model_type="mistral",
+                                      sliding_window=3),
+    "qwen2-bias-tied": zoo.tiny_config("llama", **_ROPE, model_type="qwen2", qkv_bias=True,
+                                       tie_word_embeddings=True),
+    # Qwen3: q/k norm, its own head size; as Qwen3-0.6B tied, with Qwen3's optional biases
+    "qwen3-norm-head-dim": zoo.tiny_config("llama", **_ROPE, model_type="qwen3", qk_norm=True,
+                                           head_dim=12, tie_word_embeddings=True,
+                                           attention_bias=True),
+}
+PADDING = (0, 3, 1)  # left padding of each row of the batch
+QUICK = "llama-gqa-rope3"  # the variant `--quick` keeps (the Llama family's tiny config)
+
+
+def variants() -> list:
+    """The variant names as parameters, all but `QUICK` left out of `--quick`."""
+    import pytest
+
+    return [n if n == QUICK else pytest.param(n, marks=pytest.mark.full_only)
+            for n in VARIANTS]
+
+
+def hf_config(config: zoo.Config):
+    """transformers' config of a zoo config: the `config.json` the zoo writes, read by
+    transformers, with eager attention."""
+    import transformers
+
+    from converters.adapters import hub
+
+    data = hub.writer_for(config).hub_config(config)
+    hf = transformers.AutoConfig.for_model(**data)
+    hf._attn_implementation = "eager"
+    return hf
+
+
+@functools.cache
+def hf_model(name: str, seed: int = 0):
+    """The `transformers` model of variant `name`: random weights, every array perturbed (biases
+    and norms would start at 0 and 1), float32, eval mode, eager attention."""
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # quiet tests: no warnings, no progress bars
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(
+        hf_config(VARIANTS[name]), attn_implementation="eager").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_state(name: str) -> dict[str, np.ndarray]:
+    """The transformers model's `state_dict()` as NumPy arrays (a tied head's `lm_head.weight`
+    beside the embedding, as transformers lists it)."""
+    return {k: v.numpy().copy() for k, v in hf_model(name).state_dict().items()}
+
+
+def padded_batch(config: zoo.Config, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """(ids, attention_mask, position_ids) of a left-padded batch of `config.length` tokens
+    (row i padded by `PADDING[i]`, position ids counted from each row's first token, as
+    transformers' `generate` gives them)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, config.vocab_size, (len(PADDING), config.length)).astype(np.int32)
+    mask = np.ones_like(ids)
+    for row, pad in enumerate(PADDING):
+        mask[row, :pad] = 0
+        ids[row, :pad] = 0  # a pad token id
+    return ids, mask, np.asarray(positions(mask), np.int32)
+
+
+def hf_logits(name: str, ids: np.ndarray, mask: np.ndarray | None = None,
+              position_ids: np.ndarray | None = None) -> np.ndarray:
+    import torch
+
+    kwargs = {} if mask is None else {"attention_mask": torch.from_numpy(mask).long(),
+                                      "position_ids": torch.from_numpy(position_ids).long()}
+    with torch.no_grad():
+        return hf_model(name)(input_ids=torch.from_numpy(ids).long(), **kwargs).logits.numpy()
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference over the largest magnitude: the issue's "relative" measure."""
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / np.max(np.abs(want)))

@@ -1,0 +1,43 @@
+"""GPT-2 as a benchmark subject (`zoo.bench.spec`): its sizes and the FLOPs of its matrix
+products (the floor of the benchmark's FLOP check). Forward and training steps on batches of
+`length` tokens; prefill and decode come with generation.
+
+Dropout is off unless `--config` sets a rate: the fairness check compares the first training
+loss of every library, and each library draws its dropout masks from its own generator (the
+published configs' 0.1 would make them differ, and the work is the same either way)."""
+
+from typing import Any
+
+from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, ZooSubjects, register
+from zoo.configs import Overrides
+from zoo.models.gpt2.config import GPT2Config
+
+NO_DROPOUT = {"embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
+
+
+class GPT2Subjects(ZooSubjects):
+    """The zoo's GPT-2 with dropout off unless the overrides set it."""
+
+    def config(self, arch: str, overrides: Overrides, method: str) -> Any:
+        return super().config(arch, {**NO_DROPOUT, **overrides}, method)
+
+
+def useful_flops(config: GPT2Config, batch: int, mode: str) -> float:
+    """Multiply-adds x 2 of the projections, the two attention products (the whole square, as
+    computed, masked or not) and the head, per token; a training step three times that."""
+    e, t = config.n_embd, config.length
+    block = 2 * t * e * (3 * e + e + 2 * config.inner) + 2 * 2 * t * t * e
+    forward = batch * (config.n_layer * block + 2 * t * e * config.vocab_size)
+    return float(forward if mode == "forward" else 3 * forward)
+
+
+PRESETS: tuple[PresetFields, ...] = (
+    {"name": "gpt2-124m", "batch": 4, "config": {"seq_len": 256},
+     "doc": "transformers' gpt2 (124M): width 768, 12 layers, 12 heads, 256 tokens"},
+    {"name": "gpt2-small-cpu", "batch": 8,
+     "config": {"n_embd": 256, "n_layer": 4, "n_head": 4, "seq_len": 128},
+     "doc": "CPU-sized GPT-2: width 256, 4 layers, 4 heads, 128 tokens"},
+)
+
+register(BenchSpec("gpt2", default_batch=8, useful_flops=useful_flops, presets=PRESETS,
+                   matrix=MatrixRun.sizes(PRESETS[:1]), subjects=GPT2Subjects()))
