@@ -128,7 +128,7 @@ def test_conv1d_rule_matches_transformers(n_in, n_out):
 
 
 def test_zoo_conv1d_classes_have_their_kind():
-    from zoo.layers import pytorch as ztorch
+    from zoo.layers import torch as ztorch
 
     for cls, impl in ((zeqx.Conv1D, "eqx"), (zlinen.Conv1D, "linen"), (znnx.Conv1D, "nnx"),
                       (ztorch.Conv1D, "torch")):

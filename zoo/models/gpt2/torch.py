@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.layers.pytorch import Conv1D, attend, causal_mask
+from zoo.layers.torch import Conv1D, attend, causal_mask
 from zoo.models.gpt2.config import GPT2Config
 
 

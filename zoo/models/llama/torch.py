@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.layers.pytorch import RMSNorm, attend, causal_mask, rotary
+from zoo.layers.torch import RMSNorm, attend, causal_mask, rotary
 from zoo.models.llama.config import LlamaConfig
 
 
