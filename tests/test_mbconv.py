@@ -1,0 +1,277 @@
+"""EfficientNet and MobileNetV3 against timm's own models: the named configs are timm's models
+(keys, shapes, feature taps), every name cut to one block per stage computes timm's logits,
+reduced-depth and full-depth models equal timm's in all four libraries (eval and train mode,
+gradients with respect to every parameter), drop path draws the same masks everywhere, any
+input size runs, and bad block strings are refused in one line.
+
+timm's models are built by timm (`timm.create_model`, or its classes through
+`tests/timm_mbconv.py` for the tiny configs), with every array randomised (BatchNorm statistics
+perturbed). Relative differences are max |zoo - timm| / max |timm|.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import converters
+import zoo
+from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
+
+torch = pytest.importorskip("torch")
+timm = pytest.importorskip("timm", reason="timm is not installed")
+
+NAMES = (*(f"{tf}efficientnet_b{i}" for tf in ("", "tf_") for i in range(5)),
+         "mobilenetv3_large_100", "mobilenetv3_small_100")
+REDUCED = ("efficientnet_b0", "tf_efficientnet_b0", "mobilenetv3_large_100",
+           "mobilenetv3_small_100")
+FULL = ("efficientnet_b0", "mobilenetv3_large_100")
+GRADIENTS = ("tf_efficientnet_b0", "mobilenetv3_small_100")
+RTOL = 1e-5  # relative to the largest output / gradient
+
+
+def _rel(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _timm_cut(name: str, num_classes: int = 10):
+    """timm's `name`, cut to the first block of every stage (as timm built it), randomised."""
+    with torch.device("meta"):
+        model = timm.create_model(name, num_classes=num_classes)
+    for i, stage in enumerate(model.blocks):
+        model.blocks[i] = stage[:1]
+    return randomise(model.to_empty(device="cpu"))
+
+
+def _cut_config(name: str, **overrides) -> zoo.Config:
+    """The zoo config of `name` cut as `_timm_cut` cuts timm's model."""
+    named = zoo.make_config(name)
+    return zoo.make_config(name, arch_def=one_block_per_stage(named.arch_def),
+                           depth_multiplier=1.0, **overrides)
+
+
+def _input(config: zoo.Config, batch: int, size: tuple[int, int], seed: int = 1) -> np.ndarray:
+    return np.array(jax.random.normal(jax.random.key(seed),
+                                      (batch, config.in_channels, *size)), np.float32)
+
+
+# --------------------------------------------------------------------------- the configs
+@pytest.mark.parametrize("name", NAMES)
+def test_named_configs_are_timms_models(name):
+    """timm's classes built from the zoo's config (tests/timm_mbconv.py) are timm's named model
+    module for module (so the helper states timm's builder), and the zoo's feature taps and
+    their channels are timm's `stage_ends` / `feature_info`. On the meta device."""
+    config = zoo.make_config(name)
+    with torch.device("meta"):
+        theirs, helper = timm.create_model(name), timm_model(config)
+    assert repr(helper) == repr(theirs)
+    assert config.stage_ends == tuple(theirs.stage_ends)
+    stages = config.stages()
+    chs = [config.stem_chs if e == 0 else stages[e - 1][-1].out_chs for e in config.stage_ends]
+    assert chs == [f["num_chs"] for f in theirs.feature_info]
+
+
+@pytest.mark.parametrize("arch", ["efficientnet", "mobilenetv3"])
+def test_tiny_configs_are_timms(arch):
+    """The tests' tiny configs (the registry-wide tests run them in every library) are timm
+    models too: the same state_dict, the same logits in eval and train mode."""
+    config = zoo.tiny_config(arch)
+    reference = randomise(timm_model(config))
+    model = converters.from_canonical(reference.state_dict(), config, "torch")
+    x = torch.from_numpy(_input(config, 3, config.input_size))
+    for train in (False, True):
+        reference.train(train), model.train(train)
+        with torch.no_grad():
+            assert _rel(model(x), reference(x)) < 1e-6
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_name_at_one_block_per_stage_computes_timms_logits(name):
+    """The zoo's PyTorch model of every name, cut to one block per stage as timm's is, loads
+    timm's state_dict strictly and gives its logits in eval and train mode (the JAX libraries
+    equal it: test_equivalence, and below)."""
+    reference = _timm_cut(name)
+    config = _cut_config(name, num_classes=10)
+    model = converters.from_canonical(reference.state_dict(), config, "torch")
+    x = torch.from_numpy(_input(config, 2, (64, 48)))
+    for train in (False, True):
+        reference.train(train), model.train(train)
+        with torch.no_grad():
+            err = _rel(model(x), reference(x))
+        assert err < 1e-6, f"{name} train={train}: relative error {err:.2e}"
+
+
+# --------------------------------------------------------------------------- every library
+@functools.cache
+def _timm_results(name: str, full: bool, size: tuple[int, int], batch: int):
+    """timm's model of `name` (full depth or cut), its input, eval logits, and in train mode
+    the logits and the gradients of <logits, cotangent> with respect to every parameter."""
+    if full:
+        reference = randomise(timm.create_model(name, num_classes=10))
+        config = zoo.make_config(name, num_classes=10)
+    else:
+        reference, config = _timm_cut(name), _cut_config(name, num_classes=10)
+    x = _input(config, batch, size)
+    state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
+    reference.eval()
+    with torch.no_grad():
+        y_eval = reference(torch.from_numpy(x)).numpy()
+    reference.train()  # (updates the running statistics: `state` holds them before)
+    y = reference(torch.from_numpy(x))
+    cotangent = np.asarray(jax.random.normal(jax.random.key(7), y.shape), np.float32)
+    (y * torch.from_numpy(cotangent)).sum().backward()
+    grads = {k: p.grad.numpy() for k, p in reference.named_parameters()}
+    return config, state, x, y_eval, y.detach().numpy(), cotangent, grads
+
+
+def _jax_results(impl: str, config, state, x, cotangent, grads: bool):
+    """Eval logits; train logits and (`grads`) the canonical parameter gradients."""
+    api = zoo.interface(impl)
+    static, params, st = api.split(converters.from_canonical(state, config, impl))
+    xn = api.to_native(jnp.asarray(x))
+    evaluate = jax.jit(lambda p, s, v: api.apply(static, p, s, v, train=False)[0])
+    y_eval = np.asarray(api.to_canonical(evaluate(params, st, xn)))
+
+    def loss(p):
+        y = api.to_canonical(api.apply(static, p, st, xn, train=True)[0])
+        return jnp.sum(y * cotangent), y
+
+    if not grads:
+        return y_eval, np.asarray(jax.jit(loss)(params)[1]), None
+    (_, y_train), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    canon = converters.to_canonical(api.merge(static, g, st), impl)
+    return y_eval, np.asarray(y_train), {k: np.asarray(v) for k, v in canon.items()}
+
+
+def _check_every_library(name: str, impl: str, *, full: bool, size, batch, grads: bool):
+    config, state, x, want_eval, want_train, cotangent, want_grads = _timm_results(
+        name, full, size, batch)
+    if impl == "torch":
+        model = converters.from_canonical(state, config, "torch")
+        with torch.no_grad():
+            got_eval = model.eval()(torch.from_numpy(x)).numpy()
+            got_train = model.train()(torch.from_numpy(x)).numpy()
+        got_grads = None
+    else:
+        got_eval, got_train, got_grads = _jax_results(impl, config, state, x, cotangent, grads)
+    errors = {"eval": _rel(got_eval, want_eval), "train": _rel(got_train, want_train)}
+    if got_grads is not None:
+        assert set(got_grads) >= set(want_grads), set(want_grads) - set(got_grads)
+        # Reported per parameter relative to its largest entry, but for a bias feeding a
+        # train-mode BatchNorm through linear layers only: its gradient is zero (the mean is
+        # subtracted), timm's rounding noise ~1e-8 of the largest gradient.
+        top = max(np.abs(g).max() for g in want_grads.values())
+        errors["grads"] = max(_rel(got_grads[k], g) for k, g in want_grads.items()
+                              if np.abs(g).max() > 1e-6 * top)
+    print(f"{name} {'full' if full else 'cut'} {impl}: " + ", ".join(
+        f"{k} {v:.1e}" for k, v in errors.items()))
+    assert errors["eval"] < RTOL and errors["train"] < RTOL, errors
+    if got_grads is not None:  # elementwise, as the registry-wide tests (atol scaled here)
+        for k, g in want_grads.items():
+            np.testing.assert_allclose(got_grads[k], g, rtol=RTOL, atol=RTOL * top, err_msg=k)
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+@pytest.mark.parametrize("name", REDUCED)
+def test_one_block_per_stage_in_every_library_is_timms(name, impl):
+    """EfficientNet-B0 (and its TensorFlow port's SAME padding and eps), MobileNetV3 large and
+    small at their widths, one block per stage: timm's logits in eval and train mode in every
+    library; for the TensorFlow port and the small MobileNetV3 the gradients of every
+    parameter too (the tiny configs' are compared in test_equivalence / test_torch_reference)."""
+    _check_every_library(name, impl, full=False, size=(64, 48), batch=4,
+                         grads=name in GRADIENTS)
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+@pytest.mark.parametrize("name", FULL)
+def test_full_depth_in_every_library_is_timms(name, impl):
+    """efficientnet_b0 and mobilenetv3_large_100 at full depth: timm's logits in eval and
+    train mode in every library (96x80, so that train-mode BatchNorm of the last stages
+    normalises over more than a handful of values)."""
+    _check_every_library(name, impl, full=True, size=(96, 80), batch=2, grads=False)
+
+
+# --------------------------------------------------------------------------- drop path
+@pytest.mark.parametrize("arch", ["efficientnet", "mobilenetv3"])
+def test_drop_path_one_key_same_outputs_in_every_library(arch):
+    """With drop path (rate 0.5 at the last block, timm's linear rule) in training, one raw key
+    draws the same masks in Equinox (through its interface), Linen (`key=`) and NNX (`rngs=`):
+    the same outputs, and PyTorch's given those masks too; in eval the rate changes nothing."""
+    from zoo.layers.drop_path import block_keys, keep_mask
+
+    config = zoo.tiny_config(arch, drop_path_rate=0.5)
+    rates = [b.drop_path for stage in config.stages() for b in stage]
+    assert rates == [0.5 * i / len(rates) for i in range(len(rates))]
+    state = zoo.canonical_init(config, seed=1)
+    n, key = 8, jax.random.key(5)
+    x = np.asarray(zoo.example_input(config, batch=n, seed=1))
+    outs = {}
+    for impl in ("eqx", "nnx"):
+        api = zoo.interface(impl)
+        static, params, st = api.split(converters.from_canonical(state, config, impl))
+        y, _ = api.apply(static, params, st, api.to_native(x), train=True, key=key)
+        outs[impl] = np.asarray(api.to_canonical(y))
+    module, variables = converters.from_canonical(state, config, "linen")
+    outs["linen"] = np.asarray(module.apply(variables, jnp.moveaxis(x, 1, -1), train=True,
+                                            key=key, mutable=["batch_stats"])[0])
+    model = converters.from_canonical(state, config, "torch").train()
+    blocks = [b for stage in model.blocks for b in stage]
+    samples = jax.random.split(key, n)
+    for i, block in enumerate(blocks):
+        block.drop_path.keep = torch.from_numpy(np.array(keep_mask(
+            block_keys(samples, i), n, max(rates[i], 1e-6))))
+    with torch.no_grad():
+        outs["torch"] = model(torch.from_numpy(x)).numpy()
+        undropped = converters.from_canonical(state, zoo.tiny_config(arch), "torch").train()(
+            torch.from_numpy(x)).numpy()
+    assert _rel(undropped, outs["torch"]) > 1e-2, "no branch dropped: the test proves nothing"
+    for impl, y in outs.items():
+        assert _rel(y, outs["eqx"]) < 1e-6, impl
+    api = zoo.native_interface("nnx")
+    evaluated = api.forward(converters.from_canonical(state, config, "nnx"), api.to_native(x))
+    plain = api.forward(converters.from_canonical(state, zoo.tiny_config(arch), "nnx"),
+                        api.to_native(x))
+    np.testing.assert_array_equal(np.asarray(evaluated), np.asarray(plain))
+
+
+# --------------------------------------------------------------------------- input sizes
+@pytest.mark.parametrize("padding", ["torch", "same"])
+@pytest.mark.parametrize("arch", ["efficientnet", "mobilenetv3"])
+def test_any_input_size_runs_as_timms(arch, padding):
+    """timm's models run from 1x1 on (global pooling; strided convs give at least one output):
+    the zoo accepts every size, and computes timm's logits at odd and even ones."""
+    config = zoo.tiny_config(arch, padding=padding)
+    reference = randomise(timm_model(config)).eval()
+    model = converters.from_canonical(reference.state_dict(), config, "torch").eval()
+    nnx_model = converters.from_canonical(reference.state_dict(), config, "nnx")
+    api = zoo.native_interface("nnx")
+    for size in ((1, 1), (2, 3), (7, 5), (33, 16)):
+        x = _input(config, 2, size)
+        with torch.no_grad():
+            want = reference(torch.from_numpy(x)).numpy()
+            assert _rel(model(torch.from_numpy(x)), want) < 1e-6, size
+        got = api.to_canonical(api.forward(nnx_model, api.to_native(x)))
+        assert _rel(got, want) < 1e-5, size
+
+
+# --------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"arch_def": (("ir_r1_k3_s2_e6_c24_gs8",),)}, "option 'gs8' is not one the zoo builds"),
+    ({"arch_def": (("er_r1_k3_s1_e4_c24",),)}, "type 'er' is not one of ds, dsa, ir, cn"),
+    ({"arch_def": (("ir_k3_s2_e6_c24",),)}, "option 'r' is missing"),
+    ({"arch_def": (("ir_r1_k3_s3_e6_c24",),)}, "the stride 1 or 2"),
+    ({"arch_def": (("ir_r1_k3_s2_e6_c24",),) * 5}, "reduces the input 64x"),
+    ({"arch_def": ((),)}, "at least one stage of at least one block"),
+    ({"channel_multiplier": 0.0}, "must be positive"),
+    ({"drop_path_rate": 1.0}, r"drop_path_rate must be in \[0, 1\)"),
+    ({"act": "gelu"}, "MobileNetV3Config.act"),
+])
+def test_bad_configs_are_refused_in_one_line(overrides, match):
+    with pytest.raises(zoo.ConfigError, match=match) as info:
+        zoo.tiny_config("mobilenetv3", **overrides)
+    assert "\n" not in str(info.value)
