@@ -21,7 +21,9 @@ Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or wr
 message names each offending key; `inspect` when it reports that the checkpoint does not load),
 2 on a usage error (bad arguments, --config, DST that is the source or named for another
 format). Every failure is one ``error: ...`` line (the usage only with --help); tracebacks only
-with --debug. A DST with an extension unusual for its format gets one ``warning: ...`` line.
+with --debug. A DST with an extension unusual for its format gets one ``warning: ...`` line, and
+so does a Flax checkpoint the zoo did not write going into a config that pads as PyTorch (the
+weights do not carry the padding: the line names the config field and the --config to pass).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from converters.matching.cli import (
 )
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
-from zoo.configs import Config, ConfigError, config_from_dict
+from zoo.configs import Config, ConfigError, PaddingWarning, config_from_dict
 from zoo.progress import progress as progress_display
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
@@ -303,19 +305,24 @@ def _inspect(args: argparse.Namespace, console: Console) -> int:
     raise CheckpointError(r.problem or f"{r.path} does not load")
 
 
+ONE_LINE_WARNINGS = (DestinationWarning, PaddingWarning)
+
+
 @contextlib.contextmanager
 def warning_lines(errors: Console) -> Iterator[None]:
-    """Print each `DestinationWarning` as one ``warning: ...`` line on `errors`."""
+    """Print each `DestinationWarning` and `PaddingWarning` as one ``warning: ...`` line on
+    `errors`."""
     shown = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
-        if issubclass(category, DestinationWarning):
+        if issubclass(category, ONE_LINE_WARNINGS):
             errors.print(f"warning: {message}", markup=False)
         else:
             shown(message, category, *args, **kw)
 
     with warnings.catch_warnings():
-        warnings.simplefilter("always", DestinationWarning)
+        for category in ONE_LINE_WARNINGS:
+            warnings.simplefilter("always", category)
         warnings.showwarning = show
         yield
 

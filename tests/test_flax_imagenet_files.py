@@ -3,7 +3,8 @@ written with flax.serialization msgpack and with orbax, its `TrainState` written
 flax.training.checkpoints (orbax and msgpack), each converted by one command (no --map: the
 nesting of the tree decides) and compared with the Flax model itself, run in eval mode with
 every BatchNorm statistic perturbed (a mis-paired layer shows). Where the nesting does not
-decide, the refusal names the candidates; a file of another named model gets a hint."""
+decide, the refusal names the candidates; a file of another named model gets a hint. The
+padding the weights do not carry (Flax's SAME against PyTorch's) is said out loud."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from tests.flax_imagenet import (
     TrainState,
     random_variables,
 )
+from zoo.configs import PaddingWarning
 
 torch = pytest.importorskip("torch")
 SIZE = 32
@@ -136,8 +138,8 @@ def test_the_examples_files_convert_by_one_command(tmp_path, capsys, how, to):
 
 @pytest.mark.full_only  # named models: a reference-model feature
 def test_named_config_and_the_hint_for_another_one(tmp_path, capsys):
-    """The example's ResNet-18 at its own widths and class count: `--arch resnet18` and the
-    padding are all it takes; `--arch resnet34` fails on the shapes and names resnet18."""
+    """The example's ResNet-18 at its own widths and class count: `--arch resnet18-flax` (its
+    padding) is all it takes; `--arch resnet34` fails on the shapes and names resnet18."""
     module = ResNet(stage_sizes=(2, 2, 2, 2), block_cls=ResNetBlock, num_classes=1000)
     variables = random_variables(module, SIZE, seed=2)
     src = tmp_path / "variables.msgpack"
@@ -149,15 +151,55 @@ def test_named_config_and_the_hint_for_another_one(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert lines[1] == "hint: the file fits --arch resnet18", lines[:3]  # under the error line
     assert lines[-1].endswith("more lines (--debug shows them all)") and len(lines) == 14
-    dst = tmp_path / "out.pt"
-    code, out, err = cli(capsys, "convert", src, dst, "--to", "torch", "--arch", "resnet18",
-                         "--config", config)
-    assert code == 0, err
+    dst = tmp_path / "out.pt"  # the example's own named config pads as SAME
+    code, out, err = cli(capsys, "convert", src, dst, "--to", "torch", "--arch",
+                         "resnet18-flax", "--config", json.dumps({"input_size": [SIZE, SIZE]}))
+    assert code == 0 and not err, err
     assert evidence(out) == {"shape", "nesting"}
     x, ref = source_outputs(module, variables)
-    got = forward(torchvision_style(dst, zoo.make_config("resnet18", padding="same",
+    got = forward(torchvision_style(dst, zoo.make_config("resnet18-flax",
                                                          input_size=(SIZE, SIZE))), "torch", x)
     assert max_difference(ref, got) <= RTOL
+
+
+def test_padding_the_weights_do_not_carry_is_said_out_loud(tmp_path, capsys):
+    """The example's variables into a config padding as PyTorch convert (the weights fit),
+    with one warning line naming the field and the flag, and the outputs are indeed another
+    function's; with the example's SAME padding nothing is said. The Python API warns likewise
+    (`PaddingWarning`); a PyTorch source, whose convolutions pad explicitly, is not warned."""
+    module = ResNet(stage_sizes=(1, 1), block_cls=ResNetBlock, num_classes=5, num_filters=4)
+    variables = random_variables(module, 16, seed=6)
+    src = tmp_path / "variables.msgpack"
+    src.write_bytes(serialization.to_bytes(variables))
+    small = {"layers": [1, 1], "widths": [4, 8], "stem_width": 4, "input_size": [16, 16],
+             "num_classes": 5}
+    for padding in ("torch", "same"):
+        dst = tmp_path / f"{padding}.pt"
+        code, _, err = cli(capsys, "convert", src, dst, "--to", "torch", "--arch", "resnet",
+                           "--config", json.dumps({**small, "padding": padding}))
+        assert code == 0, err
+        lines = err.strip().splitlines()
+        if padding == "same":
+            assert not lines, lines
+            continue
+        assert len(lines) == 1 and lines[0].startswith("warning: the source is a linen model"), \
+            lines
+        assert '("padding": "torch")' in lines[0]
+        assert """pass --config '{"padding": "same"}'""" in lines[0]
+    x, ref = source_outputs(module, variables, 16)
+    outputs = {p: forward(converters.load(tmp_path / f"{p}.pt", "torch"), "torch", x)
+               for p in ("torch", "same")}
+    assert max_difference(ref, outputs["same"]) <= RTOL
+    assert max_difference(ref, outputs["torch"]) > 100 * RTOL  # what the warning is about
+    config = zoo.make_config("resnet", **small)
+    with pytest.warns(PaddingWarning, match=r"""pass --config '\{"padding": "same"\}' """
+                                            r"""\(padding="same" in Python\)"""):
+        converters.import_state(variables, "linen", config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PaddingWarning)
+        converters.import_state(variables, "linen", zoo.make_config("resnet", **small,
+                                                                    padding="same"))
+        converters.import_state(zoo.create(config, "torch").state_dict(), "torch", config)
 
 
 def test_undecided_pairs_are_named_never_guessed(tmp_path, capsys):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
@@ -69,6 +70,43 @@ class Axis:
         return None
 
 
+@dataclass(frozen=True)
+class Padding:
+    """Which config field says how an architecture's convolutions pad (the weights do not
+    carry it), and its value for Flax's / TensorFlow's SAME (`same`): at stride 2 and an even
+    size SAME pads (0, 1) where PyTorch pads (1, 1), so the same weights compute another
+    function. An architecture declares it as `Config.PADDING`; a checkpoint whose source pads
+    as SAME going into a config that does not gets a `PaddingWarning` (`padding_warning`)."""
+
+    field: str
+    same: Any = "same"
+
+
+class PaddingWarning(UserWarning):
+    """Weights from a source that pads as SAME go into a config that pads as PyTorch."""
+
+
+def padding_warning(config: Config, source: str) -> str | None:
+    """The one-line warning for weights from `source` (what pads as SAME, e.g. "a Flax
+    checkpoint (Flax convolutions pad SAME by default)") going into `config`; None when
+    `config` pads as SAME too or its architecture has no padding field."""
+    rule = type(config).PADDING
+    if rule is None or getattr(config, rule.field) == rule.same:
+        return None
+    flag = json.dumps({rule.field: rule.same})
+    return (f"{source}, but the {config.arch} config pads as PyTorch ({json.dumps(rule.field)}: "
+            f"{json.dumps(getattr(config, rule.field))}) and the weights cannot tell: if the "
+            f"source model padded SAME, pass --config '{flag}' ({rule.field}="
+            f"{json.dumps(rule.same)} in Python), else the outputs differ at even input sizes")
+
+
+def warn_padding(config: Config, source: str, stacklevel: int = 2) -> None:
+    """Warn (`PaddingWarning`, one line) when `padding_warning` has something to say."""
+    message = padding_warning(config, source)
+    if message is not None:
+        warnings.warn(message, PaddingWarning, stacklevel=stacklevel + 1)
+
+
 def axis_names(rank: int, channels: bool = True) -> tuple[str, ...]:
     """Names of a sample's axes: "C" then the spatial "D", "H", "W" (the last ones) of a
     channels-first map; "L" (length) for a token sequence; "dim i" for other axes."""
@@ -94,6 +132,8 @@ class Config:
     # for token sequences, laid out alike in every library.
     CHANNELS: ClassVar[bool] = True
     INPUT_DTYPE: ClassVar[str] = "float32"  # token models: "int32"
+    # The field saying how the convolutions pad, when the architecture has one (`Padding`).
+    PADDING: ClassVar[Padding | None] = None
 
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         check_keys(cls, fields)  # before the dataclass __init__'s bare TypeError

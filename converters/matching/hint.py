@@ -55,9 +55,10 @@ def fitting_names(sources: Sequence[SourceLayer], config: Config,
                   base: Config | None = None) -> list[str]:
     """The named models of `config`'s architecture that `sources` fit, `config` itself
     excluded; the fields `config` sets beyond `base` (default: the architecture's default
-    config) are kept, the named model's own overrides win."""
+    config) are kept, the named model's own overrides win. Names giving the same config are
+    named once."""
     given = _overrides(config, base if base is not None else type(config)())
-    out = []
+    out, seen = [], set()
     for name, (arch, named) in named_models().items():
         if arch != config.arch:
             continue
@@ -66,8 +67,9 @@ def fitting_names(sources: Sequence[SourceLayer], config: Config,
                                               if k not in named})
         except (ValueError, TypeError):
             continue
-        if candidate != config and fits(sources, candidate):
-            out.append(name)
+        if candidate != config and candidate not in seen and fits(sources, candidate):
+            out.append(name)  # the first name of a config (resnet18, not resnet18-flax
+            seen.add(candidate)  # when --config gives its padding)
     return out
 
 

@@ -22,7 +22,7 @@ from converters.matching import verify as checks
 from converters.matching.flatten import abstract_input_of, find_flatten, needs_flatten
 from converters.matching.match import Row, TargetLayer, match
 from converters.matching.sources import SourceLayer, flatten_tree, from_flat, from_model
-from zoo.configs import Config
+from zoo.configs import Config, warn_padding
 from zoo.interface import native_interface
 from zoo.libraries import IMPLS, library
 from zoo.registry import schema
@@ -80,6 +80,15 @@ def _is_tree(src: Any) -> bool:
     return isinstance(src, Mapping | nnx.State)
 
 
+def warn_source_padding(src_impl: str, config: Config | None) -> None:
+    """Weights the zoo did not write, from a library whose convolutions pad SAME unless told
+    otherwise (Flax), going into a config that pads as PyTorch: one `PaddingWarning` line
+    naming the config field and the flag (the weights do not carry the padding)."""
+    if config is not None and library(src_impl).pads_same:
+        warn_padding(config, f"the source is a {src_impl} model the zoo did not build (Flax "
+                             "convolutions pad SAME unless given explicit pads)", stacklevel=3)
+
+
 def _targets(found: list[canonical.Layer], spec: Mapping[str, Any]) -> list[TargetLayer]:
     shapes = {k: tuple(v.shape) for k, v in spec.items()}
     return [TargetLayer.of(layer, shapes) for layer in found]
@@ -108,6 +117,7 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
     (a wrong layout or flatten order shows there). `ordered` overrides the source's order fact.
     """
     sources, is_ordered = source_layers(src, src_impl)
+    warn_source_padding(src_impl, config)
     found, spec = schema(config)
     targets = _targets(found, spec)
     rows = match(sources, targets, maps=maps, strip=strip, add=add,
@@ -159,6 +169,8 @@ def transfer(src: Any, src_impl: str, dst_model: Any, dst_impl: str, *,
     config = _zoo_config(dst_model)  # a zoo target knows its input and flattened map
     if config is not None and input_shape is None:
         input_shape = config.input_shape
+    if _zoo_config(src) is None:  # a zoo source's config says how it pads
+        warn_source_padding(src_impl, config)
     sources, is_ordered = source_layers(src, src_impl, input_shape=input_shape)
     ordered = is_ordered if ordered is None else ordered
     example = None if input_shape is None else abstract_input_of(input_shape, dst_impl)

@@ -39,6 +39,8 @@ class Library:
       `dtype_argument` name the constructor's keywords for randomness and parameter dtype.
     - `classes_of`: whose model classes (per architecture) it builds: its own name, or that of
       the library it is a flavour of.
+    - `pads_same`: the library's convolutions pad as SAME unless given explicit pads (Flax),
+      so a checkpoint of a model the zoo did not build may pad so (`zoo.configs.Padding`).
     - `color`: its colour in the benchmark's plots.
     - `styles`, `default_style`, `idiomatic_style`: benchmark call styles (`zoo.bench.styles`).
     """
@@ -55,6 +57,7 @@ class Library:
     contract: ClassVar[type]
     rng_argument: ClassVar[str | None] = None
     dtype_argument: ClassVar[str | None] = None
+    pads_same: ClassVar[bool] = False
     color: ClassVar[str] = "#999999"
     styles: ClassVar[tuple[str, ...]] = ()
     default_style: ClassVar[str]

@@ -27,6 +27,7 @@ class LinenModel(Protocol):
 class LinenLibrary(Library):
     name = "linen"
     channels_last = True
+    pads_same = True  # nn.Conv's default padding is "SAME"
     package = "flax"
     checkpoint_format = "linen"
     walker = LinenWalker()

@@ -32,6 +32,7 @@ class NNXModel(Protocol):
 class NNXLibrary(Library):
     name = "nnx"
     channels_last = True
+    pads_same = True  # nnx.Conv's default padding is "SAME"
     package = "flax"
     checkpoint_format = "nnx"
     walker = NNXWalker()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
-from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.configs import Axis, Config, ConfigError, Padding, positive
 
 EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
 STEM: dict[str, tuple[int, int, int, bool]] = {  # conv1 kernel, stride, padding; max-pool
@@ -20,6 +20,18 @@ def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
     an even size, a 3x3 kernel pads (0, 1) where PyTorch's padding=1 pads (1, 1))."""
     total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
     return total // 2, total - total // 2
+
+
+TORCHVISION: dict[str, dict[str, Any]] = {  # torchvision's named ResNets: config overrides
+    "resnet18": {},
+    "resnet34": {"layers": (3, 4, 6, 3)},
+    "resnet50": {"block": "bottleneck", "layers": (3, 4, 6, 3)},
+    "resnet101": {"block": "bottleneck", "layers": (3, 4, 23, 3)},
+    "resnet152": {"block": "bottleneck", "layers": (3, 8, 36, 3)},
+    "resnext50_32x4d": {"block": "bottleneck", "layers": (3, 4, 6, 3), "groups": 32,
+                        "width_per_group": 4},
+    "wide_resnet50_2": {"block": "bottleneck", "layers": (3, 4, 6, 3), "width_per_group": 128},
+}
 
 
 @dataclass(frozen=True)
@@ -62,23 +74,22 @@ class ResNetConfig(Config):
         "grouped": {"block": "bottleneck", "layers": (2,), "widths": (8,), "groups": 2,
                     "width_per_group": 32}}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = {
-        "resnet18": {},
-        "resnet34": {"layers": (3, 4, 6, 3)},
-        "resnet50": {"block": "bottleneck", "layers": (3, 4, 6, 3)},
-        "resnet101": {"block": "bottleneck", "layers": (3, 4, 23, 3)},
-        "resnet152": {"block": "bottleneck", "layers": (3, 8, 36, 3)},
-        "resnext50_32x4d": {"block": "bottleneck", "layers": (3, 4, 6, 3), "groups": 32,
-                            "width_per_group": 4},
-        "wide_resnet50_2": {"block": "bottleneck", "layers": (3, 4, 6, 3),
-                            "width_per_group": 128},
+        **TORCHVISION,
         "resnet20-cifar": {"stem": "cifar", "layers": (3, 3, 3), "widths": (16, 32, 64),
                            "stem_width": 16, "input_size": (32, 32), "num_classes": 10},
+        # The official Flax ImageNet example's ResNet18 ... ResNet200 (its models.py):
+        # torchvision's shapes, the convolutions and the max-pool padded as Flax's SAME.
+        **{f"{name}-flax": {**TORCHVISION[name], "padding": "same"} for name in (
+            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152")},
+        "resnet200-flax": {"block": "bottleneck", "layers": (3, 24, 36, 3), "padding": "same"},
     }
     # timm's pretrained adaptations: a new fc for another num_classes, conv1 for another
     # in_channels (the input size changes no weight).
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (ResetClassifier("fc"),
                                                AdaptInputConv("conv1.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
+    # Flax's SAME or torchvision's padding: a Flax checkpoint into "torch" padding is warned.
+    PADDING: ClassVar[Padding] = Padding("padding", same="same")
     block: Literal["basic", "bottleneck"] = "basic"
     layers: tuple[int, ...] = (2, 2, 2, 2)
     widths: tuple[int, ...] = (64, 128, 256, 512)
