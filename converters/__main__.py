@@ -21,7 +21,9 @@ Exit status: 0 on success, 1 when the checkpoint cannot be read, validated or wr
 message names each offending key; `inspect` when it reports that the checkpoint does not load),
 2 on a usage error (bad arguments, --config, DST that is the source or named for another
 format). Every failure is one ``error: ...`` line (the usage only with --help); tracebacks only
-with --debug. A DST with an extension unusual for its format gets one ``warning: ...`` line, and
+with --debug. ``--layout NAME --to torch`` writes the state_dict in a foreign layout's names
+(`converters.adapters`: torchvision's, HF's). A DST with an extension unusual for its format
+gets one ``warning: ...`` line, and
 so does a Flax checkpoint the zoo did not write going into a config that pads as PyTorch (the
 weights do not carry the padding: the line names the config field and the --config to pass).
 """
@@ -41,6 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from converters import adapters
 from converters.checkpoints import (
     DestinationWarning,
     Report,
@@ -126,6 +129,10 @@ def _parser() -> ArgumentParser:
     c.add_argument("--shard-size", metavar="SIZE",
                    help="write sharded safetensors (--to torch or canonical): a folder of "
                         "shards of at most SIZE (e.g. 5GB, 500MB) and an HF-style index")
+    c.add_argument("--layout", metavar="NAME",
+                   help="write the state_dict in a foreign layout's names (--to torch): "
+                        + ", ".join(sorted(adapters.adapters())) + " (read back, the same "
+                        "layout is recognised by its keys)")
     c.add_argument("--weights", choices=("main", "ema"),
                    help="a training checkpoint holding live and EMA weights: which to take "
                         "(default: the live ones, and the output says so)")
@@ -233,7 +240,8 @@ def _convert_detected(args: argparse.Namespace, det: Detection, console: Console
             ck = convert_file(args.src, args.dst, args.to, force=args.force, arch=args.arch,
                               config=args.config, model_only=args.model_only,
                               progress=progress, cast=args.cast,
-                              shard_size=args.shard_size, weights=args.weights)
+                              shard_size=args.shard_size, weights=args.weights,
+                              layout=args.layout)
     except KeyMismatchError as e:
         config = parse_config(args.arch, args.config)
         if det.meta is not None or not for_detection(det).names_keys or config is None:
@@ -250,21 +258,29 @@ def _convert_detected(args: argparse.Namespace, det: Detection, console: Console
     describe(console, ck)
     if args.show_mapping:
         console.print("  mapping: none needed (every key is the architecture's canonical name)")
-    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]")
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]{written_layout(args)}")
     return 0
+
+
+def written_layout(args: argparse.Namespace) -> str:
+    """", in the layout NAME (description)" when --layout was given."""
+    if not args.layout:
+        return ""
+    return f" in the layout {args.layout} ({adapters.get(args.layout).description})"
 
 
 def _convert_adapted(args: argparse.Namespace, target: Config, console: Console) -> int:
     with _progress_bar(console, _show_progress(args)) as progress:
         ck = convert_file(args.src, args.dst, args.to, force=args.force, config=target,
                           progress=progress, cast=args.cast, adapt=True, seed=args.seed,
-                          shard_size=args.shard_size, weights=args.weights)
+                          shard_size=args.shard_size, weights=args.weights,
+                          layout=args.layout)
     for note in ck.notes:
         console.print(f"  adapted: {note}", markup=False)
     if not ck.notes:
         console.print("  adapted: nothing (the weights already fit)")
-    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold] ({target.arch} "
-                  f"{target.to_json()})", highlight=False)
+    console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]{written_layout(args)} "
+                  f"({target.arch} {target.to_json()})", highlight=False)
     return 0
 
 

@@ -191,3 +191,50 @@ def test_detection_is_by_content():
     assert adapters.find(keys, arch="resnet") is None
     zoo_keys = adapters.get("hf-vit-modules").to_zoo(dict.fromkeys(keys, np.zeros(3)))
     assert adapters.find(zoo_keys) is None  # the zoo's own names need no adapter
+
+
+def test_zoo_vit_written_in_a_foreign_layout_by_one_command(tmp_path, capsys):
+    """`--to torch --layout hf-vit-modules`: a state_dict in transformers' module names (q, k,
+    v split back) that transformers loads strictly, with the zoo model's outputs; read back,
+    the layout is recognised and the state is the zoo's again. A format that stores the zoo's
+    own names, an unknown layout and another architecture's are refused in one line."""
+    import zoo
+
+    config = zoo.make_config("vit", **{**zoo.make_config("vit").TINY, "norm_eps": 1e-12})
+    native = zoo.create(config, "torch", seed=4)
+    src = tmp_path / "zoo.safetensors"
+    converters.save(native, src, "canonical")
+    code, out, err = cli(capsys, "convert", src, tmp_path / "hf.pt", "--to", "torch",
+                         "--layout", "hf-vit-modules")
+    assert code == 0, err
+    assert "in the layout hf-vit-modules (HF transformers ViT (transformers 5 module" in out
+    hf_config = transformers.ViTConfig(
+        hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
+        image_size=8, patch_size=4, num_labels=5, layer_norm_eps=1e-12)
+    model = transformers.ViTForImageClassification(hf_config).eval()
+    model.load_state_dict(torch.load(tmp_path / "hf.pt", weights_only=True), strict=True)
+    x = random_input(config.input_shape)
+    assert max_difference(forward(native, "torch", x), hf_forward(model, x)) <= tolerance()
+    back = converters.load(tmp_path / "hf.pt")
+    assert back.layout == "hf-vit-modules"
+    chex.assert_trees_all_equal(back.state, converters.load(src).state)
+    for flags, message in (
+            (["--to", "nnx", "--layout", "hf-vit"], "--layout hf-vit: the nnx format stores "
+                                                    "the zoo's own names"),
+            (["--to", "torch", "--layout", "nope"], "unknown layout 'nope'; layouts: [")):
+        code, _, err = cli(capsys, "convert", src, tmp_path / "x", *flags)
+        assert code in (1, 2) and len(err.strip().splitlines()) == 1, err
+        assert message in err, err
+    resnet = tmp_path / "resnet.safetensors"
+    converters.save(zoo.create(zoo.tiny_config("resnet"), "torch"), resnet, "canonical")
+    code, _, err = cli(capsys, "convert", resnet, tmp_path / "r.pt", "--to", "torch",
+                       "--layout", "hf-vit")
+    assert code == 2 and "--layout hf-vit holds a vit (HF transformers ViT), not a resnet" in err
+
+
+def test_reshape_is_exact_both_ways():
+    rule = adapters.Reshape((-1, 1, 1), (-1,))
+    a = np.arange(6, dtype=np.float32).reshape(6, 1, 1) / 7
+    assert rule.to_zoo(a).shape == (6,)
+    assert rule.from_zoo(rule.to_zoo(a)).tobytes() == a.tobytes()
+    assert rule.describe() == "reshaped (C, 1, 1) <-> (C,)"

@@ -1,6 +1,7 @@
-"""Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split),
-applied to a checkpoint's keys before matching, chosen by content (which adapter's rules cover
-the keys), and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
+"""Foreign layouts as data: one `Adapter` per layout (renames with exact transforms such as a
+reshape, prefixes, q/k/v fuse and split), applied to a checkpoint's keys before matching, chosen
+by content (which adapter's rules cover the keys), and written back with `--layout` (the torch
+format); and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
 transformers' ViT, timm).
 
 A new layout is one `Adapter` value and one `register` call below; a new hub family one
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from converters.adapters import hub
-from converters.adapters.base import Adapter, AdapterError, Fuse, Rename
+from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 
@@ -51,5 +52,5 @@ for _adapter in (HF_VIT, HF_VIT_MODULES):
 for _reader in (HFViTReader(), TimmReader()):
     hub.register(_reader)
 
-__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "adapters", "find", "get", "hub",
-           "register"]
+__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "Reshape", "Transform", "adapters",
+           "find", "get", "hub", "register"]

@@ -3,7 +3,9 @@ canonical names, and fuses separate tensors into one (q, k, v into `qkv`) or spl
 
 Key templates use placeholders: `{i}` is a layer index (digits), `{p}` a parameter name
 (`weight`, `bias`). A rule pairs a foreign template with a zoo template using the same
-placeholders, so one declaration serves both directions.
+placeholders, so one declaration serves both directions. A rename may also change the array
+by an exact two-way `Transform` (`Reshape`: torchvision's layer scale `(C, 1, 1)` is the zoo's
+`(C,)`), declared once for both directions too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,12 +34,45 @@ def _compile(template: str) -> re.Pattern[str]:
     return re.compile(regex + r"\Z")
 
 
+class Transform(Protocol):
+    """An exact change of an array between a foreign layout and the zoo's, both ways
+    (`from_zoo(to_zoo(a))` is `a`, bitwise); `describe()` says what it does."""
+
+    def to_zoo(self, a: Any) -> Any: ...
+
+    def from_zoo(self, a: Any) -> Any: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """The foreign array has shape `foreign`, the zoo's `zoo` (one -1 each for the size that
+    follows from the other: `Reshape((-1, 1, 1), (-1,))`)."""
+
+    foreign: tuple[int, ...]
+    zoo: tuple[int, ...]
+
+    def to_zoo(self, a: Any) -> Any:
+        return np.asarray(a).reshape(self.zoo)
+
+    def from_zoo(self, a: Any) -> Any:
+        return np.asarray(a).reshape(self.foreign)
+
+    def describe(self) -> str:
+        show = lambda shape: "(" + ", ".join("C" if d == -1 else str(d) for d in shape) + (
+            ",)" if len(shape) == 1 else ")")
+        return f"reshaped {show(self.foreign)} <-> {show(self.zoo)}"
+
+
 @dataclass(frozen=True)
 class Rename:
-    """`foreign` <-> `zoo`, one tensor each way."""
+    """`foreign` <-> `zoo`, one tensor each way; `transform` changes the array exactly on the
+    way (None: the array as it is)."""
 
     foreign: str
     zoo: str
+    transform: Transform | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +137,8 @@ class Adapter:
                 continue
             rule, n, slots = found
             if isinstance(rule, Rename):
-                out[rule.zoo.format(**slots)] = value
+                out[rule.zoo.format(**slots)] = (value if rule.transform is None
+                                                 else rule.transform.to_zoo(value))
             else:
                 pending.setdefault((rule, rule.zoo.format(**slots)), {})[n] = (value, slots)
         if unknown:
@@ -132,7 +168,9 @@ class Adapter:
             m, rule = hit
             slots = m.groupdict()
             if isinstance(rule, Rename):
-                out[rule.foreign.format(**slots)] = np.asarray(value)
+                out[rule.foreign.format(**slots)] = (
+                    np.asarray(value) if rule.transform is None
+                    else rule.transform.from_zoo(value))
                 continue
             for t, part in zip(rule.parts, np.split(np.asarray(value), len(rule.parts)),
                                strict=True):

@@ -111,7 +111,7 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
                  model_only: bool = False, progress: ProgressFn | None = None,
                  cast: Any = None, adapt: bool = False, seed: int = 0,
                  shard_size: int | str | None = None,
-                 weights: str | None = None) -> Checkpoint:
+                 weights: str | None = None, layout: str | None = None) -> Checkpoint:
     """Convert the checkpoint at `src` into format `to` at `dst`; returns what was converted.
     With `adapt`, `arch` / `config` is the target model the weights are adapted to (`read`).
 
@@ -120,6 +120,8 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     converts every floating array to that dtype (e.g. float64 for a JAX format without x64);
     `weights` ("main" or "ema") chooses between live and EMA weights (see `read`).
     `shard_size` (bytes or ``"5GB"``) writes sharded safetensors: a folder with an index.
+    `layout` writes the state in a foreign layout's names (`converters.adapters`; the torch
+    format), e.g. "torchvision-convnext" for torchvision's `convnext_tiny`.
 
     Arrays are read lazily where the source format allows it (memory-mapped safetensors and
     torch files) and written tensor by tensor where the target does (safetensors, torch).
@@ -129,7 +131,8 @@ def convert_file(src: str | os.PathLike, dst: str | os.PathLike, to: str, *,
     # format, a DST named for another, shards of a format that has none
     ck = read(src, arch=arch, config=config, model_only=model_only, progress=progress,
               cast=cast, adapt=adapt, seed=seed, weights=weights)
-    write(ck, dst, to, force=force, progress=progress, source=src, shard_size=shard_size)
+    write(ck, dst, to, force=force, progress=progress, source=src, shard_size=shard_size,
+          layout=layout)
     return ck
 
 

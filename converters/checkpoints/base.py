@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from converters import adapters
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.core import (
     ConversionError,
@@ -50,7 +51,8 @@ class Checkpoint:
     arrays are read when used, e.g. by `np.asarray`); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
     for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
-    renamed a foreign layout's keys on reading ("" when none was needed).
+    renamed a foreign layout's keys on reading ("" when none was needed); `write_layout` the
+    one whose names a format that can (`writes_layouts`) stores the state in (`--layout`).
     """
 
     config: Config
@@ -60,6 +62,7 @@ class Checkpoint:
     source: Detection | None = field(default=None, compare=False)
     layout: str = field(default="", compare=False)  # the foreign layout adapter read through
     notes: tuple[str, ...] = field(default=(), compare=False)  # left out or adapted on reading
+    write_layout: str = field(default="", compare=False)  # the foreign layout to write in
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -171,3 +174,10 @@ def ordered_state(ck: Checkpoint) -> dict[str, np.ndarray]:
     """`ck.state` in the architecture's canonical key order (unknown keys last)."""
     order = _key_order(ck.config)
     return {k: ck.state[k] for k in sorted(ck.state, key=lambda k: order.get(k, 1 << 30))}
+
+
+def stored_state(ck: Checkpoint) -> dict[str, np.ndarray]:
+    """The state as a file stores it: `ordered_state`, or in the names (and exact array
+    transforms) of the foreign layout `ck.write_layout`, in the canonical order."""
+    state = ordered_state(ck)
+    return adapters.get(ck.write_layout).from_zoo(state) if ck.write_layout else state

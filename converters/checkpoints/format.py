@@ -80,6 +80,7 @@ class CheckpointFormat(ABC):
     carries_config: ClassVar[bool] = False  # its own files give the config (a hub config.json)
     shards: ClassVar[bool] = False  # writes its data split into files of a chosen size
     names_keys: ClassVar[bool] = True  # stores layer names (a foreign tree can be matched)
+    writes_layouts: ClassVar[bool] = False  # writes a foreign layout's names (`--layout`)
 
     @abstractmethod
     def detect(self, probe: Probe) -> Detection | None:

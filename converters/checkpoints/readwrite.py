@@ -18,6 +18,7 @@ from converters.checkpoints.format import (
     for_detection,
     for_writing,
     foreign_suffix,
+    registered,
 )
 from converters.checkpoints.formats.safetensors_io import parse_size
 from converters.checkpoints.io import (
@@ -130,18 +131,23 @@ def read_state(path: str | os.PathLike, config: Any) -> dict[str, Any]:
 
 def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = False,
           progress: ProgressFn | None = None, source: str | os.PathLike | None = None,
-          shard_size: int | str | None = None) -> Path:
+          shard_size: int | str | None = None, layout: str | None = None) -> Path:
     """Write a canonical checkpoint in format `fmt`, validated first, atomically (see
     `converters.checkpoints.destination` for the rules; `source` is refused as DST).
 
     A `path` whose extension names another format is refused; one with an extension unusual
     for `fmt` gets a `DestinationWarning`. `shard_size` (bytes, or ``"5GB"``) writes a folder
-    of shards of at most that size with an index, where the format has shards.
+    of shards of at most that size with an index, where the format has shards. `layout`: the
+    name of a foreign layout (`converters.adapters`, e.g. "torchvision-convnext") whose names
+    the state is written in, by a format that writes them (torch); read back, the adapter
+    renames them again.
     """
     path = Path(path)
     target = for_writing(fmt, path, shard_bytes(shard_size))
     ck.validate()
     target.refuse(ck)
+    if layout:
+        ck = in_layout(ck, layout, target)
     unusual = foreign_suffix(target, path)
     if unusual is not None:
         warnings.warn(unusual, DestinationWarning, stacklevel=2)
@@ -161,6 +167,22 @@ def write(ck: Checkpoint, path: str | os.PathLike, fmt: str, *, force: bool = Fa
             raise CheckpointError(f"cannot write {path}: {type(e).__name__}: "
                                   f"{first_line(e)}") from e
     return path
+
+
+def in_layout(ck: Checkpoint, layout: str, target: Any) -> Checkpoint:
+    """`ck` to be written in the foreign `layout`'s names by format `target`; UsageError when
+    the format cannot or the layout is another architecture's, AdapterError (naming the
+    known ones) for an unknown layout or a key it has no place for."""
+    if not target.writes_layouts:
+        writers = [f.name for f in registered() if f.writes_layouts]
+        raise UsageError(f"--layout {layout}: the {target.name} format stores the zoo's own "
+                         f"names; a foreign layout is written --to {' or '.join(writers)}")
+    adapter = adapters.get(layout)
+    if adapter.arch != ck.config.arch:
+        raise UsageError(f"--layout {layout} holds a {adapter.arch} ({adapter.description}), "
+                         f"not a {ck.config.arch}")
+    adapter.from_zoo(ck.state)  # every key has a place (AdapterError names one that has not)
+    return dataclasses.replace(ck, write_layout=layout)
 
 
 def shard_bytes(size: int | str | None) -> int | None:

@@ -97,7 +97,8 @@ def convert_foreign_cli(args: argparse.Namespace, console: Console) -> int:
                          "pass --arch (and --config), or --like MODULE:ATTR")
     ck, res = convert_foreign(args.src, args.dst, args.to, config, maps=args.map,
                               strip=args.strip_prefix, add=args.add_prefix, verify=args.verify,
-                              force=args.force, cast=args.cast, weights=args.weights)
+                              force=args.force, cast=args.cast, weights=args.weights,
+                              layout=args.layout)
     if not args.verify:
         res.notes.append("not verified (--no-verify)")
     print_mapping(console, res, args.show_mapping)
@@ -121,6 +122,9 @@ def _shape(text: str | None, flag: str) -> tuple[int, ...] | None:
 def convert_like_cli(args: argparse.Namespace, console: Console) -> int:
     if args.arch or args.config:
         raise UsageError("--like replaces --arch/--config: give one or the other")
+    if args.layout:
+        raise UsageError("--layout writes a zoo architecture's state_dict in a foreign layout; "
+                         "--like writes your own model's names")
     res = convert_like(args.src, args.dst, args.to, load_like(args.like), maps=args.map,
                        strip=args.strip_prefix, add=args.add_prefix,
                        input_shape=_shape(args.input_shape, "--input-shape"),

@@ -33,10 +33,12 @@ def read_tree(path: str | os.PathLike, weights: str | None = None) -> ForeignTre
 def convert_foreign(src: str | os.PathLike, dst: str | os.PathLike, to: str, config: Config, *,
                     maps: Sequence[str] = (), strip: str = "", add: str = "",
                     verify: bool = True, force: bool = False, cast: Any = None,
-                    weights: str | None = None) -> tuple[Checkpoint, Result]:
+                    weights: str | None = None,
+                    layout: str | None = None) -> tuple[Checkpoint, Result]:
     """Convert a checkpoint written by other code than the zoo's into zoo architecture
     `config` as format `to`: layers matched (see `converters.matching.match`), outputs of the
-    source's and the target's library compared on a random input first (`verify`)."""
+    source's and the target's library compared on a random input first (`verify`); `layout`
+    as `converters.checkpoints.write`'s."""
     check_pair(src, dst)
     src_tree = read_tree(src, weights)
     res = import_state(src_tree.tree, src_tree.impl, config, maps=maps, strip=strip, add=add,
@@ -46,7 +48,7 @@ def convert_foreign(src: str | os.PathLike, dst: str | os.PathLike, to: str, con
     if cast is not None:
         ck = ck.cast(cast)
     ck.source = detect(src)
-    write(ck, dst, to, force=force, source=src)
+    write(ck, dst, to, force=force, source=src, layout=layout)
     return ck, res
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from canonical.torch_arrays import numpy_to_torch
-from converters.checkpoints.base import Checkpoint, Detection, numpy_state, ordered_state
+from converters.checkpoints.base import Checkpoint, Detection, numpy_state, stored_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import (
     CheckpointFormat,
@@ -147,6 +147,7 @@ class TorchPickle(CheckpointFormat):
     variant: ClassVar[str] = "pt"
     suffixes: ClassVar[tuple[str, ...]] = (".pt", ".pth", ".bin")
     sidecar: ClassVar[bool] = True
+    writes_layouts: ClassVar[bool] = True  # a state_dict in torchvision's names, ...
 
     def detect(self, probe: Probe) -> Detection | None:
         head = probe.head
@@ -216,7 +217,7 @@ class TorchPickle(CheckpointFormat):
     def _save(ck: Checkpoint, f: HashingFile) -> None:
         torch = _import_torch()
         torch.save(OrderedDict((k, numpy_to_torch(v, share=True))
-                               for k, v in ordered_state(ck).items()), f)
+                               for k, v in stored_state(ck).items()), f)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch."))
