@@ -21,6 +21,7 @@ import pytest
 import converters
 import zoo
 from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
+from zoo.registry import schema
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")
@@ -257,6 +258,122 @@ def test_any_input_size_runs_as_timms(arch, padding):
             assert _rel(model(torch.from_numpy(x)), want) < 1e-6, size
         got = api.to_canonical(api.forward(nnx_model, api.to_native(x)))
         assert _rel(got, want) < 1e-5, size
+
+
+# --------------------------------------------------------------------------- torchvision's layouts
+TORCHVISION = {**{f"efficientnet_b{i}": "torchvision-efficientnet" for i in range(5)},
+               "mobilenet_v3_large": "torchvision-mobilenet-v3-large",
+               "mobilenet_v3_small": "torchvision-mobilenet-v3-small"}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION))
+def test_torchvision_names_are_the_adapters(name):
+    """torchvision's named EfficientNets and MobileNetV3s (meta device, no weights): their
+    layout is found by their keys, maps them onto the zoo's named config of the same name,
+    every shape included (MobileNetV3's first classifier Linear is conv_head, reshaped), and
+    back in torchvision's order."""
+    torchvision = pytest.importorskip("torchvision")
+    with torch.device("meta"):
+        state = {k: np.zeros(tuple(v.shape), np.float32) for k, v in
+                 torchvision.models.get_model(name, weights=None).state_dict().items()}
+    config = zoo.make_config(name, input_size=(32, 32))
+    adapter = converters.adapters.find(state, config.arch)
+    assert adapter is not None and adapter.name == TORCHVISION[name]
+    zoo_state = adapter.to_zoo(state)
+    spec = schema(config)[1]
+    assert {k: v.shape for k, v in zoo_state.items()} == {k: tuple(v.shape)
+                                                          for k, v in spec.items()}
+    assert list(adapter.from_zoo({k: zoo_state[k] for k in spec})) == list(state)
+
+
+@functools.cache
+def _torchvision(name: str):
+    """torchvision's model `name` (10 classes, no dropout or stochastic depth, so that
+    training mode is deterministic), every array randomised; EfficientNet-B0 cut to the first
+    block of every stage. Its zoo config, state_dict, an input, eval and train outputs."""
+    torchvision = pytest.importorskip("torchvision")
+    extra = {"stochastic_depth_prob": 0.0} if name.startswith("efficientnet") else {}
+    with torch.device("meta"):
+        model = torchvision.models.get_model(name, weights=None, num_classes=10, dropout=0.0,
+                                             **extra)
+    config = zoo.make_config(name, num_classes=10)
+    if name.startswith("efficientnet"):
+        for s in range(1, 8):
+            model.features[s] = model.features[s][:1]
+        config = _cut_config(name, num_classes=10)
+    model = randomise(model.to_empty(device="cpu"), seed=2)
+    state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    x = _input(config, 2, (64, 48), seed=3)
+    with torch.no_grad():
+        outs = [model.train(train)(torch.from_numpy(x)).numpy() for train in (False, True)]
+    return config, state, x, *outs
+
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small"])
+def test_torchvision_state_dicts_compute_torchvisions_outputs(name, impl):
+    """torchvision's EfficientNet-B0 (one block per stage) and MobileNetV3-small state_dicts,
+    through their layouts, give torchvision's outputs in eval and train mode in every
+    library."""
+    config, state, x, want_eval, want_train = _torchvision(name)
+    model = converters.from_canonical(converters.adapters.find(state).to_zoo(state), config,
+                                      impl)
+    if impl == "torch":
+        with torch.no_grad():
+            got = [model.train(t)(torch.from_numpy(x)).numpy() for t in (False, True)]
+    else:
+        api = zoo.interface(impl)
+        static, params, st = api.split(model)
+        run = jax.jit(lambda p, s, v, train: api.apply(static, p, s, v, train=train)[0],
+                      static_argnames="train")
+        got = [api.to_canonical(run(params, st, api.to_native(x), train=t)) for t in (False, True)]
+    errors = [_rel(got[0], want_eval), _rel(got[1], want_train)]
+    print(f"torchvision {name} {impl}: eval {errors[0]:.1e}, train {errors[1]:.1e}")
+    assert max(errors) < RTOL, errors
+
+
+def test_torchvision_mobilenet_v3_large_is_the_named_config_and_not_timms_eps():
+    """torchvision's large MobileNetV3 at full depth is `mobilenet_v3_large` (the zoo's PyTorch
+    model, eval and train); with timm's BatchNorm eps (`mobilenetv3_large_100`) the same
+    weights compute another function."""
+    config, state, x, want_eval, want_train = _torchvision("mobilenet_v3_large")
+    zoo_state = converters.adapters.find(state).to_zoo(state)
+    model = converters.from_canonical(zoo_state, config, "torch")
+    with torch.no_grad():
+        assert _rel(model.eval()(torch.from_numpy(x)), want_eval) < RTOL
+        assert _rel(model.train()(torch.from_numpy(x)), want_train) < RTOL
+        timms = converters.from_canonical(zoo_state, zoo.make_config(
+            "mobilenetv3_large_100", num_classes=10), "torch").eval()
+        assert _rel(timms(torch.from_numpy(x)), want_eval) > 1e-4
+
+
+def test_torchvision_files_convert_both_ways_by_one_command(tmp_path, capsys):
+    """A torchvision MobileNetV3-small state_dict into NNX by one command (its layout
+    recognised and named), and back by one command into a file torchvision loads strictly:
+    the same arrays, bitwise."""
+    from tests.converter_cli import cli
+
+    torchvision = pytest.importorskip("torchvision")
+    _, state, x, want_eval, _ = _torchvision("mobilenet_v3_small")
+    src = tmp_path / "mobilenet_v3_small.pt"
+    torch.save({k: torch.from_numpy(v) for k, v in state.items()}, src)
+    code, out, err = cli(capsys, "convert", src, tmp_path / "nnx", "--to", "nnx", "--arch",
+                         "mobilenet_v3_small", "--config", '{"num_classes": 10}')
+    assert code == 0, err
+    assert "layout: torchvision MobileNetV3 (small) (torchvision-mobilenet-v3-small)" in out
+    api = zoo.native_interface("nnx")
+    got = api.to_canonical(api.forward(converters.load(tmp_path / "nnx", "nnx"),
+                                       api.to_native(x)))
+    assert _rel(got, want_eval) < RTOL
+    back = tmp_path / "back.pt"
+    code, out, err = cli(capsys, "convert", tmp_path / "nnx", back, "--to", "torch",
+                         "--layout", "torchvision-mobilenet-v3-small")
+    assert code == 0, err
+    fresh = torchvision.models.mobilenet_v3_small(num_classes=10)
+    fresh.load_state_dict(torch.load(back, weights_only=True), strict=True)
+    for k, v in fresh.state_dict().items():
+        if not k.endswith("num_batches_tracked"):  # the JAX libraries keep no batch counter
+            np.testing.assert_array_equal(v.numpy(), state[k], err_msg=k)
 
 
 # --------------------------------------------------------------------------- refusals

@@ -1,8 +1,8 @@
 """Foreign layouts as data: one `Adapter` per layout (renames with exact transforms such as a
 reshape, prefixes, q/k/v fuse and split), applied to a checkpoint's keys before matching, chosen
 by content (which adapter's rules cover the keys), and written back with `--layout` (the torch
-format); and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
-transformers' ViT, timm).
+format): HF transformers' ViT, torchvision's EfficientNet and MobileNetV3; and the hub folders'
+`config.json` readers (`converters.adapters.hub`: HF transformers' ViT, timm).
 
 A new layout is one `Adapter` value and one `register` call below; a new hub family one
 `HubReader` subclass registered with `converters.adapters.hub.register`.
@@ -16,6 +16,11 @@ from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
+from converters.adapters.torchvision_mbconv import (
+    TORCHVISION_EFFICIENTNET,
+    TORCHVISION_MOBILENET_V3_LARGE,
+    TORCHVISION_MOBILENET_V3_SMALL,
+)
 
 _ADAPTERS: dict[str, Adapter] = {}
 
@@ -47,7 +52,8 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
     return best[1] if best[0] > 0.5 else None
 
 
-for _adapter in (HF_VIT, HF_VIT_MODULES):
+for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_EFFICIENTNET,
+                 TORCHVISION_MOBILENET_V3_LARGE, TORCHVISION_MOBILENET_V3_SMALL):
     register(_adapter)
 for _reader in (HFViTReader(), TimmReader()):
     hub.register(_reader)

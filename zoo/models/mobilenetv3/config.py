@@ -18,7 +18,8 @@ SMALL: tuple[tuple[str, ...], ...] = (
     ("ds_r1_k3_s2_e1_c16_se0.25_nre",), ("ir_r1_k3_s2_e4.5_c24_nre", "ir_r1_k3_s1_e3.67_c24_nre"),
     ("ir_r1_k5_s2_e4_c40_se0.25", "ir_r2_k5_s1_e6_c40_se0.25"), ("ir_r2_k5_s1_e3_c48_se0.25",),
     ("ir_r3_k5_s2_e6_c96_se0.25",), ("cn_r1_k1_s1_c576",))
-TORCHVISION: dict[str, Any] = {"bn_eps": 1e-3}  # torchvision's BatchNorm2d(eps=0.001)
+# torchvision's BatchNorm2d(eps=0.001, momentum=0.01)
+TORCHVISION: dict[str, Any] = {"bn_eps": 1e-3, "bn_momentum": 0.99}
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class MobileNetV3Config(MBConvNetConfig):
     last stage a 1x1 conv bn act), then the efficient head: global average pool, conv_head (a
     1x1 conv with bias to `num_features`), act, dropout, classifier. Defaults are
     mobilenetv3_large_100; `mobilenet_v3_large` / `mobilenet_v3_small` are torchvision's (the
-    same function but for BatchNorm eps 1e-3; their keys convert with the torchvision layout,
-    `converters.adapters`)."""
+    same function but for BatchNorm eps 1e-3 and momentum 0.01; their keys convert with the
+    torchvision layouts, `converters.adapters.torchvision_mbconv`)."""
 
     arch: ClassVar[str] = "mobilenetv3"
     SE: ClassVar[SqueezeExcite] = SqueezeExcite(gate="hard_sigmoid", act="relu", from_exp=True,
