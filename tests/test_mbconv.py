@@ -376,6 +376,34 @@ def test_torchvision_files_convert_both_ways_by_one_command(tmp_path, capsys):
             np.testing.assert_array_equal(v.numpy(), state[k], err_msg=k)
 
 
+# --------------------------------------------------------------------------- padding warning
+def test_a_flax_source_into_torch_padding_is_warned_once():
+    """The tf_ ports pad as TensorFlow's SAME, as Flax's convolutions do by default; a Flax
+    tree the zoo did not build going into a config that pads as PyTorch gets one warning naming
+    the field and --config (`Config.PADDING`); with "same" it is silent, and the imported
+    state computes the Flax model's outputs."""
+    import warnings
+
+    from converters.matching.transfer import import_state
+    from zoo.configs import PaddingWarning
+
+    same = zoo.tiny_config("efficientnet", padding="same")
+    module, variables = zoo.create(same, "linen", seed=0)
+    tree = {k: dict(v) for k, v in variables.items()}  # a Flax checkpoint's plain tree
+    with pytest.warns(PaddingWarning, match=r"""pass --config '\{"padding": "same"\}'""") as said:
+        import_state(tree, "linen", zoo.tiny_config("efficientnet"))
+    assert len(said) == 1 and "\n" not in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PaddingWarning)
+        state = import_state(tree, "linen", same).state
+    x = _input(same, 2, (10, 8))  # even sizes: SAME pads (0, 1) at stride 2
+    model = converters.from_canonical(state, same, "torch").eval()
+    with torch.no_grad():
+        got = model(torch.from_numpy(x)).numpy()
+    want = np.asarray(module.apply(variables, jnp.moveaxis(x, 1, -1)))
+    assert _rel(got, want) < RTOL
+
+
 # --------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize(("overrides", "match"), [
     ({"arch_def": (("ir_r1_k3_s2_e6_c24_gs8",),)}, "option 'gs8' is not one the zoo builds"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
-from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.configs import Axis, Config, ConfigError, Padding, positive
 from zoo.models.mbconv.spec import (
     BlockSpec,
     SqueezeExcite,
@@ -44,6 +44,9 @@ class MBConvNetConfig(Config):
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (ResetClassifier("classifier"),
                                                AdaptInputConv("conv_stem.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
+    # timm's symmetric padding or TensorFlow's SAME (the tf_ ports): a Flax source into
+    # "torch" padding is warned (zoo.configs.Padding).
+    PADDING: ClassVar[Padding] = Padding("padding", same="same")
     arch_def: tuple[tuple[str, ...], ...] = ()
     channel_multiplier: float = 1.0
     depth_multiplier: float = 1.0
