@@ -376,6 +376,32 @@ def test_torchvision_files_convert_both_ways_by_one_command(tmp_path, capsys):
             np.testing.assert_array_equal(v.numpy(), state[k], err_msg=k)
 
 
+@pytest.mark.parametrize("name", ["tf_efficientnet_b0", "mobilenetv3_small_100"])
+def test_timm_hub_folder_converts_without_arch(name, tmp_path, capsys):
+    """A timm hub folder (`save_for_hf`, offline) of a TensorFlow port and of a MobileNetV3:
+    its config.json's architecture names the zoo's config (the tf_ port's SAME padding and eps
+    included), the weights load with no mapping, the zoo's model gives timm's outputs."""
+    from timm.models import save_for_hf
+
+    from tests.converter_cli import cli
+
+    reference = randomise(timm.create_model(name, num_classes=7)).eval()
+    folder = tmp_path / name
+    folder.mkdir()
+    save_for_hf(reference, str(folder), safe_serialization=True,
+                data_config={"input_size": (3, 64, 48)})
+    dst = tmp_path / "out.pt"
+    code, out, err = cli(capsys, "convert", folder, dst, "--to", "torch")
+    assert code == 0, err
+    assert "timm hub folder" in out
+    config = converters.load(dst).config
+    assert config == zoo.make_config(name, num_classes=7, input_size=(64, 48))
+    x = _input(config, 2, (64, 48))
+    with torch.no_grad():
+        got = converters.load(dst, "torch").eval()(torch.from_numpy(x)).numpy()
+        assert _rel(got, reference(torch.from_numpy(x))) < RTOL
+
+
 # --------------------------------------------------------------------------- padding warning
 def test_a_flax_source_into_torch_padding_is_warned_once():
     """The tf_ ports pad as TensorFlow's SAME, as Flax's convolutions do by default; a Flax
