@@ -58,15 +58,16 @@ QUICK_EXAMPLES_SHARE = 0.25
 QUICK_WHOLE_MODEL_ARCH = "cnn"
 # Whole programs end to end, multi-device and multi-process runs, sweeps over every method,
 # damaged byte or kill point, the conv-transpose architectures (their layer rule stays in the
-# subset), the reference-model features of the ResNet and the ViT (named torchvision/timm
-# models, timm options, adaptation, the features API), and the language models' variants but
-# the Llama family's tiny config (and their named models).
+# subset), the reference-model features of the ResNet, the ViT, ConvNeXt, EfficientNet and
+# MobileNetV3 (named torchvision/timm models, timm options, adaptation, the features API), and
+# the language models' variants but the Llama family's tiny config (and their named models).
 FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py",
              "test_bench_mesh.py", "test_sharding.py", "test_cuda_export.py",
              "test_multiprocess.py", "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py",
              "test_depth.py", "test_unet3d.py", "test_resnet.py", "test_resnet_same_padding.py",
              "test_named_models.py", "test_model_api.py", "test_adapt.py", "test_vit.py",
-             "test_intermediates.py", "test_convnext.py", "test_named_language_models.py")
+             "test_intermediates.py", "test_convnext.py", "test_named_language_models.py",
+             "test_mbconv.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

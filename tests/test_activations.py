@@ -43,3 +43,38 @@ def test_the_formulation_has_no_exponential_and_the_models_use_it():
     assert " exponential(" in hlo(lambda x: jax.nn.gelu(x, approximate=False))
     assert " exponential(" not in hlo(gelu)
     assert activation("gelu") is gelu
+
+
+# The hard activations sit where PyTorch's kink: on a grid, at the kinks +-3 and on either side
+# of them (just below 3, x + 3 rounds to 6 in float32, where jax.nn's take the outer slope).
+KINKS = np.concatenate([np.linspace(-8, 8, 4001), [-3.0, 3.0, 0.0]]).astype(np.float32)
+KINKS = np.concatenate([KINKS, np.nextafter(KINKS[-3:-1], 0), np.nextafter(KINKS[-3:-1], 9)])
+
+
+@pytest.mark.parametrize(("name", "reference"), [
+    ("hard_swish", torch.nn.functional.hardswish),
+    ("hard_sigmoid", torch.nn.functional.hardsigmoid),
+    ("silu", torch.nn.functional.silu), ("relu6", torch.nn.functional.relu6),
+    ("sigmoid", torch.sigmoid)])
+def test_activations_by_name_are_pytorchs_values_and_gradients(name, reference):
+    """MobileNetV3's and EfficientNet's activations, by their config names: PyTorch's values
+    and gradients, the hard ones' at their kinks too."""
+    x = torch.from_numpy(KINKS).requires_grad_()
+    want = reference(x)
+    want.sum().backward()
+    f = activation(name)
+    got = jax.jit(f)(jnp.asarray(KINKS))
+    grad = jax.jit(jax.grad(lambda v: f(v).sum()))(jnp.asarray(KINKS))
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-6, atol=1e-6)
+    assert f(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
+
+
+def test_jax_nn_hard_activations_differ_from_pytorch_at_their_kinks():
+    """Why the zoo has its own: just below 3, where x + 3 rounds to 6 in float32, jax.nn's
+    gradients take the outer slope, PyTorch's the inner one."""
+    below = np.nextafter(np.float32(3), np.float32(0))
+    assert float(jax.grad(jax.nn.hard_sigmoid)(below)) == 0.0
+    assert float(jax.grad(activation("hard_sigmoid"))(below)) == pytest.approx(1 / 6)
+    assert float(jax.grad(jax.nn.hard_swish)(below)) == 1.0
+    assert float(jax.grad(activation("hard_swish"))(below)) == pytest.approx(1.5)

@@ -197,3 +197,27 @@ def test_cli_adapt_option_of_no_field_is_refused(timm_pair, tmp_path, capsys):
     assert rc == 2
     assert "unknown resnet config keys ['image_size']" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("name", "head"), [("efficientnet_b0", "classifier"),
+                                            ("mobilenetv3_small_100", "classifier")])
+def test_efficientnet_and_mobilenetv3_adapt_as_timm(name, head, tmp_path):
+    """timm's EfficientNet / MobileNetV3 checkpoint into 10 classes and one input channel:
+    timm's pretrained loading gives the same arrays (a new classifier, conv_stem adapted)."""
+    torch.manual_seed(0)
+    source = timm.create_model(name)
+    path = tmp_path / f"{name}.pt"
+    torch.save(source.state_dict(), path)
+    target = timm.create_model(name, pretrained=True, num_classes=10, in_chans=1,
+                               pretrained_cfg_overlay={"file": str(path)})
+    config = zoo.make_config(name, num_classes=10, in_channels=1)
+    with pytest.warns(UserWarning) as said:
+        state = zoo.load_weights(str(path), config)
+    arch = config.arch
+    assert [str(w.message) for w in said] == [
+        f"{arch} weights: re-initialised {head} for 10 classes (the checkpoint has 1000)",
+        f"{arch} weights: adapted conv_stem.weight from 3 to 1 input channels"]
+    for k, v in target.state_dict().items():
+        if not k.startswith(f"{head}."):
+            np.testing.assert_allclose(state[k], v.numpy(), **TOL, err_msg=k)
+        assert state[k].shape == tuple(v.shape)

@@ -1,5 +1,6 @@
 """timm's `forward_intermediates`, the same name and semantics in every library: the stem and stage
-taps of a ResNet, the stage taps of a ConvNeXt, the per-block feature maps of a ViT (prefix
+taps of a ResNet, the stage taps of a ConvNeXt, timm's stage ends of EfficientNet and
+MobileNetV3, the per-block feature maps of a ViT (prefix
 tokens left out or returned beside them), `indices`, `norm`, `stop_early`, `intermediates_only`
 and the layouts (`output_fmt`, channels-last by default in Linen and NNX), each against timm's
 own models on the same weights."""
@@ -15,6 +16,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import HAVE_TORCH
+from tests.timm_mbconv import timm_model
 from zoo.models.intermediates import permutation
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -39,6 +41,14 @@ VIT_CALLS = ({"norm": True, "return_prefix_tokens": True},
               "intermediates_only": True}, {"output_fmt": "NLC"})
 # timm's models (built from the timm module), the zoo's configs of the same shapes and the
 # calls to compare; non-square inputs, so that a map with its height and width swapped fails.
+# EfficientNet: taps where the next stage strides and at the end (1, 3, 4 here), the head conv
+# only after the last stage; MobileNetV3: the stem tapped (its first block strides), and
+# `stop_early` only with `intermediates_only` (as timm's).
+EFFICIENTNET = zoo.tiny_config("efficientnet", input_size=(32, 48), arch_def=(
+    ("ds_r1_k3_s1_e1_c8_se0.25",), ("ir_r2_k3_s2_e2_c8_se0.25",), ("ir_r1_k5_s1_e2_c16_se0.25",),
+    ("ir_r1_k3_s2_e2_c16",)))
+MOBILENETV3 = zoo.tiny_config("mobilenetv3", input_size=(32, 48))
+MB_CALLS = (*CALLS[:2], {**CALLS[2], "intermediates_only": True}, CALLS[3])
 REFERENCES = {
     "resnet18": (lambda timm: timm.create_model("resnet18"),
                  zoo.make_config("resnet18", input_size=(32, 48)), CALLS),
@@ -49,6 +59,8 @@ REFERENCES = {
     "vit-registers": (functools.partial(_timm_vit, **REGISTERS),
                       zoo.make_config("vit", image_size=(32, 48), width=48, **VIT,
                                       **REGISTERS), CALLS + VIT_CALLS),
+    "efficientnet": (lambda timm: timm_model(EFFICIENTNET), EFFICIENTNET, CALLS),
+    "mobilenetv3": (lambda timm: timm_model(MOBILENETV3), MOBILENETV3, MB_CALLS),
 }
 
 
@@ -134,7 +146,7 @@ def test_timms_resnet50_converts_with_no_mapping():
 
 
 TINY = [(f"{arch}-{name}" if name else arch, zoo.tiny_config(arch, **over))
-        for arch in ("resnet", "vit", "convnext")
+        for arch in ("resnet", "vit", "convnext", "efficientnet", "mobilenetv3")
         for name, over in {None: {}, **zoo.architecture(arch).config.VARIANTS}.items()]
 
 

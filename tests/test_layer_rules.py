@@ -119,12 +119,14 @@ def test_grouped_conv_rule_matches_torch(groups):
                           cin=2 * groups, cout=3 * groups, bias=False, groups=groups))
 
 
-@pytest.mark.parametrize("multiplier", [1, 2])
-def test_depthwise_conv_rule_matches_torch(multiplier):
-    """ConvNeXt's depthwise 7x7 (groups = channels, weights (O, 1, 7, 7); a channel
-    multiplier too) in every library: the grouped rule, a fixed case."""
-    _check_conv_rule(dict(n=2, k=(7, 7), s=(1, 1), d=(1, 1), p=(3, 3), op=(0, 0), size=(9, 8),
-                          cin=6, cout=6 * multiplier, bias=True, groups=6))
+@pytest.mark.parametrize(("multiplier", "k", "s"), [(1, (3, 3), (2, 2)), (1, (5, 5), (1, 2)),
+                                                 (2, (3, 3), (1, 1)), (1, (7, 7), (1, 1))])
+def test_depthwise_conv_rule_matches_torch(multiplier, k, s):
+    """A depthwise conv (groups = in_channels: weights (O, 1, k, k), EfficientNet's and
+    MobileNetV3's conv_dw, ConvNeXt's 7x7; `multiplier` outputs per channel) is the `conv`
+    kind, in every library, with a bias (the canonical init draws it from fan_in = k*k, as PyTorch)."""
+    _check_conv_rule(dict(n=2, k=k, s=s, d=(1, 1), p=(k[0] // 2, k[1] // 2), op=(0, 0),
+                          size=(9, 8), cin=6, cout=6 * multiplier, bias=True, groups=6))
 
 
 def _check_conv_rule(c):

@@ -1,6 +1,7 @@
 """The classifier API timm users expect, the same names in every library:
 `forward_features(x)` (the feature map / tokens before pooling) and
-`forward_head(features, pre_logits=...)`, for ResNet, ViT and ConvNeXt. Every library agrees
+`forward_head(features, pre_logits=...)`, for ResNet, ViT, ConvNeXt, EfficientNet and
+MobileNetV3. Every library agrees
 with the PyTorch reference on both, and the reference with timm's own models."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import pytest
 import converters
 import zoo
 from tests.conftest import HAVE_TORCH
+from tests.timm_mbconv import timm_model
 from zoo.testing import tolerance
 
-ARCHS = ("resnet", "vit", "convnext")
+ARCHS = ("resnet", "vit", "convnext", "efficientnet", "mobilenetv3")
 CASES = [(arch, zoo.tiny_config(arch)) for arch in ARCHS] + [
     (f"{arch}-{name}", zoo.tiny_config(arch, **over)) for arch in ARCHS
     for name, over in zoo.architecture(arch).config.VARIANTS.items()]
@@ -52,19 +54,22 @@ def test_features_and_head_agree_with_torch(case, config, impl):
 @pytest.fixture(scope="module")
 def timm_references():
     """timm's resnet18 (torchvision's keys) at 32x32, a one-block vit_tiny and a one-block-per-
-    stage convnextv2_atto at 32x32, random;
+    stage convnextv2_atto at 32x32 and timm's EfficientNet and MobileNetV3 of the tiny configs,
+    random;
     (zoo config, state_dict, input, timm's features / pre-logits / logits) each."""
     torch = pytest.importorskip("torch")
     timm = pytest.importorskip("timm", reason="timm is not installed")
     torch.manual_seed(0)
     out = []
+    mbconv = [(None, {}, zoo.tiny_config(arch)) for arch in ("efficientnet", "mobilenetv3")]
     for name, kwargs, cfg in [
             ("resnet18", {}, zoo.make_config("resnet18", input_size=(32, 32))),
             ("vit_tiny_patch16_224", {"img_size": 32, "depth": 1},
              zoo.make_config("vit_tiny_patch16_224", image_size=(32, 32), depth=1)),
             ("convnextv2_atto", {"depths": (1, 1, 1, 1)},
-             zoo.make_config("convnextv2_atto", depths=(1, 1, 1, 1), input_size=(32, 32)))]:
-        model = timm.create_model(name, **kwargs).eval()
+             zoo.make_config("convnextv2_atto", depths=(1, 1, 1, 1), input_size=(32, 32))),
+            *mbconv]:
+        model = (timm.create_model(name, **kwargs) if name else timm_model(cfg)).eval()
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.02 * torch.randn_like(p))

@@ -37,13 +37,21 @@ FAMILIES = {  # fixture -> (reference library, its names)
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
         "wide_resnet50_2")),
     "named_timm_vit.json": ("timm", r"vit_(tiny|small|base|large)_patch(16|32)_(224|384)"),
+    "named_timm_mbconv.json": ("timm", (
+        *(f"{tf}efficientnet_b{i}" for tf in ("", "tf_") for i in range(5)),
+        "mobilenetv3_large_100", "mobilenetv3_small_100")),
 }
 SMALL = {"resnet18": {"input_size": (64, 64)}, "resnext50_32x4d": {"input_size": (32, 32)},
          "vit_tiny_patch16_224": {}}
 
 
 RESNETS = FAMILIES["named_torchvision_resnet.json"][1]
-NAMES = [*RESNETS, *zoo.list_models("vit_*")]  # the zoo's names of the pinned families
+MBCONV = FAMILIES["named_timm_mbconv.json"][1]  # EfficientNet, MobileNetV3: test_mbconv.py
+# the zoo's names of the pinned families (torchvision's mobilenet_v3_* are pinned through their
+# layout, test_mbconv.py)
+NAMES = [*RESNETS, *zoo.list_models("vit_*"), *MBCONV]
+LIBRARY = {name: library for library, names in FAMILIES.values()
+           for name in (names if isinstance(names, tuple) else ())}
 
 
 def _load(fixture: str) -> dict:
@@ -98,12 +106,15 @@ def _dump(source: str, models: dict) -> str:
     return "\n".join([*lines, " }", "}", ""])
 
 
-def write_fixtures() -> None:
+def write_fixtures(only: str | None = None) -> None:
+    """Write every fixture (or the one called `only`)."""
     import timm
     import torchvision
 
     versions = {"torchvision": torchvision.__version__, "timm": timm.__version__}
     for fixture, (library, names) in FAMILIES.items():
+        if only not in (None, fixture):
+            continue
         models = {n: reference_entry(library, n) for n in _reference_names(library, names)}
         source = (f"{library} {versions[library]} models(weights=None / pretrained=False, "
                   "num_classes=1000) on the meta device: trainable parameter count and "
@@ -175,10 +186,11 @@ def _trainable(spec: dict, layers: list) -> int:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_named_config_has_the_references_keys_shapes_and_parameter_count(name):
-    """From the abstract skeleton: no weights are built. A ResNet's keys and shapes do not
-    depend on its input size: a small one keeps the tracing cheap."""
-    layers, spec = schema(zoo.make_config(name, **({"input_size": (32, 32)} if name in RESNETS
-                                                  else {})))
+    """From the abstract skeleton: no weights are built. A ResNet's, EfficientNet's or
+    MobileNetV3's keys and shapes do not depend on its input size: a small one keeps the
+    tracing cheap."""
+    small = name in RESNETS or name in MBCONV
+    layers, spec = schema(zoo.make_config(name, **({"input_size": (32, 32)} if small else {})))
     assert {k: list(v.shape) for k, v in spec.items()} == pinned()[name]["state_dict"]
     assert _trainable(spec, layers) == pinned()[name]["params"]
 
@@ -198,7 +210,7 @@ def test_fixtures_are_the_references(fixture):
 def _reference_forward(name: str):
     """(reference state_dict, input, eval-mode logits) of a randomised reference model."""
     torch = pytest.importorskip("torch")
-    library = "timm" if name.startswith("vit") else "torchvision"
+    library = LIBRARY.get(name, "timm")
     pytest.importorskip(library)
     torch.manual_seed(0)
     model = reference_model(library, name, num_classes=10)
@@ -264,13 +276,13 @@ def _one_block_reference(library: str, name: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MBCONV])  # mbconv: test_mbconv
 def test_every_name_at_one_block_per_stage_computes_the_references_logits(name):
     """The zoo's PyTorch model of every named config, cut to one block per stage as the
     reference is, loads the reference's state_dict strictly and gives its logits; the JAX
     libraries equal the zoo's PyTorch model on every config (test_equivalence)."""
     torch = pytest.importorskip("torch")
-    library = "timm" if name.startswith("vit") else "torchvision"
+    library = LIBRARY.get(name, "timm")
     pytest.importorskip(library)
     field, value, _ = ONE_BLOCK[library]
     reference = _one_block_reference(library, name)
@@ -285,4 +297,6 @@ def test_every_name_at_one_block_per_stage_computes_the_references_logits(name):
 
 
 if __name__ == "__main__":
-    write_fixtures()
+    import sys
+
+    write_fixtures(*sys.argv[1:2])

@@ -19,6 +19,11 @@ from converters.adapters.hf_lm import READERS as LM_READERS
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 from converters.adapters.torchvision_convnext import TORCHVISION_CONVNEXT
+from converters.adapters.torchvision_mbconv import (
+    TORCHVISION_EFFICIENTNET,
+    TORCHVISION_MOBILENET_V3_LARGE,
+    TORCHVISION_MOBILENET_V3_SMALL,
+)
 from converters.adapters.zoo_hub import ZooReader
 
 _ADAPTERS: dict[str, Adapter] = {}
@@ -51,7 +56,8 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
     return best[1] if best[0] > 0.5 else None
 
 
-for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_CONVNEXT):
+for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_CONVNEXT, TORCHVISION_EFFICIENTNET,
+                 TORCHVISION_MOBILENET_V3_LARGE, TORCHVISION_MOBILENET_V3_SMALL):
     register(_adapter)
 for _reader in (HFViTReader(), TimmReader(), *LM_READERS, ZooReader()):
     hub.register(_reader)

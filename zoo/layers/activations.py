@@ -1,4 +1,5 @@
-"""Activations whose formulation the zoo chooses for speed, with the function unchanged."""
+"""Activations whose formulation the zoo chooses (for speed, or for PyTorch's gradients at the
+kinks), with the function unchanged."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["gelu", "gelu_tanh"]
+__all__ = ["gelu", "gelu_tanh", "hard_sigmoid", "hard_swish"]
 
 _SQRT_HALF = 1 / math.sqrt(2)
 
@@ -33,3 +34,31 @@ def gelu_tanh(x: Array) -> Array:
     `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`."""
     inner = jnp.asarray(_SQRT_2_OVER_PI, x.dtype) * (x + jnp.asarray(0.044715, x.dtype) * x ** 3)
     return 0.5 * x * (1 + jnp.tanh(inner))
+
+
+# PyTorch's hard activations with PyTorch's gradients, kinks included: the inner slope on the
+# open interval (-3, 3), also just below 3 where x + 3 rounds to 6 in float32 (there
+# `jax.nn.hard_swish` / `hard_sigmoid` take the outer one; tests/test_activations.py).
+@jax.custom_jvp
+def hard_sigmoid(x: Array) -> Array:
+    """`relu6(x + 3) / 6`, PyTorch's `F.hardsigmoid` (MobileNetV3's squeeze-and-excite gate)."""
+    return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@hard_sigmoid.defjvp
+def _hard_sigmoid_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
+    (x,), (t,) = primals, tangents
+    return hard_sigmoid(x), t * jnp.where((x > -3) & (x < 3), 1 / 6, 0).astype(t.dtype)
+
+
+@jax.custom_jvp
+def hard_swish(x: Array) -> Array:
+    """`x * relu6(x + 3) / 6`, PyTorch's `F.hardswish` (MobileNetV3's activation)."""
+    return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@hard_swish.defjvp
+def _hard_swish_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
+    (x,), (t,) = primals, tangents
+    slope = jnp.where(x <= -3, 0, jnp.where(x < 3, x / 3 + 0.5, 1)).astype(t.dtype)
+    return hard_swish(x), t * slope

@@ -87,7 +87,6 @@ class GlobalResponseNorm(nn.Module):
 canonical.register_class("global_response_norm", "torch", GlobalResponseNorm)
 
 
-
 class RMSNorm(nn.RMSNorm):
     """`torch.nn.RMSNorm` (parameter `weight`, layer kind `rms_norm`) computing transformers'
     `LlamaRMSNorm`: statistics in float32, the normalised input cast back to its dtype, then

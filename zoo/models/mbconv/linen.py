@@ -1,0 +1,157 @@
+"""timm's EfficientNet blocks in Flax Linen: batched `(N, H, W, C)`, statistics in
+`batch_stats`; the same modules and names as `zoo.models.mbconv.torch` (Linen names the stage
+lists `blocks_0_1`; the converters read `blocks.0.1`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.layers.drop_path import LinenDropPath, block_keys
+from zoo.models.common import activation, dtype_of
+from zoo.models.mbconv.config import MBConvNetConfig
+from zoo.models.mbconv.spec import BlockSpec
+
+
+def conv(config: MBConvNetConfig, features: int, kernel: int, stride: int, dtype: Any,
+         groups: int = 1, bias: bool = False) -> nn.Conv:
+    p = config.conv_padding(kernel, stride)
+    pads = p if isinstance(p, str) else ((p, p), (p, p))
+    return nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding=pads,
+                   use_bias=bias, feature_group_count=groups, param_dtype=dtype)
+
+
+def batch_norm(config: MBConvNetConfig, dtype: Any) -> nn.BatchNorm:
+    return nn.BatchNorm(momentum=config.bn_momentum, epsilon=config.bn_eps,
+                        use_fast_variance=False, param_dtype=dtype)
+
+
+class SqueezeExcite(nn.Module):
+    """x * gate(conv_expand(act(conv_reduce(mean(x)))))."""
+
+    config: MBConvNetConfig
+    spec: BlockSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        dt = dtype_of(self.param_dtype)
+        self.conv_reduce = nn.Conv(self.spec.se_chs, (1, 1), param_dtype=dt)
+        self.conv_expand = nn.Conv(self.spec.mid_chs, (1, 1), param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = activation(self.config.SE.act or self.spec.act)
+        s = self.conv_expand(act(self.conv_reduce(jnp.mean(x, axis=(1, 2), keepdims=True))))
+        return x * activation(self.config.SE.gate)(s)
+
+
+class _Block(nn.Module):
+    config: MBConvNetConfig
+    spec: BlockSpec
+    param_dtype: str = "float32"
+
+    def _residual(self, y: jax.Array, x: jax.Array, train: bool,
+                  key: jax.Array | None) -> jax.Array:
+        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+        if not self.spec.skip:
+            return y
+        return self.drop_path(y, deterministic=not train, key=key) + x
+
+    def _se(self) -> SqueezeExcite | None:
+        return (SqueezeExcite(self.config, self.spec, self.param_dtype) if self.spec.se_chs
+                else None)
+
+
+class DepthwiseSeparable(_Block):
+    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
+
+    def setup(self) -> None:
+        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
+        self.conv_dw = conv(cfg, s.in_chs, s.kernel, s.stride, dt, groups=s.in_chs)
+        self.bn1 = batch_norm(cfg, dt)
+        self.se = self._se()
+        self.conv_pw = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
+        self.bn2 = batch_norm(cfg, dt)
+        self.drop_path = LinenDropPath(s.drop_path)
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        act, ura = activation(self.spec.act), not train
+        y = act(self.bn1(self.conv_dw(x), use_running_average=ura))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn2(self.conv_pw(y), use_running_average=ura)
+        if self.spec.pw_act:
+            y = act(y)
+        return self._residual(y, x, train, key)
+
+
+class InvertedResidual(_Block):
+    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
+
+    def setup(self) -> None:
+        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
+        self.conv_pw = conv(cfg, s.mid_chs, s.exp_kernel, 1, dt)
+        self.bn1 = batch_norm(cfg, dt)
+        self.conv_dw = conv(cfg, s.mid_chs, s.kernel, s.stride, dt, groups=s.mid_chs)
+        self.bn2 = batch_norm(cfg, dt)
+        self.se = self._se()
+        self.conv_pwl = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
+        self.bn3 = batch_norm(cfg, dt)
+        self.drop_path = LinenDropPath(s.drop_path)
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        act, ura = activation(self.spec.act), not train
+        y = act(self.bn1(self.conv_pw(x), use_running_average=ura))
+        y = act(self.bn2(self.conv_dw(y), use_running_average=ura))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn3(self.conv_pwl(y), use_running_average=ura)
+        return self._residual(y, x, train, key)
+
+
+class ConvBnAct(_Block):
+    """conv bn1 act [+ x]."""
+
+    def setup(self) -> None:
+        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
+        self.conv = conv(cfg, s.out_chs, s.kernel, s.stride, dt)
+        self.bn1 = batch_norm(cfg, dt)
+        self.drop_path = LinenDropPath(s.drop_path)
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        y = activation(self.spec.act)(self.bn1(self.conv(x), use_running_average=not train))
+        return self._residual(y, x, train, key)
+
+
+BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
+                                   "cn": ConvBnAct}
+
+
+def blocks(config: MBConvNetConfig, param_dtype: str) -> list[list[_Block]]:
+    """`blocks.i.j`: one list per stage (set in `setup`)."""
+    return [[BLOCKS[s.type](config, s, param_dtype) for s in stage]
+            for stage in config.stages()]
+
+
+def sample_keys(module: nn.Module, config: MBConvNetConfig, x: jax.Array, train: bool,
+                key: jax.Array | None) -> jax.Array | None:
+    """One drop-path key per sample in training (`split(key, N)`, `key` from the "dropout"
+    stream unless given: a raw key draws what the Equinox and NNX models draw from it), None
+    when no block drops."""
+    if not train or not any(b.drop_path for stage in config.stages() for b in stage):
+        return None
+    return jax.random.split(module.make_rng("dropout") if key is None else key, x.shape[0])
+
+
+def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
+              keys: jax.Array | None) -> jax.Array:
+    """Stage `i`'s blocks in turn; block b of the model draws with `block_keys(keys, b)`."""
+    b = sum(map(len, stages[:i]))
+    for j, block in enumerate(stages[i]):
+        x = block(x, train=train, key=None if keys is None else block_keys(keys, b + j))
+    return x

@@ -1,0 +1,157 @@
+"""timm's EfficientNet blocks in Flax NNX: batched `(N, H, W, C)`, statistics in
+`nnx.BatchStat` variables; the same modules and names as `zoo.models.mbconv.torch`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.drop_path import NNXDropPath, block_keys
+from zoo.models.common import activation
+from zoo.models.mbconv.config import MBConvNetConfig
+from zoo.models.mbconv.spec import BlockSpec
+
+
+def conv(config: MBConvNetConfig, cin: int, cout: int, kernel: int, stride: int, dtype: Any,
+         rngs: nnx.Rngs, groups: int = 1, bias: bool = False) -> nnx.Conv:
+    p = config.conv_padding(kernel, stride)
+    pads = p if isinstance(p, str) else ((p, p), (p, p))
+    return nnx.Conv(cin, cout, (kernel, kernel), strides=(stride, stride), padding=pads,
+                    use_bias=bias, feature_group_count=groups, param_dtype=dtype, rngs=rngs)
+
+
+def batch_norm(config: MBConvNetConfig, channels: int, dtype: Any,
+               rngs: nnx.Rngs) -> nnx.BatchNorm:
+    return nnx.BatchNorm(channels, momentum=config.bn_momentum, epsilon=config.bn_eps,
+                         use_fast_variance=False, param_dtype=dtype, rngs=rngs)
+
+
+class SqueezeExcite(nnx.Module):
+    """x * gate(conv_expand(act(conv_reduce(mean(x)))))."""
+
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.conv_reduce = nnx.Conv(spec.mid_chs, spec.se_chs, (1, 1), param_dtype=dtype,
+                                    rngs=rngs)
+        self.conv_expand = nnx.Conv(spec.se_chs, spec.mid_chs, (1, 1), param_dtype=dtype,
+                                    rngs=rngs)
+        self.act, self.gate = config.SE.act or spec.act, config.SE.gate
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        s = self.conv_reduce(jnp.mean(x, axis=(1, 2), keepdims=True))
+        return x * activation(self.gate)(self.conv_expand(activation(self.act)(s)))
+
+
+def _se(config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+        rngs: nnx.Rngs) -> SqueezeExcite | None:
+    return SqueezeExcite(config, spec, dtype, rngs) if spec.se_chs else None
+
+
+class _Block(nnx.Module):
+    spec: BlockSpec
+    drop_path: NNXDropPath
+
+    def _residual(self, y: jax.Array, x: jax.Array, key: jax.Array | None) -> jax.Array:
+        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+        return self.drop_path(y, rngs=key) + x if self.spec.skip else y
+
+
+class DepthwiseSeparable(_Block):
+    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
+
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.spec = spec
+        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride, dtype,
+                            rngs, groups=spec.in_chs)
+        self.bn1 = batch_norm(config, spec.in_chs, dtype, rngs)
+        self.se = _se(config, spec, dtype, rngs)
+        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
+        self.bn2 = batch_norm(config, spec.out_chs, dtype, rngs)
+        self.drop_path = NNXDropPath(spec.drop_path)
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        act = activation(self.spec.act)
+        y = act(self.bn1(self.conv_dw(x)))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn2(self.conv_pw(y))
+        if self.spec.pw_act:
+            y = act(y)
+        return self._residual(y, x, key)
+
+
+class InvertedResidual(_Block):
+    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
+
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.spec = spec
+        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel, 1, dtype, rngs)
+        self.bn1 = batch_norm(config, spec.mid_chs, dtype, rngs)
+        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride, dtype,
+                            rngs, groups=spec.mid_chs)
+        self.bn2 = batch_norm(config, spec.mid_chs, dtype, rngs)
+        self.se = _se(config, spec, dtype, rngs)
+        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
+        self.bn3 = batch_norm(config, spec.out_chs, dtype, rngs)
+        self.drop_path = NNXDropPath(spec.drop_path)
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        act = activation(self.spec.act)
+        y = act(self.bn1(self.conv_pw(x)))
+        y = act(self.bn2(self.conv_dw(y)))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn3(self.conv_pwl(y))
+        return self._residual(y, x, key)
+
+
+class ConvBnAct(_Block):
+    """conv bn1 act [+ x]."""
+
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.spec = spec
+        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride, dtype,
+                         rngs)
+        self.bn1 = batch_norm(config, spec.out_chs, dtype, rngs)
+        self.drop_path = NNXDropPath(spec.drop_path)
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        return self._residual(activation(self.spec.act)(self.bn1(self.conv(x))), x, key)
+
+
+BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
+                                   "cn": ConvBnAct}
+
+
+def blocks(config: MBConvNetConfig, dtype: Any, rngs: nnx.Rngs) -> nnx.List:
+    """`blocks.i.j`: one `nnx.List` per stage."""
+    return nnx.List([nnx.List([BLOCKS[s.type](config, s, dtype, rngs) for s in stage])
+                     for stage in config.stages()])
+
+
+def sample_keys(config: MBConvNetConfig, x: jax.Array, rngs: Any,
+                training: bool) -> jax.Array | None:
+    """One drop-path key per sample in training (`split(key, N)` of a raw key, or of a key
+    drawn from an `nnx.Rngs`' "dropout" stream), None when no block drops."""
+    if (not training or rngs is None
+            or not any(b.drop_path for stage in config.stages() for b in stage)):
+        return None
+    if isinstance(rngs, nnx.Rngs):
+        rngs = rngs["dropout"]()
+    elif isinstance(rngs, nnx.RngStream):
+        rngs = rngs()
+    return jax.random.split(rngs, x.shape[0])
+
+
+def run_stage(stages: nnx.List, i: int, x: jax.Array, keys: jax.Array | None) -> jax.Array:
+    """Stage `i`'s blocks in turn; block b of the model draws with `block_keys(keys, b)`."""
+    b = sum(map(len, stages[:i]))
+    for j, block in enumerate(stages[i]):
+        x = block(x, key=None if keys is None else block_keys(keys, b + j))
+    return x

@@ -1,0 +1,128 @@
+"""timm's EfficientNet blocks in PyTorch, module for module (so their state_dict keys are
+timm's): `DepthwiseSeparable` (conv_dw bn1 [se] conv_pw bn2), `InvertedResidual` (conv_pw bn1
+conv_dw bn2 [se] conv_pwl bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce
+conv_expand), built from `spec.BlockSpec`s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.layers.torch import DropPath
+from zoo.models.mbconv.config import MBConvNetConfig
+from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.resnet.torch import Conv2dSame
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu, "relu6": F.relu6, "silu": F.silu, "hard_swish": F.hardswish,
+    "sigmoid": torch.sigmoid, "hard_sigmoid": F.hardsigmoid}
+
+
+def conv(config: MBConvNetConfig, cin: int, cout: int, kernel: int, stride: int = 1,
+         groups: int = 1, bias: bool = False) -> nn.Conv2d:
+    """timm's `create_conv2d`: symmetric padding, or TensorFlow's SAME at run time."""
+    padding = config.conv_padding(kernel, stride)
+    if padding == "SAME":
+        return Conv2dSame(cin, cout, kernel, stride=stride, groups=groups, bias=bias)
+    return nn.Conv2d(cin, cout, kernel, stride=stride, padding=padding, groups=groups, bias=bias)
+
+
+def batch_norm(config: MBConvNetConfig, channels: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(channels, eps=config.bn_eps, momentum=1.0 - config.bn_momentum)
+
+
+class SqueezeExcite(nn.Module):
+    """x * gate(conv_expand(act(conv_reduce(mean(x)))))."""
+
+    def __init__(self, config: MBConvNetConfig, channels: int, reduced: int, act: str) -> None:
+        super().__init__()
+        self.conv_reduce = nn.Conv2d(channels, reduced, 1, bias=True)
+        self.conv_expand = nn.Conv2d(reduced, channels, 1, bias=True)
+        self.act = ACTIVATIONS[config.SE.act or act]
+        self.gate = ACTIVATIONS[config.SE.gate]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.conv_expand(self.act(self.conv_reduce(x.mean((2, 3), keepdim=True))))
+        return x * self.gate(s)
+
+
+def _se(config: MBConvNetConfig, spec: BlockSpec) -> SqueezeExcite | None:
+    return SqueezeExcite(config, spec.mid_chs, spec.se_chs, spec.act) if spec.se_chs else None
+
+
+class DepthwiseSeparable(nn.Module):
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride,
+                            groups=spec.in_chs)
+        self.bn1 = batch_norm(config, spec.in_chs)
+        self.se = _se(config, spec)
+        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel)
+        self.bn2 = batch_norm(config, spec.out_chs)
+        self.drop_path = DropPath(spec.drop_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act = ACTIVATIONS[self.spec.act]
+        y = act(self.bn1(self.conv_dw(x)))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn2(self.conv_pw(y))
+        if self.spec.pw_act:
+            y = act(y)
+        return _residual(self, y, x)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel)
+        self.bn1 = batch_norm(config, spec.mid_chs)
+        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride,
+                            groups=spec.mid_chs)
+        self.bn2 = batch_norm(config, spec.mid_chs)
+        self.se = _se(config, spec)
+        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel)
+        self.bn3 = batch_norm(config, spec.out_chs)
+        self.drop_path = DropPath(spec.drop_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act = ACTIVATIONS[self.spec.act]
+        y = act(self.bn1(self.conv_pw(x)))
+        y = act(self.bn2(self.conv_dw(y)))
+        if self.se is not None:
+            y = self.se(y)
+        y = self.bn3(self.conv_pwl(y))
+        return _residual(self, y, x)
+
+
+class ConvBnAct(nn.Module):
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride)
+        self.bn1 = batch_norm(config, spec.out_chs)
+        self.drop_path = DropPath(spec.drop_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = ACTIVATIONS[self.spec.act](self.bn1(self.conv(x)))
+        return _residual(self, y, x)
+
+
+def _residual(block: nn.Module, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`y` (no skip), or `drop_path(y) + x`."""
+    return block.drop_path(y) + x if block.spec.skip else y
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
+                                      "cn": ConvBnAct}
+
+
+def blocks(config: MBConvNetConfig) -> nn.Sequential:
+    """`blocks.i.j`: one Sequential per stage."""
+    return nn.Sequential(*(nn.Sequential(*(BLOCKS[s.type](config, s) for s in stage))
+                           for stage in config.stages()))

@@ -1,0 +1,9 @@
+"""MobileNetV3 with timm's parameter names: conv_stem, bn1, blocks.i.j (conv_dw / conv_pw /
+conv_pwl, bn1..bn3, se.conv_reduce / se.conv_expand; the last stage conv, bn1), conv_head,
+classifier; hard-swish, hard-sigmoid gated squeeze-and-excitation, the efficient head."""
+
+from zoo.models.mobilenetv3.config import MobileNetV3Config
+from zoo.registry import register
+
+register(MobileNetV3Config, eqx=".eqx:MobileNetV3", linen=".linen:MobileNetV3",
+         nnx=".nnx:MobileNetV3", torch=".torch:MobileNetV3")
