@@ -124,7 +124,8 @@ def test_grouped_conv_rule_matches_torch(groups):
 def test_depthwise_conv_rule_matches_torch(multiplier, k, s):
     """A depthwise conv (groups = in_channels: weights (O, 1, k, k), EfficientNet's and
     MobileNetV3's conv_dw, ConvNeXt's 7x7; `multiplier` outputs per channel) is the `conv`
-    kind, in every library, with a bias (the canonical init draws it from fan_in = k*k, as PyTorch)."""
+    kind, in every library, with a bias (the canonical init draws it from fan_in = k*k, as
+    PyTorch)."""
     _check_conv_rule(dict(n=2, k=k, s=s, d=(1, 1), p=(k[0] // 2, k[1] // 2), op=(0, 0),
                           size=(9, 8), cin=6, cout=6 * multiplier, bias=True, groups=6))
 
