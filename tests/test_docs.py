@@ -172,6 +172,36 @@ def _torchvision_convnext(path: Path) -> None:
     torch.save(torchvision.models.convnext_tiny().state_dict(), path)
 
 
+_TINY_QWEN3 = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 8}
+
+
+def _hf_qwen3(path: Path) -> None:
+    """A Hugging Face folder of a tiny Qwen3 (`save_pretrained`, bfloat16, random weights)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**_TINY_QWEN3, tie_word_embeddings=True)
+    transformers.Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+
+
+def _zoo_qwen3_nnx(path: Path) -> None:
+    import converters
+
+    config = zoo.make_config("qwen3-0.6b", **_TINY_QWEN3)
+    converters.save(zoo.create(config, "nnx", seed=0), path, "nnx")
+
+
+def _torchvision_mobilenet(path: Path) -> None:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    torch.save(torchvision.models.mobilenet_v3_small().state_dict(), path)
+
+
 def _zoo_nnx(path: Path) -> None:
     import converters
 
@@ -188,6 +218,8 @@ FILES: dict[str, Callable[[Path], None]] = {
     "mine.safetensors": _ambiguous,  # two same-shaped layers, no order
     "vit_small.pt": _zoo_torch("vit_small_patch16_224"),  # timm's layout
     "tv.pt": _torchvision_convnext,  # torchvision's ConvNeXt-T state_dict (features.N ...)
+    "mnv3.pt": _torchvision_mobilenet,  # torchvision's MobileNetV3-small state_dict
+    "./Qwen3-0.6B": _hf_qwen3, "qwen_nnx": _zoo_qwen3_nnx,  # a tiny Qwen3, HF's and the zoo's
 }
 
 
