@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import jax
 import numpy as np
 
 from zoo.configs import Config, ConfigError
+from zoo.layers import pos_embed as layers_pos_embed
 
 Arrays = dict[str, np.ndarray]
 
@@ -36,13 +36,20 @@ def _shape(a: Any) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class ResetClassifier:
     """A classifier (`prefix.weight`, `prefix.bias`) of another size is re-initialised, as timm
-    does for another `num_classes` (the target's fresh arrays, from its seed)."""
+    does for another `num_classes` (the target's fresh arrays, from its seed); a target without
+    one (num_classes 0) drops the checkpoint's, as timm's `load_pretrained`."""
 
     prefix: str
 
     def __call__(self, state: Arrays, target: Arrays, config: Config
                  ) -> tuple[Arrays, list[str]]:
         keys = [k for k in target if k.startswith(self.prefix + ".")]
+        if not keys:  # no classifier in the target (num_classes 0): timm drops the file's
+            had = [k for k in state if k.startswith(self.prefix + ".")]
+            if not had:
+                return state, []
+            return ({k: v for k, v in state.items() if k not in had},
+                    [f"dropped {self.prefix} (the model has no classifier: num_classes 0)"])
         if all(k in state and _shape(state[k]) == _shape(target[k]) for k in keys):
             return state, []
         was = {_shape(state[k])[0] for k in keys if k in state and _shape(state[k])}
@@ -93,19 +100,17 @@ def resample_pos_embed(pos_embed: np.ndarray, grid: tuple[int, int], prefix: int
     """timm's `resample_abs_pos_embed`: a `(1, prefix + rows * cols, width)` position embedding
     resampled to `grid`, bicubic with antialiasing (as timm's, i.e. PyTorch's
     `interpolate(..., antialias=True)`), the `prefix` (class / register) tokens kept aside.
-    `old_grid` defaults to a square one, as timm's."""
+    `old_grid` defaults to a square one, as timm's (`zoo.layers.pos_embed`, which the models
+    with `dynamic_img_size` call)."""
     pe = np.asarray(pos_embed)
-    width = pe.shape[-1]
     patches = pe.shape[1] - prefix
     if old_grid is None:
         side = math.isqrt(patches)
         if side * side != patches:
             raise ConfigError(f"pos_embed has {patches} patch positions: not a square grid")
         old_grid = (side, side)
-    image = pe[0, prefix:].reshape(*old_grid, width).astype(np.float32)
-    new = np.asarray(jax.image.resize(image, (*grid, width), "bicubic", antialias=True))
-    out = np.concatenate([pe[0, :prefix].astype(np.float32), new.reshape(-1, width)])
-    return out[None].astype(pe.dtype)
+    out = layers_pos_embed.resample_pos_embed(pe.astype(np.float32), grid, old_grid, prefix)
+    return np.asarray(out).astype(pe.dtype)
 
 
 @dataclass(frozen=True)
@@ -127,3 +132,4 @@ class ResamplePosEmbed:
         return ({**state, self.key: resampled},
                 [f"resampled {self.key} from {have[1] - prefix} to {grid[0]}x{grid[1]} "
                  f"patch positions (bicubic, {prefix} prefix tokens kept)"])
+

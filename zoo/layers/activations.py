@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["gelu"]
+__all__ = ["gelu", "gelu_tanh", "quick_gelu", "silu"]
 
 _SQRT_HALF = 1 / math.sqrt(2)
 
@@ -23,3 +23,19 @@ def gelu(x: Array) -> Array:
     activations), and where `x` is very negative this form gives PyTorch's exact 0.
     """
     return 0.5 * x * (1 + jax.lax.erf(x * jnp.asarray(_SQRT_HALF, x.dtype)))
+
+
+def gelu_tanh(x: Array) -> Array:
+    """GELU's tanh approximation, PyTorch's `gelu(approximate="tanh")` (timm's "gelu_tanh",
+    transformers' "gelu_pytorch_tanh": the SigLIP towers of big_vision and Hugging Face)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+def quick_gelu(x: Array) -> Array:
+    """`x * sigmoid(1.702 x)`, OpenAI CLIP's QuickGELU (timm's "quick_gelu")."""
+    return x * jax.nn.sigmoid(jnp.asarray(1.702, x.dtype) * x)
+
+
+def silu(x: Array) -> Array:
+    """`x * sigmoid(x)` (SiLU, Swish), the gate of timm's SwiGLU MLPs."""
+    return jax.nn.silu(x)
