@@ -51,6 +51,9 @@ FAMILIES = {
         "deit_base_patch16_224", "deit_base_patch16_384", "deit_tiny_distilled_patch16_224",
         "deit_small_distilled_patch16_224", "deit_base_distilled_patch16_224",
         "deit_base_distilled_patch16_384"), {}),
+    "named_timm_swin.json": ("timm", (
+        "swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224",
+        "swin_base_patch4_window7_224", "swin_base_patch4_window12_384"), {"num_classes": 1000}),
 }
 SMALL = {"resnet18": {"input_size": (64, 64)}, "resnext50_32x4d": {"input_size": (32, 32)},
          "vit_tiny_patch16_224": {}}
@@ -58,7 +61,8 @@ SMALL = {"resnet18": {"input_size": (64, 64)}, "resnext50_32x4d": {"input_size":
 
 RESNETS = FAMILIES["named_torchvision_resnet.json"][1]
 # the zoo's names of the pinned families
-NAMES = [*RESNETS, *zoo.list_models("vit_*"), *zoo.list_models("deit_*")]
+NAMES = [*RESNETS, *zoo.list_models("vit_*"), *zoo.list_models("deit_*"),
+         *zoo.list_models("swin_*")]
 
 
 def _load(fixture: str) -> dict:
@@ -256,7 +260,8 @@ def test_small_named_models_compute_the_references_logits(name, impl):
 # Every name at one block per stage: the blocks of a stage compute the same function, so this
 # checks each name's hyperparameters that shapes cannot show (heads, eps, strides, pooling,
 # groups) at a fraction of the cost; the full depth is pinned by the fixtures above. ViTs run
-# at 4x4 patches (the image size changes the position embedding's length only).
+# at 4x4 patches (the image size changes the position embedding's length only); Swin keeps two
+# blocks per stage (the second one's windows are shifted) at its own size (it sets the windows).
 def _cut_resnet(model) -> None:
     for stage in ("layer1", "layer2", "layer3", "layer4"):
         setattr(model, stage, getattr(model, stage)[:1])
@@ -266,7 +271,13 @@ def _cut_vit(model) -> None:
     model.blocks = model.blocks[:1]
 
 
-ONE_BLOCK = {"resnet": ("layers", (1, 1, 1, 1), _cut_resnet), "vit": ("depth", 1, _cut_vit)}
+def _cut_swin(model) -> None:
+    for stage in model.layers:
+        stage.blocks = stage.blocks[:2]
+
+
+ONE_BLOCK = {"resnet": ("layers", (1, 1, 1, 1), _cut_resnet), "vit": ("depth", 1, _cut_vit),
+             "swin": ("depths", (2, 2, 2, 2), _cut_swin)}
 
 
 def _small_image(arch: str, name: str) -> dict:
@@ -281,7 +292,8 @@ def _small_image(arch: str, name: str) -> dict:
 
 def _one_block_reference(library: str, name: str):
     """The reference `name` cut to its first block(s) per stage, random weights (built on the
-    meta device, then filled: every array perturbed, BatchNorm variances positive)."""
+    meta device, then filled: every array perturbed, BatchNorm variances positive; the
+    buffers timm derives, recomputed)."""
     import torch
 
     arch = zoo.make_config(name).arch
@@ -291,6 +303,9 @@ def _one_block_reference(library: str, name: str):
         model = reference_model(library, name, num_classes=10, **size)
     ONE_BLOCK[arch][2](model)
     model = model.to_empty(device="cpu")
+    for module in model.modules():  # timm's derived (non-persistent) buffers
+        if hasattr(module, "init_non_persistent_buffers"):
+            module.init_non_persistent_buffers()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for key, value in model.state_dict().items():
