@@ -117,7 +117,7 @@ def test_distilled_gradients_agree_in_every_library():
     registry-wide gradient tests): every parameter's gradient equal in the four libraries."""
     config = zoo.tiny_config("vit", distilled=True, act_layer="gelu_tanh")
     state = {k: np.asarray(v) for k, v in zoo.canonical_init(config, seed=1).items()}
-    x = np.asarray(zoo.example_input(config, batch=3, seed=2))
+    x = np.array(zoo.example_input(config, batch=3, seed=2))
     cotangent = np.random.default_rng(3).standard_normal((3, config.num_classes)).astype(
         np.float32)
     grads = {impl: _gradients(impl, config, state, x, cotangent) for impl in zoo.IMPLS}
@@ -137,7 +137,7 @@ def test_drop_path_draws_alike_from_one_key():
     rate = 0.5
     config = zoo.tiny_config("vit", depth=3, drop_path_rate=rate)
     state = zoo.canonical_init(config, seed=0)
-    x = np.asarray(zoo.example_input(config, batch=6, seed=1))
+    x = np.array(zoo.example_input(config, batch=6, seed=1))
     key = jax.random.key(5)
     outs = {}
     for impl in ("eqx", "nnx"):
@@ -155,7 +155,7 @@ def test_drop_path_draws_alike_from_one_key():
         for j, layer in enumerate((block.drop_path1, block.drop_path2)):
             keep = jax.vmap(lambda k, r=rate_b: sample_keep(k, r))(
                 block_keys(samples, 2 * b + j))
-            layer.keep = torch.from_numpy(np.asarray(keep))
+            layer.keep = torch.from_numpy(np.array(keep))
     with torch.no_grad():
         outs["torch"] = model(torch.from_numpy(x)).numpy()
     with torch.no_grad():
