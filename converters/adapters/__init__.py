@@ -1,18 +1,23 @@
-"""Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split),
-applied to a checkpoint's keys before matching, chosen by content (which adapter's rules cover
-the keys), and the hub folders' `config.json` readers (`converters.adapters.hub`: HF
-transformers' ViT, timm).
+"""Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split,
+value changes, left-out keys, scanned layers), applied to a checkpoint's keys before matching,
+chosen by content (which adapter's rules cover the keys), and the hub folders' `config.json`
+readers (`converters.adapters.hub`: HF transformers' ViT; timm).
 
-A new layout is one `Adapter` value and one `register` call below; a new hub family one
-`HubReader` subclass registered with `converters.adapters.hub.register`.
+One module per source family (`hf_vit`, ...); a new layout is one `Adapter` value and one
+`register` call below, a new hub family one `HubReader` subclass registered with
+`converters.adapters.hub.register`. `to_canonical_names` is the one place a foreign state dict
+is renamed: the checkpoint readers (the command line, `converters.load`) and
+`converters.import_state` both call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from converters.adapters import hub
-from converters.adapters.base import Adapter, AdapterError, Fuse, Rename
+from converters.adapters.base import Adapter, AdapterError, Drop, Fuse, Rename, Split, Transform
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 
@@ -46,10 +51,25 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
     return best[1] if best[0] > 0.5 else None
 
 
+def to_canonical_names(state: Mapping[str, Any], arch: str | None
+                       ) -> tuple[dict[str, Any], Adapter | None, list[str]]:
+    """`state` under the zoo's canonical names of `arch`, by the adapter whose rules cover its
+    keys (`find`); `(state, None, [])` as it is when none does. Returns the adapter and one
+    note per reason a key was left out (`Drop`)."""
+    adapter = find(state, arch)
+    if adapter is None:
+        return dict(state), None, []
+    out = adapter.to_zoo(state)
+    reasons = Counter(adapter.dropped(state).values())
+    notes = [f"left out {n} key(s) of the {adapter.description} layout: {reason}"
+             for reason, n in reasons.items()]
+    return out, adapter, notes
+
+
 for _adapter in (HF_VIT, HF_VIT_MODULES):
     register(_adapter)
 for _reader in (HFViTReader(), TimmReader()):
     hub.register(_reader)
 
-__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "adapters", "find", "get", "hub",
-           "register"]
+__all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Transform",
+           "adapters", "find", "get", "hub", "register", "to_canonical_names"]

@@ -83,15 +83,15 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
 
 def adapted(ck: Checkpoint) -> Checkpoint:
     """`ck` with a foreign layout's keys renamed to the canonical ones, by the adapter whose
-    rules cover them (`converters.adapters.find`); `ck` itself when its keys are canonical
-    or no adapter fits."""
+    rules cover them (`converters.adapters.to_canonical_names`, as `import_state` does), the
+    keys it leaves out noted; `ck` itself when its keys are canonical or no adapter fits."""
     if set(ck.state) == set(canonical_spec(ck.config)):
         return ck
-    adapter = adapters.find(ck.state, ck.config.arch)
+    state, adapter, notes = adapters.to_canonical_names(ck.state, ck.config.arch)
     if adapter is None:
         return ck
-    ck = dataclasses.replace(ck, state=adapter.to_zoo(ck.state), layout=adapter.name,
-                             _validated=None)
+    ck = dataclasses.replace(ck, state=state, layout=adapter.name, _validated=None,
+                             notes=(*ck.notes, *notes))
     ck.state = ordered_state(ck)
     return ck
 
