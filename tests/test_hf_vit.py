@@ -191,3 +191,25 @@ def test_detection_is_by_content():
     assert adapters.find(keys, arch="resnet") is None
     zoo_keys = adapters.get("hf-vit-modules").to_zoo(dict.fromkeys(keys, np.zeros(3)))
     assert adapters.find(zoo_keys) is None  # the zoo's own names need no adapter
+
+
+def test_import_state_and_load_apply_the_layout_adapters_as_the_command_line(tmp_path):
+    """The Python API takes the HF layout as the CLI does (one renaming step): a
+    ViTForImageClassification state dict through `converters.import_state` and
+    `converters.load`, each equal to transformers' logits."""
+    model = hf_model()
+    import zoo
+
+    config = zoo.make_config(
+        "vit", width=8, depth=2, num_heads=2, mlp_ratio=2.0, image_size=(8, 8), patch_size=4,
+        num_classes=5, norm_eps=1e-12)
+    x = random_input((3, 8, 8))
+    want = hf_forward(model, x)
+    res = converters.import_state(model.state_dict(), "torch", config, verify_with="nnx")
+    assert res.notes[0].startswith("layout: HF transformers ViT (transformers 5 module names)")
+    assert {r.rule for r in res.rows} == {"name"}
+    assert max_difference(want, forward(converters.from_canonical(res.state, config, "eqx"),
+                                        "eqx", x)) <= tolerance()
+    torch.save(model.state_dict(), tmp_path / "vit.bin")
+    loaded = converters.load(tmp_path / "vit.bin", "linen", config=config)
+    assert max_difference(want, forward(loaded, "linen", x)) <= tolerance()
