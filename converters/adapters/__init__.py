@@ -1,13 +1,14 @@
 """Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split,
 value changes, left-out keys, scanned layers), applied to a checkpoint's keys before matching,
 chosen by content (which adapter's rules cover the keys), and the hub folders' `config.json`
-readers (`converters.adapters.hub`: HF transformers' ViT; timm).
+readers (`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers,
+Swin; timm).
 
-One module per source family (`hf_vit`, ...); a new layout is one `Adapter` value and one
-`register` call below, a new hub family one `HubReader` subclass registered with
-`converters.adapters.hub.register`. `to_canonical_names` is the one place a foreign state dict
-is renamed: the checkpoint readers (the command line, `converters.load`) and
-`converters.import_state` both call it.
+One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
+new layout is one `Adapter` value and one `register` call below, a new hub family one
+`HubReader` subclass registered with `converters.adapters.hub.register`. `to_canonical_names`
+is the one place a foreign state dict is renamed: the checkpoint readers (the command line,
+`converters.load`) and `converters.import_state` both call it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from typing import Any
 
 from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Drop, Fuse, Rename, Split, Transform
+from converters.adapters.hf_clip import (
+    HF_CLIP_VISION,
+    HF_SIGLIP_VISION,
+    HFCLIPVisionReader,
+    HFSiglipVisionReader,
+)
+from converters.adapters.hf_dinov2 import HF_DINOV2, HF_DINOV2_MODULES, HFDinov2Reader
+from converters.adapters.hf_swin import HF_SWIN, HF_SWIN_MODULES, HFSwinReader
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 
@@ -66,9 +75,11 @@ def to_canonical_names(state: Mapping[str, Any], arch: str | None
     return out, adapter, notes
 
 
-for _adapter in (HF_VIT, HF_VIT_MODULES):
+for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_VISION,
+                 HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES):
     register(_adapter)
-for _reader in (HFViTReader(), TimmReader()):
+for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
+                HFSwinReader(), TimmReader()):
     hub.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Transform",

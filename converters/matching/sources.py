@@ -117,11 +117,19 @@ def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[So
 
 
 def merge_composites(sources: list[SourceLayer], targets: list[Any]) -> list[SourceLayer]:
-    """`sources` of a flat PyTorch-layout tree with the layers under a composite target layer
-    (an attention layer's `qkv` and `proj`, grouped apart by their keys' last part) merged into
-    one, when together they hold exactly that layer's canonical arrays: a state dict in the
-    canonical layout (the zoo's own, or a foreign one renamed by its adapter)."""
+    """`sources` of a flat PyTorch-layout tree regrouped where the target's layers are not
+    grouped by a key's last part, as a state dict in the canonical layout holds them (the
+    zoo's own, or a foreign one renamed by its adapter): the layers under a composite target
+    layer (an attention layer's `qkv` and `proj`) merged into one when together they hold
+    exactly its canonical arrays, and an array that is a target's bare parameter under a
+    module's name (LayerScale's `ls1.gamma`) taken as that parameter."""
     out = list(sources)
+    bare = {t.name for t in targets if t.kind == "parameter"}
+    for i, s in enumerate(out):
+        leaf = next(iter(s.arrays)) if len(s.arrays) == 1 else ""
+        if s.family == "torch" and not s.kinds and f"{s.key}.{leaf}" in bare:
+            out[i] = SourceLayer(f"{s.key}.{leaf}", "torch", {"": s.arrays[leaf]},
+                                 ("parameter",), s.index)
     for t in targets:
         if not KINDS[t.kind].composite:
             continue

@@ -147,7 +147,7 @@ class SwinConfig(Config):
         return self.window(int(key.split(".")[1]))
 
     def mlp_hidden(self, i: int) -> int:
-        return int(self.stage_dim(i) * self.mlp_ratio)
+        return int(self.stage_dim(i) * self.mlp_ratio + 1e-6)  # see ViTConfig.mlp_hidden
 
     def drop_path_rates(self) -> tuple[tuple[float, ...], ...]:
         """Each block's drop path rate per stage: `linspace(0, drop_path_rate, all blocks)`

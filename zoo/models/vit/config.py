@@ -20,6 +20,13 @@ _CLIP = {"base_patch16": (768, 12, 12, 16), "large_patch14": (1024, 24, 16, 14)}
 _CLIP_PROJECTION = {"base_patch16": 512, "large_patch14": 768}  # the OpenAI towers' heads
 
 
+def _width(width: int, ratio: float) -> int:
+    """timm's `int(width * mlp_ratio)`, exact for a ratio read as one width over another
+    (`intermediate_size / hidden_size` of a `config.json`: 1152 * (4304 / 1152) is
+    4303.999...)."""
+    return int(width * ratio + 1e-6)
+
+
 def _named() -> dict[str, dict[str, Any]]:
     named: dict[str, dict[str, Any]] = {
         f"vit_{size}_patch{patch}_{image}": {
@@ -212,7 +219,7 @@ class ViTConfig(Config):
     @property
     def mlp_hidden(self) -> int:
         """The MLP's hidden width (`fc1`'s outputs; SwiGLU's gate and value halves)."""
-        return int(self.width * self.mlp_ratio)
+        return _width(self.width, self.mlp_ratio)
 
     @property
     def mlp_inner(self) -> int:
@@ -222,7 +229,7 @@ class ViTConfig(Config):
     @property
     def pool_hidden(self) -> int:
         """The hidden width of the attention pool's MLP (timm's `int(width * mlp_ratio)`)."""
-        return int(self.width * self.mlp_ratio)
+        return _width(self.width, self.mlp_ratio)
 
     @property
     def num_features(self) -> int:
