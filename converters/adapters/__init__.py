@@ -19,6 +19,7 @@ from typing import Any
 
 from converters.adapters import hub
 from converters.adapters.base import Adapter, AdapterError, Drop, Fuse, Rename, Split, Transform
+from converters.adapters.big_vision import BIG_VISION_VIT
 from converters.adapters.hf_clip import (
     HF_CLIP_VISION,
     HF_SIGLIP_VISION,
@@ -76,7 +77,7 @@ def to_canonical_names(state: Mapping[str, Any], arch: str | None
 
 
 for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_VISION,
-                 HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES):
+                 HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES, BIG_VISION_VIT):
     register(_adapter)
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
                 HFSwinReader(), TimmReader()):

@@ -50,7 +50,8 @@ class Checkpoint:
     arrays are read when used, e.g. by `np.asarray`); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
     for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
-    renamed a foreign layout's keys on reading ("" when none was needed).
+    renamed a foreign layout's keys on reading ("" when none was needed); `notes` say what was
+    left out on reading, `adapted` what was changed for another config (`read(adapt=True)`).
     """
 
     config: Config
@@ -59,7 +60,8 @@ class Checkpoint:
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
     layout: str = field(default="", compare=False)  # the foreign layout adapter read through
-    notes: tuple[str, ...] = field(default=(), compare=False)  # left out or adapted on reading
+    notes: tuple[str, ...] = field(default=(), compare=False)  # left out on reading
+    adapted: tuple[str, ...] = field(default=(), compare=False)  # changed for another config
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -53,7 +53,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
     config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
     num_classes, ViT image_size or in_channels, as timm's pretrained loading; a new classifier
-    is drawn from `seed`), each change listed in the Checkpoint's `notes`; optimizer state and
+    is drawn from `seed`), each change listed in the Checkpoint's `adapted`; optimizer state and
     step are dropped.
     """
     path = Path(path)
@@ -68,7 +68,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
         if ck.config.arch != given.arch:
             raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {given.arch}")
         state, notes = adapt_state(ck.state, given, seed)
-        ck = Checkpoint(given, state, layout=ck.layout, notes=tuple(notes))
+        ck = Checkpoint(given, state, layout=ck.layout, notes=ck.notes, adapted=tuple(notes))
     if model_only:
         ck = ck.model_only()
     if cast is not None:
