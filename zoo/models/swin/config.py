@@ -43,10 +43,11 @@ class SwinConfig(Config):
     """
 
     arch: ClassVar[str] = "swin"
-    # One stage of shifted windows over a 12x8 grid (3x2 windows), one over 6x4: its height
-    # padded to two windows and shifted, its width one window, not shifted (the per-axis rule).
+    # A stage over a 6x4 grid: its height padded to two windows of 4 and shifted, its width one
+    # window, not shifted (the per-axis rule); patch merging into a 3x2 stage whose window
+    # shrinks to it. (tests/test_swin.py runs more shapes against timm.)
     TINY: ClassVar[dict[str, Any]] = {
-        "image_size": (24, 16), "patch_size": 2, "embed_dim": 8, "depths": (2, 2),
+        "image_size": (12, 8), "patch_size": 2, "embed_dim": 8, "depths": (2, 1),
         "num_heads": (1, 2), "window_size": 4, "mlp_ratio": 2.0, "num_classes": 5,
         "drop_path_rate": 0.0}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = _named()

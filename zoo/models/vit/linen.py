@@ -174,8 +174,8 @@ class ViT(nn.Module):
 
     def __call__(self, x: jax.Array, *, train: bool = False,
                  key: jax.Array | None = None) -> jax.Array:
-        """Logits of a batch; in training with drop path, its masks come from `key` (default:
-        the "dropout" stream's raw key is not reachable, so a key drawn from it)."""
+        """Logits of a batch; in training with drop path, its masks come from `key` (the raw
+        key draws the Equinox model's masks), or from the "dropout" stream when not given."""
         return self.forward_head(self.forward_features(x, train=train, key=key))
 
     def forward_features(self, x: jax.Array, *, train: bool = False,
