@@ -71,6 +71,7 @@ from converters.matching.cli import (
     convert_foreign_cli,
     convert_like_cli,
     describe,
+    describe_layout,
     mismatch_hint,
     propose,
 )
@@ -289,9 +290,10 @@ def _convert_adapted(args: argparse.Namespace, target: Config, console: Console)
                           progress=progress, cast=args.cast, adapt=True, seed=args.seed,
                           shard_size=args.shard_size, weights=args.weights,
                           layout=args.layout)
-    for note in ck.notes:
+    describe_layout(console, ck)
+    for note in ck.adapted:
         console.print(f"  adapted: {note}", markup=False)
-    if not ck.notes:
+    if not ck.adapted:
         console.print("  adapted: nothing (the weights already fit)")
     console.print(f"wrote {args.dst} as [bold]{args.to}[/bold]{written_layout(args)} "
                   f"({target.arch} {target.to_json()})", highlight=False)

@@ -67,7 +67,8 @@ FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py"
              "test_depth.py", "test_unet3d.py", "test_resnet.py", "test_resnet_same_padding.py",
              "test_named_models.py", "test_model_api.py", "test_adapt.py", "test_vit.py",
              "test_intermediates.py", "test_convnext.py", "test_named_language_models.py",
-             "test_mbconv.py")
+             "test_mbconv.py", "test_vit_towers.py", "test_swin.py", "test_hf_towers.py",
+             "test_big_vision_npz.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

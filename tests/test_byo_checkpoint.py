@@ -364,3 +364,16 @@ def test_a_misshaped_name_match_is_no_veto_and_map_wins(tmp_path, capsys, maps):
     x = np.random.default_rng(3).standard_normal((2, config.in_features)).astype(np.float32)
     got = forward(converters.load(dst, "eqx"), "eqx", x)
     assert max_difference(np.asarray(seq(jnp.asarray(x))), got) <= tolerance()
+
+
+def test_a_flat_state_dict_of_composite_layers_matches_by_name():
+    """A state dict in the canonical layout holds an attention layer as `attn.qkv` and
+    `attn.proj` keys: matching takes them together as the one attention layer (the zoo's own
+    ViT state dict through `import_state`, every layer by its name)."""
+    config = zoo.tiny_config("vit")
+    state = {k: np.asarray(v) for k, v in zoo.canonical_init(config, seed=4).items()}
+    res = converters.matching.import_state(state, "torch", config)
+    assert {r.rule for r in res.rows} == {"name"}
+    assert "blocks.0.attn" in {r.target for r in res.rows}
+    for k, v in state.items():
+        np.testing.assert_array_equal(res.state[k], v, err_msg=k)

@@ -1,6 +1,7 @@
 """HF transformers ViT as its users have it: a `save_pretrained` hub folder, a bare state dict
 in the files' layout and in transformers 5's module names, both directions, each compared with the
-`transformers` model itself; the refusals name q/k/v, the embeddings and the classifier."""
+`transformers` model itself; the refusals name q/k/v and the embeddings (a ViTModel without a
+classifier converts to the zoo's ViT without a head: tests/test_hf_towers.py)."""
 
 from __future__ import annotations
 
@@ -166,13 +167,6 @@ def test_refusals_name_qkv_and_embeddings(tmp_path, capsys, drop, named):
     assert f"HF transformers ViT: {named}" in err
 
 
-def test_a_vit_model_without_classifier_is_refused_naming_it(tmp_path, capsys):
-    src = _hub_folder_with(tmp_path, cls=transformers.ViTModel)
-    code, _, err = cli(capsys, "convert", src, tmp_path / "out.safetensors", "--to", "canonical")
-    assert code == 1
-    assert "no classifier (a ViTModel has no head: save the ViTForImageClassification)" in err
-
-
 @pytest.mark.parametrize(("field", "value", "named"), [
     ("use_mask_token", True, "HF ViT config field(s) use_mask_token have no counterpart"),
     ("hidden_act", "relu", "hidden_act 'relu': the zoo's ViT uses exact GELU ('gelu') only"),
@@ -233,8 +227,30 @@ def test_zoo_vit_written_in_a_foreign_layout_by_one_command(tmp_path, capsys):
 
 
 def test_reshape_is_exact_both_ways():
-    rule = adapters.Reshape((-1, 1, 1), (-1,))
+    rule = adapters.base.reshape((-1,), (-1, 1, 1))
     a = np.arange(6, dtype=np.float32).reshape(6, 1, 1) / 7
     assert rule.to_zoo(a).shape == (6,)
-    assert rule.from_zoo(rule.to_zoo(a)).tobytes() == a.tobytes()
-    assert rule.describe() == "reshaped (C, 1, 1) <-> (C,)"
+    assert rule.to_foreign(rule.to_zoo(a)).tobytes() == a.tobytes()
+    assert rule.name == "reshape (-1, 1, 1) -> (-1,)"
+
+
+def test_import_state_and_load_apply_the_layout_adapters_as_the_command_line(tmp_path):
+    """The Python API takes the HF layout as the CLI does (one renaming step): a
+    ViTForImageClassification state dict through `converters.import_state` and
+    `converters.load`, each equal to transformers' logits."""
+    model = hf_model()
+    import zoo
+
+    config = zoo.make_config(
+        "vit", width=8, depth=2, num_heads=2, mlp_ratio=2.0, image_size=(8, 8), patch_size=4,
+        num_classes=5, norm_eps=1e-12)
+    x = random_input((3, 8, 8))
+    want = hf_forward(model, x)
+    res = converters.import_state(model.state_dict(), "torch", config, verify_with="nnx")
+    assert res.notes[0].startswith("layout: HF transformers ViT (transformers 5 module names)")
+    assert {r.rule for r in res.rows} == {"name"}
+    assert max_difference(want, forward(converters.from_canonical(res.state, config, "eqx"),
+                                        "eqx", x)) <= tolerance()
+    torch.save(model.state_dict(), tmp_path / "vit.bin")
+    loaded = converters.load(tmp_path / "vit.bin", "linen", config=config)
+    assert max_difference(want, forward(loaded, "linen", x)) <= tolerance()

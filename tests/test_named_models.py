@@ -32,14 +32,31 @@ from converters.checkpoints.api import as_checkpoint
 from zoo.registry import schema
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAMILIES = {  # fixture -> (reference library, its names)
+# fixture -> (reference library, its names, the reference's arguments: a 1000-class head, or
+# timm's own default head for the published towers: none for DINOv2 and SigLIP, the image
+# projection for OpenAI's CLIP)
+FAMILIES = {
     "named_torchvision_resnet.json": ("torchvision", (
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
-        "wide_resnet50_2")),
-    "named_timm_vit.json": ("timm", r"vit_(tiny|small|base|large)_patch(16|32)_(224|384)"),
+        "wide_resnet50_2"), {"num_classes": 1000}),
+    "named_timm_vit.json": ("timm", r"vit_(tiny|small|base|large)_patch(16|32)_(224|384)",
+                            {"num_classes": 1000}),
     "named_timm_mbconv.json": ("timm", (
         *(f"{tf}efficientnet_b{i}" for tf in ("", "tf_") for i in range(5)),
-        "mobilenetv3_large_100", "mobilenetv3_small_100")),
+        "mobilenetv3_large_100", "mobilenetv3_small_100"), {"num_classes": 1000}),
+    "named_timm_vit_towers.json": ("timm", (
+        "vit_small_patch14_dinov2", "vit_base_patch14_dinov2", "vit_giant_patch14_dinov2",
+        "vit_small_patch14_reg4_dinov2", "vit_base_patch14_reg4_dinov2",
+        "vit_giant_patch14_reg4_dinov2", "vit_base_patch16_clip_224",
+        "vit_large_patch14_clip_224", "vit_base_patch16_clip_quickgelu_224",
+        "vit_large_patch14_clip_quickgelu_224", "vit_base_patch16_siglip_224",
+        "vit_so400m_patch14_siglip_384", "deit_tiny_patch16_224", "deit_small_patch16_224",
+        "deit_base_patch16_224", "deit_base_patch16_384", "deit_tiny_distilled_patch16_224",
+        "deit_small_distilled_patch16_224", "deit_base_distilled_patch16_224",
+        "deit_base_distilled_patch16_384"), {}),
+    "named_timm_swin.json": ("timm", (
+        "swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224",
+        "swin_base_patch4_window7_224", "swin_base_patch4_window12_384"), {"num_classes": 1000}),
 }
 SMALL = {"resnet18": {"input_size": (64, 64)}, "resnext50_32x4d": {"input_size": (32, 32)},
          "vit_tiny_patch16_224": {}}
@@ -49,8 +66,9 @@ RESNETS = FAMILIES["named_torchvision_resnet.json"][1]
 MBCONV = FAMILIES["named_timm_mbconv.json"][1]  # EfficientNet, MobileNetV3: test_mbconv.py
 # the zoo's names of the pinned families (torchvision's mobilenet_v3_* are pinned through their
 # layout, test_mbconv.py)
-NAMES = [*RESNETS, *zoo.list_models("vit_*"), *MBCONV]
-LIBRARY = {name: library for library, names in FAMILIES.values()
+NAMES = [*RESNETS, *zoo.list_models("vit_*"), *zoo.list_models("deit_*"),
+         *zoo.list_models("swin_*"), *MBCONV]
+LIBRARY = {name: library for library, names, _ in FAMILIES.values()
            for name in (names if isinstance(names, tuple) else ())}
 
 
@@ -84,13 +102,14 @@ def reference_model(library: str, name: str, **kwargs):
     return timm.create_model(name, pretrained=False, **kwargs)
 
 
-def reference_entry(library: str, name: str) -> dict:
-    """{"params": trainable parameter count, "state_dict": {key: shape}} of the reference with
-    a 1000-class head (timm serves vit_large_patch32_224 without one), on the meta device."""
+def reference_entry(library: str, name: str, **kwargs) -> dict:
+    """{"params": trainable parameter count, "state_dict": {key: shape}} of the reference built
+    with `kwargs` (a 1000-class head: timm serves vit_large_patch32_224 without one), on the
+    meta device."""
     import torch
 
     with torch.device("meta"):
-        model = reference_model(library, name, num_classes=1000)
+        model = reference_model(library, name, **kwargs)
     return {"params": sum(p.numel() for p in model.parameters()),
             "state_dict": {k: list(v.shape) for k, v in model.state_dict().items()}}
 
@@ -112,12 +131,14 @@ def write_fixtures(only: str | None = None) -> None:
     import torchvision
 
     versions = {"torchvision": torchvision.__version__, "timm": timm.__version__}
-    for fixture, (library, names) in FAMILIES.items():
+    for fixture, (library, names, kwargs) in FAMILIES.items():
         if only not in (None, fixture):
             continue
-        models = {n: reference_entry(library, n) for n in _reference_names(library, names)}
+        models = {n: reference_entry(library, n, **kwargs)
+                  for n in _reference_names(library, names)}
+        args = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "timm's default head"
         source = (f"{library} {versions[library]} models(weights=None / pretrained=False, "
-                  "num_classes=1000) on the meta device: trainable parameter count and "
+                  f"{args}) on the meta device: trainable parameter count and "
                   "state_dict key -> shape; written by `python -m tests.test_named_models`")
         (FIXTURES / fixture).write_text(_dump(source, models))
 
@@ -198,10 +219,10 @@ def test_named_config_has_the_references_keys_shapes_and_parameter_count(name):
 @pytest.mark.parametrize("fixture", sorted(FAMILIES))
 def test_fixtures_are_the_references(fixture):
     """The committed fixture is what the installed reference library builds."""
-    library, names = FAMILIES[fixture]
+    library, names, kwargs = FAMILIES[fixture]
     pytest.importorskip("torch")
     pytest.importorskip(library)
-    want = {n: reference_entry(library, n) for n in _reference_names(library, names)}
+    want = {n: reference_entry(library, n, **kwargs) for n in _reference_names(library, names)}
     assert _load(fixture) == want
 
 
@@ -249,21 +270,53 @@ def test_small_named_models_compute_the_references_logits(name, impl):
 
 # Every name at one block per stage: the blocks of a stage compute the same function, so this
 # checks each name's hyperparameters that shapes cannot show (heads, eps, strides, pooling,
-# groups) at a fraction of the cost; the full depth is pinned by the fixtures above.
-ONE_BLOCK = {"torchvision": ("layers", (1, 1, 1, 1), ("layer1", "layer2", "layer3", "layer4")),
-             "timm": ("depth", 1, ("blocks",))}
+# groups) at a fraction of the cost; the full depth is pinned by the fixtures above. ViTs run
+# at 4x4 patches (the image size changes the position embedding's length only); Swin keeps two
+# blocks per stage (the second one's windows are shifted) at its own size (it sets the windows).
+def _cut_resnet(model) -> None:
+    for stage in ("layer1", "layer2", "layer3", "layer4"):
+        setattr(model, stage, getattr(model, stage)[:1])
+
+
+def _cut_vit(model) -> None:
+    model.blocks = model.blocks[:1]
+
+
+def _cut_swin(model) -> None:
+    for stage in model.layers:
+        stage.blocks = stage.blocks[:2]
+
+
+ONE_BLOCK = {"resnet": ("layers", (1, 1, 1, 1), _cut_resnet), "vit": ("depth", 1, _cut_vit),
+             "swin": ("depths", (2, 2, 2, 2), _cut_swin)}
+
+
+def _small_image(arch: str, name: str) -> dict:
+    """The zoo's size arguments of the one-block check."""
+    if arch == "resnet":
+        return {"input_size": (64, 64)}
+    if arch == "vit":
+        side = 4 * zoo.make_config(name).patch_size
+        return {"image_size": (side, side)}
+    return {}
 
 
 def _one_block_reference(library: str, name: str):
-    """The reference `name` cut to its first block per stage, random weights (built on the
-    meta device, then filled: every array perturbed, BatchNorm variances positive)."""
+    """The reference `name` cut to its first block(s) per stage, random weights (built on the
+    meta device, then filled: every array perturbed, BatchNorm variances positive; the
+    buffers timm derives, recomputed)."""
     import torch
 
+    arch = zoo.make_config(name).arch
+    size = _small_image(arch, name)
+    size = {"img_size": size["image_size"]} if "image_size" in size else {}
     with torch.device("meta"):
-        model = reference_model(library, name, num_classes=10)
-    for stage in ONE_BLOCK[library][2]:
-        setattr(model, stage, getattr(model, stage)[:1])
+        model = reference_model(library, name, num_classes=10, **size)
+    ONE_BLOCK[arch][2](model)
     model = model.to_empty(device="cpu")
+    for module in model.modules():  # timm's derived (non-persistent) buffers
+        if hasattr(module, "init_non_persistent_buffers"):
+            module.init_non_persistent_buffers()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for key, value in model.state_dict().items():
@@ -284,10 +337,10 @@ def test_every_name_at_one_block_per_stage_computes_the_references_logits(name):
     torch = pytest.importorskip("torch")
     library = LIBRARY.get(name, "timm")
     pytest.importorskip(library)
-    field, value, _ = ONE_BLOCK[library]
+    arch = zoo.make_config(name).arch
+    field, value, _ = ONE_BLOCK[arch]
     reference = _one_block_reference(library, name)
-    size = {} if library == "timm" else {"input_size": (64, 64)}
-    config = zoo.make_config(name, num_classes=10, **{field: value}, **size)
+    config = zoo.make_config(name, num_classes=10, **{field: value}, **_small_image(arch, name))
     model = converters.from_canonical(reference.state_dict(), config, "torch").eval()
     x = torch.from_numpy(np.array(zoo.example_input(config, batch=1, seed=1)))
     with torch.no_grad():

@@ -1,21 +1,37 @@
-"""Foreign layouts as data: one `Adapter` per layout (renames with exact transforms such as a
-reshape, prefixes, q/k/v fuse and split), applied to a checkpoint's keys before matching, chosen
-by content (which adapter's rules cover the keys), and written back with `--layout` (the torch
-format): HF transformers' ViT, torchvision's ConvNeXt; and the hub folders' `config.json`
-readers (`converters.adapters.hub`: HF transformers' ViT and language models (`hf_lm`: gpt2,
-llama, mistral, qwen2, qwen3), timm, the zoo's own).
+"""Foreign layouts as data: one `Adapter` per layout (renames, prefixes, q/k/v fuse and split,
+value changes, left-out keys, scanned layers), applied to a checkpoint's keys before matching,
+chosen by content (which adapter's rules cover the keys), and written back with `--layout` (the
+torch format) where every value change has an inverse: HF transformers' ViT, DINOv2, CLIP and
+SigLIP image towers and Swin, big_vision's ViT (read only), torchvision's ConvNeXt,
+EfficientNet and MobileNetV3; and the hub folders' `config.json` readers
+(`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers, Swin and
+language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3), timm, the zoo's own).
 
-A new layout is one `Adapter` value and one `register` call below; a new hub family one
-`HubReader` subclass registered with `converters.adapters.hub.register`.
+One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
+new layout is one `Adapter` value and one `register` call below, a new hub family one
+`HubReader` subclass registered with `converters.adapters.hub.register`. `to_canonical_names`
+is the one place a foreign state dict is renamed: the checkpoint readers (the command line,
+`converters.load`) and `converters.import_state` both call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from converters.adapters import hub
-from converters.adapters.base import Adapter, AdapterError, Fuse, Rename, Reshape, Transform
+from converters.adapters.base import Adapter, AdapterError, Drop, Fuse, Rename, Split, Transform
+from converters.adapters.big_vision import BIG_VISION_VIT
+from converters.adapters.hf_clip import (
+    HF_CLIP_VISION,
+    HF_SIGLIP_VISION,
+    HFCLIPVisionReader,
+    HFSiglipVisionReader,
+)
+from converters.adapters.hf_dinov2 import HF_DINOV2, HF_DINOV2_MODULES, HFDinov2Reader
 from converters.adapters.hf_lm import READERS as LM_READERS
+from converters.adapters.hf_swin import HF_SWIN, HF_SWIN_MODULES, HFSwinReader
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
 from converters.adapters.torchvision_convnext import TORCHVISION_CONVNEXT
@@ -56,11 +72,29 @@ def find(keys: Iterable[str], arch: str | None = None) -> Adapter | None:
     return best[1] if best[0] > 0.5 else None
 
 
-for _adapter in (HF_VIT, HF_VIT_MODULES, TORCHVISION_CONVNEXT, TORCHVISION_EFFICIENTNET,
-                 TORCHVISION_MOBILENET_V3_LARGE, TORCHVISION_MOBILENET_V3_SMALL):
+def to_canonical_names(state: Mapping[str, Any], arch: str | None
+                       ) -> tuple[dict[str, Any], Adapter | None, list[str]]:
+    """`state` under the zoo's canonical names of `arch`, by the adapter whose rules cover its
+    keys (`find`); `(state, None, [])` as it is when none does. Returns the adapter and one
+    note per reason a key was left out (`Drop`)."""
+    adapter = find(state, arch)
+    if adapter is None:
+        return dict(state), None, []
+    out = adapter.to_zoo(state)
+    reasons = Counter(adapter.dropped(state).values())
+    notes = [f"left out {n} key(s) of the {adapter.description} layout: {reason}"
+             for reason, n in reasons.items()]
+    return out, adapter, notes
+
+
+for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_VISION,
+                 HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES, BIG_VISION_VIT, TORCHVISION_CONVNEXT,
+                 TORCHVISION_EFFICIENTNET, TORCHVISION_MOBILENET_V3_LARGE,
+                 TORCHVISION_MOBILENET_V3_SMALL):
     register(_adapter)
-for _reader in (HFViTReader(), TimmReader(), *LM_READERS, ZooReader()):
+for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
+                HFSwinReader(), TimmReader(), *LM_READERS, ZooReader()):
     hub.register(_reader)
 
-__all__ = ["Adapter", "AdapterError", "Fuse", "Rename", "Reshape", "Transform", "adapters",
-           "find", "get", "hub", "register"]
+__all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Transform",
+           "adapters", "find", "get", "hub", "register", "to_canonical_names"]

@@ -6,7 +6,9 @@ writes and the Hub holds, in every release), the module names of transformers 5'
 The zoo ViT with class-token pooling is the same function: q, k, v are fused into `qkv`,
 `position_embeddings` include the class token, `layernorm_before/after` are `norm1/norm2`, the
 final `vit.layernorm` is `norm`, `classifier` the `head`; the LayerNorm epsilon
-(`layer_norm_eps`, 1e-12 by default) becomes the config's `norm_eps`.
+(`layer_norm_eps`, 1e-12 by default) becomes the config's `norm_eps`. A `ViTModel` (no
+classifier) is the zoo's ViT with `num_classes=0`, its output HF's `last_hidden_state[:, 0]`;
+its pooler (a dense layer and tanh) has no counterpart in timm's ViT and is left out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter, Fuse, Rename
+from converters.adapters.base import Adapter, Drop, Fuse, Rename
+from converters.adapters.hf_common import POOLER, classes
 from converters.adapters.hub import HubReader
 from zoo.configs import Config, ConfigError
 from zoo.models.vit.config import ViTConfig
@@ -26,9 +29,7 @@ _HEAD = (Rename("vit.layernorm.{p}", "norm.{p}"), Rename("classifier.{p}", "head
 _GROUPS = (("embeddings.cls_token", "class token (vit.embeddings.cls_token)"),
            ("embeddings.position_embeddings",
             "position embeddings (vit.embeddings.position_embeddings)"),
-           ("embeddings.patch_embeddings", "patch embedding (vit.embeddings.patch_embeddings)"),
-           ("classifier.", "classifier (a ViTModel has no head: save the "
-                           "ViTForImageClassification)"))
+           ("embeddings.patch_embeddings", "patch embedding (vit.embeddings.patch_embeddings)"))
 _QKV = "query, key and value"
 
 
@@ -39,7 +40,8 @@ def _layout(name: str, description: str, block: str, renames: dict[str, str],
         name=name, description=description, arch="vit", prefix="vit.", groups=_GROUPS,
         renames=(*_EMBEDDINGS, *(Rename(f"{block}.{hf}.{{p}}", f"blocks.{{i}}.{zoo}.{{p}}")
                                  for hf, zoo in renames.items()), *_HEAD),
-        fuses=(Fuse(tuple(f"{block}.{q}.{{p}}" for q in qkv), "blocks.{i}.attn.qkv.{p}", _QKV),))
+        fuses=(Fuse(tuple(f"{block}.{q}.{{p}}" for q in qkv), "blocks.{i}.attn.qkv.{p}", _QKV),),
+        drops=(Drop("vit.pooler.dense.{p}", POOLER),))
 
 
 HF_VIT_MODULES = _layout(
@@ -91,7 +93,7 @@ class HFViTReader(HubReader):
             raise ConfigError(f"{where}: hidden_act {got['hidden_act']!r}: the zoo's ViT uses "
                               "exact GELU ('gelu') only")
         image = got["image_size"]
-        labels = got.get("num_labels", len(got.get("id2label") or {}) or 2)
+        labels = classes(got)
         try:
             ratio = got["intermediate_size"] / got["hidden_size"]
             fields = {zoo: got[hf] for hf, zoo in _FIELDS.items()}
@@ -113,7 +115,9 @@ class HFViTReader(HubReader):
         h, w = config.image_size
         if h != w:
             raise ConfigError(f"the HF ViT needs a square image, found image_size {h}x{w}")
-        return {"architectures": ["ViTForImageClassification"], "model_type": "vit",
+        headless = config.num_classes == 0  # a ViTModel (transformers draws its pooler)
+        return {"architectures": ["ViTModel" if headless else "ViTForImageClassification"],
+                "model_type": "vit",
                 "hidden_size": config.width, "num_hidden_layers": config.depth,
                 "num_attention_heads": config.num_heads, "intermediate_size": config.mlp_hidden,
                 "hidden_act": "gelu", "layer_norm_eps": config.norm_eps, "image_size": h,

@@ -12,7 +12,7 @@ V2 and no 1x1-convolution MLP: zoo keys of those have no place here and are refu
 
 from __future__ import annotations
 
-from converters.adapters.base import Adapter, Rename, Reshape
+from converters.adapters.base import Adapter, Rename, reshape
 
 _BLOCK = {"block.0": "conv_dw", "block.2": "norm", "block.3": "mlp.fc1", "block.5": "mlp.fc2"}
 
@@ -23,7 +23,7 @@ def _stage(s: int) -> tuple[Rename, ...]:
     zoo = f"stages.{s}.blocks.{{i}}"
     down = tuple(Rename(f"features.{2 * s}.{j}.{{p}}", f"stages.{s}.downsample.{j}.{{p}}")
                  for j in (0, 1)) if s else ()
-    return (*down, Rename(f"{blocks}.layer_scale", f"{zoo}.gamma", Reshape((-1, 1, 1), (-1,))),
+    return (*down, Rename(f"{blocks}.layer_scale", f"{zoo}.gamma", reshape((-1,), (-1, 1, 1))),
             *(Rename(f"{blocks}.{tv}.{{p}}", f"{zoo}.{ours}.{{p}}") for tv, ours in _BLOCK.items()))
 
 

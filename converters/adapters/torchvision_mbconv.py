@@ -26,30 +26,16 @@ MobileNetV3s pad as PyTorch with BatchNorm eps 1e-3 (momentum 0.01): the named c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
-from converters.adapters.base import Adapter, Rename
+from converters.adapters.base import Adapter, Rename, Transform
 from zoo.models.efficientnet.config import EfficientNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 from zoo.models.mobilenetv3.config import MobileNetV3Config
 
-
-@dataclass(frozen=True)
-class LinearAsConv:
-    """A Linear's `(O, I)` weight is a 1x1 conv's `(O, I, 1, 1)`."""
-
-    def to_zoo(self, a: Any) -> Any:
-        return np.asarray(a)[:, :, None, None]
-
-    def from_zoo(self, a: Any) -> Any:
-        a = np.asarray(a)
-        return a.reshape(a.shape[:2])
-
-    def describe(self) -> str:
-        return "reshaped (O, I) <-> (O, I, 1, 1)"
+# A Linear's `(O, I)` weight is a 1x1 conv's `(O, I, 1, 1)`.
+LINEAR_AS_CONV = Transform("(O, I) -> (O, I, 1, 1)", lambda a: np.asarray(a)[:, :, None, None],
+                           lambda a: np.asarray(a).reshape(np.shape(a)[:2]))
 
 
 def _conv_bn(foreign: str, conv: str, bn: str) -> tuple[Rename, ...]:
@@ -106,7 +92,7 @@ def _mobilenet_v3(size: str) -> Adapter:
         name=f"torchvision-mobilenet-v3-{size}",
         description=f"torchvision MobileNetV3 ({size})", arch="mobilenetv3",
         renames=(*_STEM, *renames,
-                 Rename("classifier.0.weight", "conv_head.weight", LinearAsConv()),
+                 Rename("classifier.0.weight", "conv_head.weight", LINEAR_AS_CONV),
                  Rename("classifier.0.bias", "conv_head.bias"),
                  Rename("classifier.3.{p}", "classifier.{p}")),
         groups=(("features.0.0.", "stem (features.0.0)"),

@@ -51,8 +51,10 @@ class Checkpoint:
     arrays are read when used, e.g. by `np.asarray`); `optimizer` the
     canonical optimizer state (see `converters.optim`) and `step` the training step, both None
     for a model-only checkpoint. `layout` names the adapter (`converters.adapters`) that
-    renamed a foreign layout's keys on reading ("" when none was needed); `write_layout` the
-    one whose names a format that can (`writes_layouts`) stores the state in (`--layout`).
+    renamed a foreign layout's keys on reading ("" when none was needed); `notes` say what was
+    left out on reading, `adapted` what was changed for another config (`read(adapt=True)`);
+    `write_layout` the one whose names a format that can (`writes_layouts`) stores the state in
+    (`--layout`).
     """
 
     config: Config
@@ -61,7 +63,8 @@ class Checkpoint:
     step: int | None = None
     source: Detection | None = field(default=None, compare=False)
     layout: str = field(default="", compare=False)  # the foreign layout adapter read through
-    notes: tuple[str, ...] = field(default=(), compare=False)  # left out or adapted on reading
+    notes: tuple[str, ...] = field(default=(), compare=False)  # left out on reading
+    adapted: tuple[str, ...] = field(default=(), compare=False)  # changed for another config
     write_layout: str = field(default="", compare=False)  # the foreign layout to write in
     _validated: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 

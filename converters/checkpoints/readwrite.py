@@ -57,7 +57,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     With `adapt`, `arch` / `config` give the target: the file's model arrays (read with its own
     config when it carries one) are adapted to it by the architecture's `ADAPTERS` (another
     num_classes, ViT image_size or in_channels, as timm's pretrained loading; a new classifier
-    is drawn from `seed`), each change listed in the Checkpoint's `notes`; optimizer state and
+    is drawn from `seed`), each change listed in the Checkpoint's `adapted`; optimizer state and
     step are dropped.
     """
     path = local(path)
@@ -72,7 +72,7 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
         if ck.config.arch != given.arch:
             raise CheckpointError(f"{path} holds a {ck.config.arch}, not a {given.arch}")
         state, notes = adapt_state(ck.state, given, seed)
-        ck = Checkpoint(given, state, layout=ck.layout, notes=tuple(notes))
+        ck = Checkpoint(given, state, layout=ck.layout, notes=ck.notes, adapted=tuple(notes))
     if model_only:
         ck = ck.model_only()
     if cast is not None:
@@ -87,19 +87,20 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
 
 def adapted(ck: Checkpoint) -> Checkpoint:
     """`ck` with a foreign layout's keys renamed to the canonical ones, by the adapter whose
-    rules cover them (`converters.adapters.find`), and a tied array's alias dropped where it
-    equals its source (`Config.ties`: transformers' `lm_head.weight`; refused by name where it
-    differs); `ck` itself when its keys are canonical or no adapter fits."""
+    rules cover them (`converters.adapters.to_canonical_names`, as `import_state` does), the
+    keys it leaves out noted, and a tied array's alias dropped where it equals its source
+    (`Config.ties`: transformers' `lm_head.weight`; refused by name where it differs); `ck`
+    itself when its keys are canonical or no adapter fits."""
     if ck.config.ties and any(t.alias in ck.state for t in ck.config.ties):
         ck = dataclasses.replace(ck, state=canonical.untie(ck.state, ck.config.ties),
                                  _validated=None)
     if set(ck.state) == set(canonical_spec(ck.config)):
         return ck
-    adapter = adapters.find(ck.state, ck.config.arch)
+    state, adapter, notes = adapters.to_canonical_names(ck.state, ck.config.arch)
     if adapter is None:
         return ck
-    ck = dataclasses.replace(ck, state=adapter.to_zoo(ck.state), layout=adapter.name,
-                             _validated=None)
+    ck = dataclasses.replace(ck, state=state, layout=adapter.name, _validated=None,
+                             notes=(*ck.notes, *notes))
     ck.state = ordered_state(ck)
     return ck
 

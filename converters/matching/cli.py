@@ -28,6 +28,11 @@ def describe(console: Console, ck: Any) -> None:
     kind = (f"training checkpoint (step {ck.step}, optimizer state "
             f"{'yes' if ck.optimizer is not None else 'no'})" if ck.training else "model")
     console.print(f"  contents: {kind}, {len(ck.state)} keys, dtype {ck.dtype}")
+    describe_layout(console, ck)
+
+
+def describe_layout(console: Console, ck: Any) -> None:
+    """What was left out on reading, and the foreign layout read through (if any)."""
     for note in ck.notes:
         console.print(f"  note: {note}", markup=False)
     if ck.layout:

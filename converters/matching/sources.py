@@ -37,11 +37,14 @@ class SourceLayer:
     arrays: dict[str, Any]
     kinds: tuple[str, ...]
     index: int = 0  # position in the source (definition order when `ordered`)
+    canonical_kind: str | None = None  # the arrays are that composite kind's canonical ones
     _shapes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def canonical(self, kind: str, flatten_shape: tuple[int, ...] | None = None
                   ) -> dict[str, Any]:
         """The layer's arrays in the canonical layout, read as a layer of `kind`."""
+        if kind == self.canonical_kind:
+            return dict(self.arrays)
         layer = Layer(self.key, kind, flatten_shape=flatten_shape)
         return KINDS[kind].convert(self.family, dict(self.arrays), layer, to="canonical")
 
@@ -111,6 +114,34 @@ def from_flat(flat: Mapping[str, Any], family: str, *, ordered: bool) -> list[So
         kinds = ("parameter",) if name in bare else candidate_kinds(set(groups[name]), family)
         out.append(SourceLayer(name, family, groups[name], kinds, i))
     return out
+
+
+def merge_composites(sources: list[SourceLayer], targets: list[Any]) -> list[SourceLayer]:
+    """`sources` of a flat PyTorch-layout tree regrouped where the target's layers are not
+    grouped by a key's last part, as a state dict in the canonical layout holds them (the
+    zoo's own, or a foreign one renamed by its adapter): the layers under a composite target
+    layer (an attention layer's `qkv` and `proj`) merged into one when together they hold
+    exactly its canonical arrays, and an array that is a target's bare parameter under a
+    module's name (LayerScale's `ls1.gamma`) taken as that parameter."""
+    out = list(sources)
+    bare = {t.name for t in targets if t.kind == "parameter"}
+    for i, s in enumerate(out):
+        leaf = next(iter(s.arrays)) if len(s.arrays) == 1 else ""
+        if s.family == "torch" and not s.kinds and f"{s.key}.{leaf}" in bare:
+            out[i] = SourceLayer(f"{s.key}.{leaf}", "torch", {"": s.arrays[leaf]},
+                                 ("parameter",), s.index)
+    for t in targets:
+        if not KINDS[t.kind].composite:
+            continue
+        under = [s for s in out if s.family == "torch" and s.key.startswith(t.name + ".")]
+        arrays = {f"{s.key[len(t.name) + 1:]}.{leaf}": a for s in under
+                  for leaf, a in s.arrays.items()}
+        if not under or set(arrays) != set(t.shapes):
+            continue
+        merged = SourceLayer(t.name, "torch", arrays, (t.kind,), min(s.index for s in under),
+                             canonical_kind=t.kind)
+        out = [s for s in out if s not in under] + [merged]
+    return sorted(out, key=lambda s: s.index)
 
 
 def flatten_tree(tree: Any) -> dict[str, Any]:

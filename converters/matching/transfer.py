@@ -18,10 +18,17 @@ import numpy as np
 import canonical
 from canonical.errors import ConversionError
 from canonical.paths import join
+from converters import adapters
 from converters.matching import verify as checks
 from converters.matching.flatten import abstract_input_of, find_flatten, needs_flatten
 from converters.matching.match import Row, TargetLayer, match
-from converters.matching.sources import SourceLayer, flatten_tree, from_flat, from_model
+from converters.matching.sources import (
+    SourceLayer,
+    flatten_tree,
+    from_flat,
+    from_model,
+    merge_composites,
+)
 from zoo.configs import Config, warn_padding
 from zoo.interface import native_interface
 from zoo.libraries import IMPLS, library
@@ -115,16 +122,29 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
     `verify_with`: a library ("eqx", "linen", "nnx", "torch"); the zoo model of `src_impl` holding
     the source's arrays as they are and the one of `verify_with` run on the same random input
     (a wrong layout or flatten order shows there). `ordered` overrides the source's order fact.
+    A PyTorch-layout state dict in a foreign layout an adapter knows (`converters.adapters`:
+    HF transformers, big_vision, ...) is renamed first, as the command line and
+    `converters.load` do (`Result.notes` name the layout).
     """
+    notes: list[str] = []
+    if src_impl == "torch" and isinstance(src, Mapping) and _is_flat(src):
+        # a foreign layout (HF transformers, big_vision, ...): its keys renamed as the
+        # checkpoint readers do (the command line, `converters.load`)
+        renamed, adapter, notes = adapters.to_canonical_names(src, config.arch)
+        if adapter is not None:
+            src = renamed
+            notes = [f"layout: {adapter.description} ({adapter.name}), keys renamed and fused "
+                     "by its declared rules", *notes]
     sources, is_ordered = source_layers(src, src_impl)
     warn_source_padding(src_impl, config)
     found, spec = schema(config)
     targets = _targets(found, spec)
+    sources = merge_composites(sources, targets)
     rows = match(sources, targets, maps=maps, strip=strip, add=add,
                  ordered=is_ordered if ordered is None else ordered)
     state = canonical_state(sources, rows, targets)
     res = Result(rows, state, flatten_shape=config.flatten_shape,
-                 flatten_from="config" if config.flatten_shape else "")
+                 flatten_from="config" if config.flatten_shape else "", notes=notes)
     if verify_with is not None:
         from converters.core import from_canonical
 

@@ -101,9 +101,9 @@ def bench_parser() -> argparse.ArgumentParser:
                     "and PyTorch (same weights, checked before timing).",
         epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("arch", nargs="?", choices=ARCHS, metavar="ARCH",
-                   help="architecture or bench-only subject: " + ", ".join(ARCHS)
-                        + " (python -m zoo.bench presets); may be omitted when --preset names "
-                          "a unique shape")
+                   help="architecture or bench-only subject (python -m zoo.bench presets: "
+                        f"{', '.join(ARCHS)}); may be omitted when --preset names a unique "
+                        "shape")
     p.add_argument("--impl", default="all", help="all or a comma list of eqx,linen,nnx,torch")
     p.add_argument("--mode", choices=("forward", "train", "both"), default=None,
                    help="forward (inference), train (loss, gradients, optax update, BN state) "

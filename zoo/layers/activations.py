@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["gelu", "gelu_tanh", "hard_sigmoid", "hard_swish"]
+__all__ = ["gelu", "gelu_tanh", "hard_sigmoid", "hard_swish", "quick_gelu", "silu"]
 
 _SQRT_HALF = 1 / math.sqrt(2)
 
@@ -31,7 +31,9 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 def gelu_tanh(x: Array) -> Array:
     """GELU's tanh approximation as transformers' `gelu_new` (GPT-2) writes it:
-    `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`."""
+    `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`; PyTorch's
+    `gelu(approximate="tanh")` (timm's "gelu_tanh", transformers' "gelu_pytorch_tanh": the SigLIP
+    towers of big_vision and Hugging Face)."""
     inner = jnp.asarray(_SQRT_2_OVER_PI, x.dtype) * (x + jnp.asarray(0.044715, x.dtype) * x ** 3)
     return 0.5 * x * (1 + jnp.tanh(inner))
 
@@ -62,3 +64,13 @@ def _hard_swish_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Arra
     (x,), (t,) = primals, tangents
     slope = jnp.where(x <= -3, 0, jnp.where(x < 3, x / 3 + 0.5, 1)).astype(t.dtype)
     return hard_swish(x), t * slope
+
+
+def quick_gelu(x: Array) -> Array:
+    """`x * sigmoid(1.702 x)`, OpenAI CLIP's QuickGELU (timm's "quick_gelu")."""
+    return x * jax.nn.sigmoid(jnp.asarray(1.702, x.dtype) * x)
+
+
+def silu(x: Array) -> Array:
+    """`x * sigmoid(x)` (SiLU, Swish), the gate of timm's SwiGLU MLPs."""
+    return jax.nn.silu(x)

@@ -239,12 +239,13 @@ class MultiheadAttention(eqx.nn.MultiheadAttention):
 
 def with_new_head(model: Any, name: str, in_features: int, num_classes: int, *,
                   key: jax.Array) -> Any:
-    """A copy of `model` whose Linear `name` is a fresh one for `num_classes` and whose config
-    says so (timm's `reset_classifier`, functionally); `model` is not changed. The config is a
-    static field, which `eqx.tree_at` cannot replace."""
-    head = getattr(model, name)
+    """A copy of `model` whose Linear `name` is a fresh one for `num_classes` (None for 0, a
+    model without a head, as timm's identity) and whose config says so (timm's
+    `reset_classifier`, functionally); `model` is not changed. The config is a static field,
+    which `eqx.tree_at` cannot replace."""
+    dtype = next(a.dtype for a in jax.tree.leaves(model) if eqx.is_inexact_array(a))
     new = copy.copy(model)
     object.__setattr__(new, "config", dataclasses.replace(model.config, num_classes=num_classes))
-    object.__setattr__(new, name, Linear(in_features, num_classes, key=key,
-                                         dtype=head.weight.dtype))
+    object.__setattr__(new, name, Linear(in_features, num_classes, key=key, dtype=dtype)
+                       if num_classes else None)
     return new
