@@ -42,6 +42,8 @@ ZOO_ARGS = {RESNET: {**SMALL, "widths": (8, 16, 32, 64)},
 TIMM_ARGS = {RESNET: {**SMALL, "channels": (8, 16, 32, 64)},
              VIT: {"depth": 1, "embed_dim": 64, "num_heads": 2, "img_size": 32}}
 INPUT = {RESNET: (2, 3, 32, 32), VIT: (2, 3, 32, 32)}
+# GPT-2's tag (the configs' HUB_REPOS: OpenAI's release) over a reduced model
+GPT2_ARGS = {"vocab_size": 96, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 2}
 
 
 def random_timm(name: str, seed: int = 0, **kwargs):
@@ -98,6 +100,11 @@ def hub_cache(tmp_path_factory):
     hf.save_pretrained(work / "hf-sharded", max_shard_size="20KB")
     assert (work / "hf-sharded" / "model.safetensors.index.json").is_file()
     add_folder(cache, "google/vit-tiny-sharded", work / "hf-sharded")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(10)
+    GPT2LMHeadModel(GPT2Config(**GPT2_ARGS)).eval().save_pretrained(work / "gpt2")
+    add_folder(cache, "openai-community/gpt2", work / "gpt2")
     return cache
 
 
@@ -205,6 +212,25 @@ def test_transformers_folders_equal_transformers(hub, repo, impl):
     model = zoo.create(f"hf-hub:{repo}", impl, pretrained=True)
     assert converters.config_of(model, impl).norm_eps == 1e-12  # transformers' default
     assert max_difference(want, run(model, impl, x)) <= tolerance()
+
+
+@pytest.mark.parametrize("impl", [pytest.param(i, marks=() if i == "nnx" else pytest.mark.full_only)
+                                  for i in IMPLS])
+def test_language_model_tags_equal_transformers(hub, impl):
+    """A tag the config declares (`HUB_REPOS`: gpt2.openai, OpenAI's repository) loads the
+    transformers folder in every library (its tied head one array), with transformers' logits;
+    a language model's tag asks for no classifier."""
+    from transformers import GPT2LMHeadModel
+
+    ref = GPT2LMHeadModel.from_pretrained("openai-community/gpt2", cache_dir=str(hub),
+                                          local_files_only=True).eval()
+    ids = np.random.default_rng(0).integers(0, GPT2_ARGS["vocab_size"], (2, 8))
+    with torch.no_grad():
+        want = ref(torch.from_numpy(ids)).logits.numpy()
+    model = zoo.create("gpt2.openai", impl, pretrained=True, **GPT2_ARGS)
+    api = zoo.native_interface(impl)
+    got = np.asarray(api.forward(model, api.to_native(ids.astype(np.int32))))
+    assert max_difference(want, got) <= tolerance()
 
 
 @pytest.mark.full_only

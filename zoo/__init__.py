@@ -89,7 +89,8 @@ def pretrained_plan(name: str | Config, overrides: dict[str, Any]
     if tag is None:
         raise ConfigError(f"{name} has no pretrained weights (zoo.list_pretrained() lists the "
                           "names that have)")
-    if not tag.fields.get("num_classes") and "num_classes" not in overrides:
+    has_head = "num_classes" in {f.name for f in dataclasses.fields(make_config(found.name))}
+    if has_head and not tag.fields.get("num_classes") and "num_classes" not in overrides:
         raise ConfigError(f"{tag}: the weights have no classifier (timm's num_classes "
                           f"{tag.fields.get('num_classes')}: features only) and the zoo's "
                           "models end in one: pass num_classes=N for a new one (drawn from "

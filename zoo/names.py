@@ -38,9 +38,9 @@ def resolve(name: str) -> tuple[str, dict[str, Any]]:
     table = named_models()
     if name in table:
         return table[name]
-    base, tag = split(str(name), table)
-    if tag is not None:
-        arch, overrides = table[base]
+    base, tag = split(str(name), {**table, **dict.fromkeys(CONFIGS)})
+    if tag is not None:  # an architecture's own name stands for its default config
+        arch, overrides = table.get(base, (base, {}))
         return arch, {**overrides, **find(base, tag).overrides(CONFIGS[arch])}
     close = difflib.get_close_matches(str(name), [*CONFIGS, *table], n=3)
     hint = (f"did you mean {' or '.join(map(repr, close))}?" if close

@@ -84,9 +84,9 @@ def generate() -> dict[str, Any]:
     models: dict[str, Any] = {}
     for arch, cls in CONFIGS.items():
         for name, repos in cls.HUB_REPOS.items():
-            if named.get(name, (None,))[0] != arch:
-                raise ConfigError(f"{cls.__name__}.HUB_REPOS names {name!r}, not a named "
-                                  f"model of {arch} (its NAMED)")
+            if name != arch and named.get(name, (None,))[0] != arch:
+                raise ConfigError(f"{cls.__name__}.HUB_REPOS names {name!r}, neither {arch} "
+                                  "nor one of its named models (NAMED)")
             default, tags = declared_tags(name, repos)
             models[name] = {"arch": arch, "default": default, "tags": tags}
     for name, (arch, _) in sorted(named.items()):

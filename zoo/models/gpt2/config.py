@@ -33,6 +33,10 @@ class GPT2Config(LanguageModelConfig):
                                       "attn_pdrop": 0.0, "resid_pdrop": 0.0, "seq_len": 8}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = {
         name: {"n_embd": e, "n_layer": n, "n_head": h} for name, (e, n, h) in _SIZES.items()}
+    # OpenAI's releases on the Hub (zoo.create("gpt2-medium.openai", impl, pretrained=True)).
+    HUB_REPOS: ClassVar[dict[str, dict[str, Any]]] = {
+        name: {"openai": {"hub": f"openai-community/{name}", "license": "mit"}}
+        for name in ("gpt2", *_SIZES)}
     vocab_size: int = 50257
     n_positions: int = 1024
     n_embd: int = 768

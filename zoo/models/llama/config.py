@@ -56,6 +56,25 @@ NAMED_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
+_INDEX = "model.safetensors.index.json"  # a sharded release
+# The releases on the Hub (zoo.create("qwen3-0.6b.base", impl, pretrained=True)); meta-llama's
+# repositories are gated: the Hub serves them to an accepted licence's token only.
+HUB_REPOS: dict[str, dict[str, Any]] = {
+    name: {"base": {"hub": repo, "license": licence,
+                    **({"file": _INDEX} if sharded else {})}}
+    for name, (repo, licence, sharded) in {
+        "llama-2-7b": ("meta-llama/Llama-2-7b-hf", "llama2", True),
+        "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", "llama3.2", False),
+        "llama-3.2-3b": ("meta-llama/Llama-3.2-3B", "llama3.2", True),
+        "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", "llama3.1", True),
+        "mistral-7b-v0.1": ("mistralai/Mistral-7B-v0.1", "apache-2.0", True),
+        "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B", "apache-2.0", False),
+        "qwen2.5-1.5b": ("Qwen/Qwen2.5-1.5B", "apache-2.0", False),
+        "qwen2.5-7b": ("Qwen/Qwen2.5-7B", "apache-2.0", True),
+        "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "apache-2.0", False),
+        "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "apache-2.0", True),
+        "qwen3-8b": ("Qwen/Qwen3-8B", "apache-2.0", True)}.items()}
+
 @dataclass(frozen=True)
 class LlamaConfig(LanguageModelConfig):
     """transformers' `LlamaForCausalLM` and its relatives, through fields rather than classes:
@@ -89,6 +108,7 @@ class LlamaConfig(LanguageModelConfig):
     # biases, q/k norm, own head size, tied head) is checked against transformers in
     # tests/test_language_models.py, which costs the suite less than a registry variant.
     NAMED: ClassVar[dict[str, dict[str, Any]]] = NAMED_MODELS
+    HUB_REPOS: ClassVar[dict[str, dict[str, Any]]] = HUB_REPOS
     vocab_size: int = 32000
     hidden_size: int = 4096
     intermediate_size: int = 11008
