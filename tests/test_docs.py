@@ -202,6 +202,17 @@ def _torchvision_mobilenet(path: Path) -> None:
     torch.save(torchvision.models.mobilenet_v3_small().state_dict(), path)
 
 
+def _hf_dinov2(path: Path) -> None:
+    """A Hugging Face folder of a small random `Dinov2Model` (`save_pretrained`)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, image_size=28, patch_size=14)
+    transformers.Dinov2Model(config).save_pretrained(path)
+
+
 def _zoo_nnx(path: Path) -> None:
     import converters
 
@@ -219,6 +230,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "vit_small.pt": _zoo_torch("vit_small_patch16_224"),  # timm's layout
     "tv.pt": _torchvision_convnext,  # torchvision's ConvNeXt-T state_dict (features.N ...)
     "mnv3.pt": _torchvision_mobilenet,  # torchvision's MobileNetV3-small state_dict
+    "./dinov2-small": _hf_dinov2,  # transformers' Dinov2Model, saved
     "./Qwen3-0.6B": _hf_qwen3, "qwen_nnx": _zoo_qwen3_nnx,  # a tiny Qwen3, HF's and the zoo's
 }
 
@@ -274,6 +286,8 @@ WAYS: list[Way] = [
         append=("--sizes", "vit-tiny", "--sources", "safetensors", "--targets", "eqx")),
     Way(r"zoo\.bench (presets|xla-flags)$"),
     Way(r"mine\.safetensors", "documented as refused", status=1),
+    Way(r"unet3d --preset tiny --dtype bfloat16 --mode train", "documented as refused by the "
+        "fairness check (exit 3)", append=ONE_ROUND, status=3),
     Way(r"^python -m converters (convert|inspect) "),
     Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)", append=TINY),
 ]

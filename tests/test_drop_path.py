@@ -18,13 +18,10 @@ import pytest
 from flax import nnx
 
 import zoo
-from zoo.layers.drop_path import (
-    EqxDropPath,
-    LinenDropPath,
-    NNXDropPath,
-    block_keys,
-    keep_mask,
-)
+from zoo.layers.drop_path import block_keys, keep_mask
+from zoo.layers.eqx import EqxDropPath
+from zoo.layers.linen import LinenDropPath
+from zoo.layers.nnx import NNXDropPath
 
 torch = pytest.importorskip("torch")
 from zoo.layers.torch import DropPath  # noqa: E402  (needs torch)

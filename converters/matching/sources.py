@@ -127,18 +127,20 @@ def merge_composites(sources: list[SourceLayer], targets: list[Any]) -> list[Sou
     bare = {t.name for t in targets if t.kind == "parameter"}
     for i, s in enumerate(out):
         leaf = next(iter(s.arrays)) if len(s.arrays) == 1 else ""
-        if s.family == "torch" and not s.kinds and f"{s.key}.{leaf}" in bare:
-            out[i] = SourceLayer(f"{s.key}.{leaf}", "torch", {"": s.arrays[leaf]},
+        if layout(s.family).canonical and not s.kinds and f"{s.key}.{leaf}" in bare:
+            out[i] = SourceLayer(f"{s.key}.{leaf}", s.family, {"": s.arrays[leaf]},
                                  ("parameter",), s.index)
     for t in targets:
         if not KINDS[t.kind].composite:
             continue
-        under = [s for s in out if s.family == "torch" and s.key.startswith(t.name + ".")]
+        under = [s for s in out if layout(s.family).canonical
+                 and s.key.startswith(t.name + ".")]
         arrays = {f"{s.key[len(t.name) + 1:]}.{leaf}": a for s in under
                   for leaf, a in s.arrays.items()}
         if not under or set(arrays) != set(t.shapes):
             continue
-        merged = SourceLayer(t.name, "torch", arrays, (t.kind,), min(s.index for s in under),
+        merged = SourceLayer(t.name, under[0].family, arrays, (t.kind,),
+                             min(s.index for s in under),
                              canonical_kind=t.kind)
         out = [s for s in out if s not in under] + [merged]
     return sorted(out, key=lambda s: s.index)

@@ -17,6 +17,7 @@ import numpy as np
 
 import canonical
 from canonical.errors import ConversionError
+from canonical.layouts import layout
 from canonical.paths import join
 from converters import adapters
 from converters.matching import verify as checks
@@ -127,7 +128,7 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
     `converters.load` do (`Result.notes` name the layout).
     """
     notes: list[str] = []
-    if src_impl == "torch" and isinstance(src, Mapping) and _is_flat(src):
+    if layout(library(src_impl).family).canonical and isinstance(src, Mapping) and _is_flat(src):
         # a foreign layout (HF transformers, big_vision, ...): its keys renamed as the
         # checkpoint readers do (the command line, `converters.load`)
         renamed, adapter, notes = adapters.to_canonical_names(src, config.arch)

@@ -3,8 +3,10 @@
 In training, a residual branch is dropped for whole samples: each sample is kept with
 probability `keep = 1 - rate`, and a kept branch is scaled by `1 / keep` (timm's
 `scale_by_keep=True`): `x * (mask / keep)` with one Bernoulli draw per sample. In evaluation
-(and at `rate == 0`) it is the identity. The layers: `EqxDropPath` (per sample), `LinenDropPath`,
-`NNXDropPath` (batched) and PyTorch's `zoo.layers.torch.DropPath`.
+(and at `rate == 0`) it is the identity. This module holds the arithmetic shared by the
+layers, each in its library's module (imported with that library only):
+`zoo.layers.eqx.EqxDropPath` (per sample), `zoo.layers.linen.LinenDropPath`,
+`zoo.layers.nnx.NNXDropPath` (batched) and `zoo.layers.torch.DropPath`.
 
 **One mask from one key in every JAX library.** Sample `i` is kept by
 `bernoulli(split(key, N)[i], keep)`. A batched layer (Linen, NNX) given `key` draws the mask
@@ -18,16 +20,10 @@ stream, so the PyTorch layer takes an injected mask (`DropPath.keep`) for equiva
 
 from __future__ import annotations
 
-from typing import Any
-
-import equinox as eqx
-import flax.linen as nn
 import jax
-from flax import nnx
 from jaxtyping import Array, PRNGKeyArray
 
-__all__ = ["EqxDropPath", "LinenDropPath", "NNXDropPath", "block_keys", "drop_path",
-           "keep_mask", "sample_keep"]
+__all__ = ["block_keys", "check_rate", "drop_path", "keep_mask", "sample_keep"]
 
 
 def sample_keep(key: PRNGKeyArray, rate: float) -> Array:
@@ -71,95 +67,6 @@ def block_keys(key: PRNGKeyArray, index: int) -> PRNGKeyArray:
     return jax.vmap(lambda k: jax.random.fold_in(k, index))(key)
 
 
-def _check_rate(rate: float) -> None:
+def check_rate(rate: float) -> None:
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"drop path rate must be in [0, 1), found {rate}")
-
-
-class EqxDropPath(eqx.Module):
-    """Equinox drop path of one sample (call it under `vmap` with one key per sample).
-
-    **Arguments:** `rate`, the drop probability; `inference`: the identity (set by
-    `eqx.nn.inference_mode`). A training call with `rate > 0` needs `key`."""
-
-    rate: float = eqx.field(static=True)
-    inference: bool
-
-    def __init__(self, rate: float = 0.0, inference: bool = False) -> None:
-        _check_rate(rate)
-        self.rate = rate
-        self.inference = inference
-
-    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None,
-                 inference: bool | None = None) -> Array:
-        inference = self.inference if inference is None else inference
-        if inference or self.rate == 0.0:
-            return x
-        if key is None:
-            raise RuntimeError("EqxDropPath needs a key in training (rate > 0); pass key=, or "
-                               "run it with inference=True")
-        return drop_path(x, sample_keep(key, self.rate), self.rate)
-
-
-class LinenDropPath(nn.Module):
-    """Flax Linen drop path of a batch (axis 0): the identity when `deterministic`; otherwise
-    the mask is drawn from `key` (one key, or one per sample) or from the `rng_collection`
-    stream ("dropout", as `nn.Dropout`)."""
-
-    rate: float = 0.0
-    deterministic: bool | None = None
-    rng_collection: str = "dropout"
-
-    @nn.compact
-    def __call__(self, x: Array, deterministic: bool | None = None, *,
-                 key: PRNGKeyArray | None = None) -> Array:
-        _check_rate(self.rate)
-        deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
-        if deterministic or self.rate == 0.0:
-            return x
-        if key is None:
-            key = self.make_rng(self.rng_collection)
-        return drop_path(x, keep_mask(key, x.shape[0], self.rate), self.rate)
-
-
-class NNXDropPath(nnx.Module):
-    """Flax NNX drop path of a batch (axis 0), as `nnx.Dropout`: `deterministic` (set by
-    `model.eval()` / `model.train()`, or given at call time) makes it the identity; otherwise
-    the mask is drawn from `rngs` given at call time (a key, one key per sample, an `nnx.Rngs`
-    or `RngStream`) or given at construction."""
-
-    def __init__(self, rate: float = 0.0, *, deterministic: bool = False,
-                 rng_collection: str = "dropout",
-                 rngs: nnx.Rngs | nnx.RngStream | None = None) -> None:
-        _check_rate(rate)
-        self.rate = rate
-        self.deterministic = deterministic
-        self.rng_collection = rng_collection
-        if isinstance(rngs, nnx.Rngs):
-            self.rngs = rngs[rng_collection].fork()
-        elif isinstance(rngs, nnx.RngStream):
-            self.rngs = rngs.fork()
-        else:
-            self.rngs = nnx.data(None)
-
-    def __call__(self, x: Array, *, deterministic: bool | None = None,
-                 rngs: Any = None) -> Array:
-        deterministic = self.deterministic if deterministic is None else deterministic
-        if deterministic or self.rate == 0.0:
-            return x
-        rngs = self.rngs if rngs is None else rngs
-        if isinstance(rngs, nnx.Rngs):
-            key = rngs[self.rng_collection]()
-        elif isinstance(rngs, nnx.RngStream):
-            key = rngs()
-        elif isinstance(rngs, jax.Array):
-            key = rngs
-        else:
-            raise RuntimeError("NNXDropPath needs rngs in training (rate > 0): a key, an "
-                               "nnx.Rngs or an RngStream, at call time or construction")
-        return drop_path(x, keep_mask(key, x.shape[0], self.rate), self.rate)
-
-    def set_view(self, deterministic: bool | None = None) -> None:
-        """For `nnx.view`: `deterministic=True` makes it the identity."""
-        if deterministic is not None:
-            self.deterministic = deterministic

@@ -19,6 +19,7 @@ import canonical
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
+from zoo.layers.drop_path import check_rate, drop_path, sample_keep
 from zoo.layers.norm import global_response_norm, layer_norm, rms_norm
 from zoo.layers.pooling import max_pool_axes
 
@@ -249,3 +250,28 @@ def with_new_head(model: Any, name: str, in_features: int, num_classes: int, *,
     object.__setattr__(new, name, Linear(in_features, num_classes, key=key, dtype=dtype)
                        if num_classes else None)
     return new
+
+
+class EqxDropPath(eqx.Module):
+    """Equinox drop path of one sample (call it under `vmap` with one key per sample).
+
+    **Arguments:** `rate`, the drop probability; `inference`: the identity (set by
+    `eqx.nn.inference_mode`). A training call with `rate > 0` needs `key`."""
+
+    rate: float = eqx.field(static=True)
+    inference: bool
+
+    def __init__(self, rate: float = 0.0, inference: bool = False) -> None:
+        check_rate(rate)
+        self.rate = rate
+        self.inference = inference
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None,
+                 inference: bool | None = None) -> Array:
+        inference = self.inference if inference is None else inference
+        if inference or self.rate == 0.0:
+            return x
+        if key is None:
+            raise RuntimeError("EqxDropPath needs a key in training (rate > 0); pass key=, or "
+                               "run it with inference=True")
+        return drop_path(x, sample_keep(key, self.rate), self.rate)

@@ -10,8 +10,10 @@ from typing import Any
 
 import flax.linen as nn
 from jax import Array
+from jaxtyping import PRNGKeyArray
 
 import canonical
+from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
 from zoo.layers.norm import global_response_norm, rms_norm
 
@@ -123,3 +125,24 @@ class Conv1D(nn.Dense):
 
 
 canonical.register_class("hf_conv1d", "linen", Conv1D)
+
+
+class LinenDropPath(nn.Module):
+    """Flax Linen drop path of a batch (axis 0): the identity when `deterministic`; otherwise
+    the mask is drawn from `key` (one key, or one per sample) or from the `rng_collection`
+    stream ("dropout", as `nn.Dropout`)."""
+
+    rate: float = 0.0
+    deterministic: bool | None = None
+    rng_collection: str = "dropout"
+
+    @nn.compact
+    def __call__(self, x: Array, deterministic: bool | None = None, *,
+                 key: PRNGKeyArray | None = None) -> Array:
+        check_rate(self.rate)
+        deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+        if deterministic or self.rate == 0.0:
+            return x
+        if key is None:
+            key = self.make_rng(self.rng_collection)
+        return drop_path(x, keep_mask(key, x.shape[0], self.rate), self.rate)

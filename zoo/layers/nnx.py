@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax import Array
 
 import canonical
 from zoo.layers.conv_transpose import CHOICES
+from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
 from zoo.layers.norm import global_response_norm, rms_norm
 
@@ -99,3 +101,46 @@ class Conv1D(nnx.Linear):
 
 
 canonical.register_class("hf_conv1d", "nnx", Conv1D)
+
+
+class NNXDropPath(nnx.Module):
+    """Flax NNX drop path of a batch (axis 0), as `nnx.Dropout`: `deterministic` (set by
+    `model.eval()` / `model.train()`, or given at call time) makes it the identity; otherwise
+    the mask is drawn from `rngs` given at call time (a key, one key per sample, an `nnx.Rngs`
+    or `RngStream`) or given at construction."""
+
+    def __init__(self, rate: float = 0.0, *, deterministic: bool = False,
+                 rng_collection: str = "dropout",
+                 rngs: nnx.Rngs | nnx.RngStream | None = None) -> None:
+        check_rate(rate)
+        self.rate = rate
+        self.deterministic = deterministic
+        self.rng_collection = rng_collection
+        if isinstance(rngs, nnx.Rngs):
+            self.rngs = rngs[rng_collection].fork()
+        elif isinstance(rngs, nnx.RngStream):
+            self.rngs = rngs.fork()
+        else:
+            self.rngs = nnx.data(None)
+
+    def __call__(self, x: Array, *, deterministic: bool | None = None,
+                 rngs: Any = None) -> Array:
+        deterministic = self.deterministic if deterministic is None else deterministic
+        if deterministic or self.rate == 0.0:
+            return x
+        rngs = self.rngs if rngs is None else rngs
+        if isinstance(rngs, nnx.Rngs):
+            key = rngs[self.rng_collection]()
+        elif isinstance(rngs, nnx.RngStream):
+            key = rngs()
+        elif isinstance(rngs, jax.Array):
+            key = rngs
+        else:
+            raise RuntimeError("NNXDropPath needs rngs in training (rate > 0): a key, an "
+                               "nnx.Rngs or an RngStream, at call time or construction")
+        return drop_path(x, keep_mask(key, x.shape[0], self.rate), self.rate)
+
+    def set_view(self, deterministic: bool | None = None) -> None:
+        """For `nnx.view`: `deterministic=True` makes it the identity."""
+        if deterministic is not None:
+            self.deterministic = deterministic

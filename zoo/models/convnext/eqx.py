@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.activations import gelu
-from zoo.layers.drop_path import EqxDropPath, block_keys
-from zoo.layers.eqx import GlobalResponseNorm, LayerNorm, LayerNorm2d, Linear
+from zoo.layers.drop_path import block_keys
+from zoo.layers.eqx import EqxDropPath, GlobalResponseNorm, LayerNorm, LayerNorm2d, Linear
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from zoo.layers.activations import gelu
-from zoo.layers.drop_path import LinenDropPath, block_keys
-from zoo.layers.linen import GlobalResponseNorm, LayerNorm
+from zoo.layers.drop_path import block_keys
+from zoo.layers.linen import GlobalResponseNorm, LayerNorm, LinenDropPath
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.activations import gelu
-from zoo.layers.drop_path import NNXDropPath, block_keys
-from zoo.layers.nnx import GlobalResponseNorm, LayerNorm
+from zoo.layers.drop_path import block_keys
+from zoo.layers.nnx import GlobalResponseNorm, LayerNorm, NNXDropPath
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.drop_path import EqxDropPath, block_keys
-from zoo.layers.eqx import BatchNorm
+from zoo.layers.drop_path import block_keys
+from zoo.layers.eqx import BatchNorm, EqxDropPath
 from zoo.models.common import activation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec

@@ -10,7 +10,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zoo.layers.drop_path import LinenDropPath, block_keys
+from zoo.layers.drop_path import block_keys
+from zoo.layers.linen import LinenDropPath
 from zoo.models.common import activation, dtype_of
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec

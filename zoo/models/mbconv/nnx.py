@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers.drop_path import NNXDropPath, block_keys
+from zoo.layers.drop_path import block_keys
+from zoo.layers.nnx import NNXDropPath
 from zoo.models.common import activation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec

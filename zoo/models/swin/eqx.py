@@ -13,8 +13,8 @@ from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.activations import gelu
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.drop_path import EqxDropPath, block_keys
-from zoo.layers.eqx import LayerNorm, Linear, with_new_head
+from zoo.layers.drop_path import block_keys
+from zoo.layers.eqx import EqxDropPath, LayerNorm, Linear, with_new_head
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.swin.config import (

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from zoo.layers.activations import gelu
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.drop_path import LinenDropPath, block_keys
-from zoo.layers.linen import LayerNorm
+from zoo.layers.drop_path import block_keys
+from zoo.layers.linen import LayerNorm, LinenDropPath
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.swin.config import (

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.drop_path import LinenDropPath, block_keys
-from zoo.layers.linen import LayerNorm, SelfAttention
+from zoo.layers.drop_path import block_keys
+from zoo.layers.linen import LayerNorm, LinenDropPath, SelfAttention
 from zoo.layers.pos_embed import resample_pos_embed
 from zoo.models.common import activation, dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.attention import dot_product_attention
-from zoo.layers.drop_path import NNXDropPath, block_keys
-from zoo.layers.nnx import LayerNorm, MultiHeadAttention
+from zoo.layers.drop_path import block_keys
+from zoo.layers.nnx import LayerNorm, MultiHeadAttention, NNXDropPath
 from zoo.layers.pos_embed import resample_pos_embed
 from zoo.models.common import activation, dtype_of
 from zoo.models.intermediates import TOKENS, check_format, permutation, take_indices
