@@ -48,8 +48,7 @@ import optax
 from jax.sharding import Mesh
 
 from zoo import sharding
-from zoo.interface import interface
-from zoo.libraries import library
+from zoo.libraries import interface, library
 from zoo.training import pure_step
 
 __all__ = ["Forward", "TrainStep", "forward", "train_step"]
