@@ -176,10 +176,15 @@ def _benchmarks(arch: str) -> list[str]:
     lines = []
     for slug in devices:
         rows = [(p, r) for p, r in idle if r["device"]["slug"] == slug]
+        table = summary_table(rows)[:2]
+        table[0] += " record |"
+        table[1] += "---|"
+        for path, record in sorted(rows, key=lambda pr: pr[0]):
+            table += [f"{row} `{Path(path).name}` |" for row in summary_table([(path, record)])[2:]]
         lines += [f"On `{slug}` ({rows[0][1]['device'].get('host_cpu')}): each library's "
                   "fastest call style as a ratio to the fastest (1.00 = fastest); the runs' "
                   "own shapes (presets), not the named models'. All records: "
-                  "[Benchmark results](../results/index.md).", "", *summary_table(rows), ""]
+                  "[Benchmark results](../results/index.md).", "", *table, ""]
     loaded = len(shown) - len(idle)
     if loaded:
         lines.append(f"{loaded} record(s) taken under load left out.")
