@@ -32,6 +32,7 @@ def split_report(text: str) -> tuple[str, dict[str, str], str]:
 
 def _for_site(text: str) -> str:
     """bench/README.md's links as seen from results/: the docs' pages one folder up."""
+    text = re.sub(r"\[docs/([\w/.-]+)\]\(\.\./docs/", r"[\1](../", text)
     return re.sub(r"\]\(\.\./docs/", "](../", text)
 
 
