@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canonical import KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ROOT / "docs" / "catalogue"
 FIGURES = PAGES / "figures.json"
@@ -56,7 +58,6 @@ MAINS = {"zoo.bench": "zoo.bench.cli:main", "converters": "converters.__main__:m
 # --------------------------------------------------------------------------- figures
 def parameter_count(config: Any) -> int:
     """Trainable parameters of `config`: its canonical spec without the statistics."""
-    from canonical import KINDS
     from zoo.registry import schema
 
     layers, spec = schema(config)
