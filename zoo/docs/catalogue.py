@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         if differ:
             print(f"stale: {', '.join(differ)}; run `{COMMAND}`", file=sys.stderr)
             return 1
-        print(f"the {len(files)} generated pages are up to date")
+        print(f"the {len(files)} generated files are up to date")
         return 0
     for path in differ:
         full = ROOT / path.split(" ")[0]
