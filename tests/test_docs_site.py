@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.docs import catalogue, hooks
+from zoo.docs import catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,14 @@ def test_every_reference_names_a_test_file():
             assert (ROOT / test).is_file(), f"{arch}: {ref!r} names {test}, not a file"
 
 
+NO_MKDOCS = importlib.util.find_spec("mkdocs") is None
+WHY = "MkDocs is not installed (the docs and dev extras install it)"
+
+
+@pytest.mark.skipif(NO_MKDOCS, reason=WHY)
 def test_results_pages_put_each_devices_summary_first():
+    from zoo.docs import hooks
+
     text = (ROOT / "bench" / "README.md").read_text()
     pages = hooks.results_pages(text)
     _, devices, _ = hooks.split_report(text)
@@ -69,8 +76,7 @@ def test_results_pages_put_each_devices_summary_first():
         assert "](../docs/" not in pages[f"results/{device}.md"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
-                    reason="MkDocs is not installed (the docs and dev extras install it)")
+@pytest.mark.skipif(NO_MKDOCS, reason=WHY)
 def test_site_builds_strict(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
                            str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
