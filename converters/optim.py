@@ -38,7 +38,7 @@ from converters.core import (
     to_canonical,
 )
 from zoo.configs import Config
-from zoo.interface import interface
+from zoo.libraries import interface
 
 LEAF = "__leaf__"
 EMPTY = "__empty__"

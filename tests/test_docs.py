@@ -42,9 +42,13 @@ import zoo
 from zoo.hub import Source
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_DOCS = {"build", "dist", "node_modules", "site-packages"}  # and hidden folders
+NOT_DOCS = {"build", "dist", "node_modules", "site-packages", "site"}  # and hidden folders
+# Written by `python -m zoo.docs.catalogue` from the registry and the parsers' own --help
+# (tests/test_docs_site.py checks them): nothing typed by hand to run here.
+GENERATED = {"docs/catalogue", "docs/reference"}
 MARKDOWN = sorted(p for p in ROOT.rglob("*.md") if not any(
-    part.startswith(".") or part in NOT_DOCS for part in p.relative_to(ROOT).parts))
+    part.startswith(".") or part in NOT_DOCS for part in p.relative_to(ROOT).parts)
+    and p.parent.relative_to(ROOT).as_posix() not in GENERATED)
 COMMAND = re.compile(r"python -m (?:zoo\.bench|converters)\b")
 PIP = re.compile(r"pip install\b")
 
@@ -230,7 +234,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "vit_small.pt": _zoo_torch("vit_small_patch16_224"),  # timm's layout
     "tv.pt": _torchvision_convnext,  # torchvision's ConvNeXt-T state_dict (features.N ...)
     "mnv3.pt": _torchvision_mobilenet,  # torchvision's MobileNetV3-small state_dict
-    "./dinov2-small": _hf_dinov2,  # transformers' Dinov2Model, saved
+    "./dinov2-small": _hf_dinov2, "./hf-model": _hf_dinov2,  # transformers' Dinov2Model
     "./Qwen3-0.6B": _hf_qwen3, "qwen_nnx": _zoo_qwen3_nnx,  # a tiny Qwen3, HF's and the zoo's
 }
 
@@ -549,9 +553,9 @@ def _warned(example: Any) -> None:
         f"{example.path}:{example.line} raises {raised}, shows {shown}")
 
 
-# Left out of --quick, as conftest's FULL_ONLY: reference-model features (the README adapts a
-# timm ViT-S checkpoint and runs ResNet-18 at 224x224).
-FULL_ONLY_BLOCKS = {"README.md"}
+# Left out of --quick, as conftest's FULL_ONLY: reference-model features (getting started
+# adapts a timm ViT-S checkpoint and runs ResNet-18 at 224x224).
+FULL_ONLY_BLOCKS = {"README.md", "docs/getting_started.md"}
 
 
 @pytest.mark.parametrize("path", [

@@ -59,6 +59,18 @@ def test_no_function_level_imports_between_packages():
     assert not hidden, "\n".join(hidden)
 
 
+def test_interface_sits_below_the_libraries():
+    """zoo.interface holds the classes the libraries are made of and imports none of them
+    (`interface(impl)` / `native_interface(impl)` look a library up: zoo.libraries's)."""
+    up = [f"zoo/interface.py:{line} imports {name}"
+          for name, line, _ in imports(ROOT / "zoo" / "interface.py")
+          if name == "zoo" or name.startswith(("zoo.libraries", "zoo.registry"))]
+    assert not up, "\n".join(up)
+    done = subprocess.run([sys.executable, "-c", "import zoo.libraries, zoo.interface"],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 def test_no_private_names_imported_across_modules():
     """A `_name` is its module's own: what other modules need is public (or a method)."""
     private = []

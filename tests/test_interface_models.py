@@ -15,8 +15,7 @@ import pytest
 from flax import nnx
 
 import zoo
-from zoo.interface import native_interface
-from zoo.libraries import library
+from zoo.libraries import library, native_interface
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 

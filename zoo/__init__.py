@@ -20,8 +20,8 @@ from zoo import sharding
 from zoo.configs import Config, ConfigError
 from zoo.hub import Source
 from zoo.init import canonical_init
-from zoo.interface import Interface, interface, native_interface
-from zoo.libraries import library
+from zoo.interface import Interface
+from zoo.libraries import interface, library, native_interface
 from zoo.names import list_models
 from zoo.pretrained import (
     Pretrained,

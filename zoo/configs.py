@@ -137,6 +137,10 @@ class Config:
     # None for one without effect on the models the config describes: how a timm
     # config.json's `model_args` map to this config (`converters.adapters.timm_hub`).
     TIMM_ARGS: ClassVar[dict[str, str | None]] = {}
+    # The outside models an architecture is tested against: reference -> the test file that
+    # compares them (the model catalogue lists them; the four libraries' agreement with each
+    # other is every architecture's, tests/test_equivalence.py and test_torch_reference.py).
+    REFERENCES: ClassVar[dict[str, str]] = {}
     # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
     ADAPTERS: ClassVar[tuple[Any, ...]] = ()
     # A sample's first axis is channels, which channels-last libraries (Flax) put last; False

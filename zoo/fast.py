@@ -17,8 +17,9 @@ K fused steps compute what K single steps compute (same parameters, optimizer an
 state, losses; tested in tests/test_fast.py). Dropout: pass K stacked keys, the i-th being the key
 the i-th single step would get (e.g. `jax.random.split(key, K)`).
 
-Why this is fast (measured in `python -m zoo.bench dispatch`, see docs/benchmarks.md): the model is
-split once into its static part (closed over by the jitted function) and flat lists of arrays.
+Why this is fast (measured in `python -m zoo.bench dispatch`, see
+docs/investigations/dispatch.md): the model is split once into its static part (closed over
+by the jitted function) and flat lists of arrays.
 Each call then hands `jax.jit` a few lists of arrays and nothing else, so its C++ dispatch path does
 no Python work per leaf and no graph traversal: the per-call cost is that of a raw `jax.jit` on
 pre-flattened arrays (the floor), whatever the library and however many static fields the model
@@ -29,7 +30,8 @@ use the uniform interface of `zoo.interface` (split / apply / merge), not the ar
 
 Training on a CPU under Linux, call `zoo.malloc.keep_freed_memory()` first (before JAX starts):
 XLA:CPU's per-call buffers then stop costing a page fault per 4 KiB. Measured: the ViT training
-step (vit-cifar, batch 32) at 1.01-1.03x PyTorch's with it, 1.40x without (docs/benchmarks.md).
+step (vit-cifar, batch 32) at 1.01-1.03x PyTorch's with it, 1.40x without
+(docs/investigations/cpu_training_step.md).
 Convolution models on a CPU: `zoo.bench.xla_flags.apply("eigen-conv")` first (or that preset's
 flag in `XLA_FLAGS`) gives 2-D convolutions to XLA's own kernels instead of YNNPACK's, which ran
 ResNet-18's 64-channel 32x32 layers on one of two cores: ResNet-18-cifar at 1.18-1.20x PyTorch's
@@ -48,8 +50,7 @@ import optax
 from jax.sharding import Mesh
 
 from zoo import sharding
-from zoo.interface import interface
-from zoo.libraries import library
+from zoo.libraries import interface, library
 from zoo.training import pure_step
 
 __all__ = ["Forward", "TrainStep", "forward", "train_step"]
@@ -275,13 +276,13 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
       native layout, `target` whatever you pass to the step.
     - `donate`: donate the held parameters, optimizer state and BN state. Default (None):
       on accelerators, not on CPU, where XLA inserts copies of donated parameters (measured:
-      a Linen CNN step 1.46x slower with donation, docs/benchmarks.md).
+      a Linen CNN step 1.46x slower with donation, docs/investigations/dispatch.md).
     - `opt_state`: an optimizer state to resume from (default: `optimizer.init(params)`).
     - `steps_per_call`: K optimizer steps per call (default 1), fused in one `jax.lax.scan`:
       the step then takes K stacked batches `xs` (K, *x.shape), `targets` and, for dropout,
       K stacked keys (one per step, e.g. `jax.random.split(key, K)`), and returns the K losses.
       One dispatch per K steps: for small models, where dispatch dominates, K = 100 runs the
-      MLP at batch 1 faster per step (docs/benchmarks.md).
+      MLP at batch 1 faster per step (docs/investigations/dispatch.md).
     - `unroll`: `jax.lax.scan`'s `unroll` for the fused steps (default 1: a loop). On XLA:CPU
       a convolutional step inside the loop ran 5.5x slower per step than called alone (CNN,
       batch 64: 300 vs 55 ms); `unroll=True` (the K steps inlined, compile time grows with K)

@@ -21,7 +21,7 @@ Whole native models, the zoo's or a user's own (a Linen module without `train=`,
 `eqx.nn.MLP`, an NNX tutorial model), have the per-library operations that tools otherwise
 special-case: `forward` (one eval-mode call that leaves the caller's model as it was),
 `eval_fn` (the same, pure, to jit or trace), `clone` (a copy safe to write into) and
-`checkpoint_tree` (what the library's own checkpointing stores). `native_interface(impl)`
+`checkpoint_tree` (what the library's own checkpointing stores). `zoo.native_interface(impl)`
 gives them for PyTorch too, with the layout but no functional split / merge / apply.
 """
 
@@ -279,23 +279,3 @@ class TorchInterface(Interface):
 
     def checkpoint_tree(self, model: Any) -> Any:
         return model.state_dict()
-
-
-def interface(impl: str) -> Interface:
-    """The functional interface of a JAX implementation ("eqx", "linen" or "nnx")."""
-    from zoo.libraries import JAX_IMPLS, library  # the libraries hold this module's classes
-
-    if impl not in JAX_IMPLS:
-        raise ValueError(f"no functional interface for {impl!r}; JAX impls: {list(JAX_IMPLS)}")
-    return library(impl).interface
-
-
-def native_interface(impl: str) -> Interface:
-    """The interface of any implementation, "torch" included: for whole native models
-    (`forward`, `eval_fn`, `clone`, `checkpoint_tree`) and the layout. PyTorch's has no
-    functional split / merge / apply; the JAX libraries' is `interface(impl)`."""
-    from zoo.libraries import IMPLS, library
-
-    if impl not in IMPLS:
-        raise ValueError(f"no interface for {impl!r}; impls: {list(IMPLS)}")
-    return library(impl).interface

@@ -11,7 +11,8 @@ own tunables keep freed memory for reuse: one arena, no mmap for large blocks, n
 
 in the environment, or `keep_freed_memory()` early in the process (before JAX's and
 PyTorch's worker threads start). What it gains depends on the model and the library
-(docs/benchmarks.md, "Page faults"): the NNX vit-cifar training step 123 -> 89 ms, PyTorch's
+(docs/investigations/cpu_training_step.md, "Page faults"): the NNX vit-cifar training step
+123 -> 89 ms, PyTorch's
 3-D U-Net step 1.94 -> 1.23 s, XLA's U-Net nothing. The cost: the process keeps the memory it
 freed (its peak stays resident), which is why the converters never do this, and `zoo.bench`
 only when asked (`--malloc keep`).

@@ -44,7 +44,7 @@ def classify(model: Any, impl: str, images: Any, *, name: str | None = None, top
     array; or a list of them) for a `model` made by `zoo.create(..., pretrained=True)` (or
     any model of the pretrained `name`): its tag's preprocessing, an eval-mode forward pass in
     library `impl`, a softmax, its label set's names ("class N" where it names none)."""
-    from zoo.interface import native_interface
+    from zoo.libraries import native_interface
 
     tag = _tag_of(model, name)
     if tag is None:

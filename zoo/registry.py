@@ -114,6 +114,7 @@ ARCHS: Sequence[str] = _Names()
 
 
 def architecture(arch: str) -> Architecture:
+    """The registered architecture `arch`: its config class and model classes."""
     if arch not in _ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; available: {list(ARCHS)}")
     return _ARCHITECTURES[arch]

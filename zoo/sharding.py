@@ -42,8 +42,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 import canonical
 from canonical.kinds import KINDS
 from zoo.configs import Config
-from zoo.interface import interface
-from zoo.libraries import library
+from zoo.libraries import interface, library
 from zoo.registry import walk_facts
 
 DATA = "data"

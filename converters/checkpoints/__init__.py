@@ -21,7 +21,7 @@ Formats (each the library's own way of saving):
   weights; written for a family with one architecture (HF ViT).
 
 Safetensors and ``.pt`` sources are memory-mapped, safetensors targets written tensor by tensor:
-a conversion holds at most one copy of the checkpoint (see docs/checkpoints.md).
+a conversion holds at most one copy of the checkpoint (see docs/checkpoint_details.md).
 
 Wrapped and training checkpoints give their model weights (`converters.checkpoints.unwrap`):
 ``weights="main" | "ema"`` chooses live or EMA weights, `Checkpoint.notes` says what was left out.

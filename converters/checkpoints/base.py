@@ -26,7 +26,7 @@ from converters.core import (
 )
 from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, validate_opt
 from zoo.configs import Config
-from zoo.interface import interface
+from zoo.libraries import interface
 
 FORMAT_VERSION = 1
 OPT_PREFIX = "optimizer/"

@@ -15,8 +15,7 @@ import jax
 import numpy as np
 
 from converters.matching.match import TargetLayer
-from zoo.interface import native_interface
-from zoo.libraries import library
+from zoo.libraries import library, native_interface
 
 
 def abstract_input_of(input_shape: tuple[int, ...], impl: str) -> jax.ShapeDtypeStruct:

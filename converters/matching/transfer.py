@@ -31,8 +31,7 @@ from converters.matching.sources import (
     merge_composites,
 )
 from zoo.configs import Config, warn_padding
-from zoo.interface import native_interface
-from zoo.libraries import IMPLS, library
+from zoo.libraries import IMPLS, library, native_interface
 from zoo.registry import schema
 
 

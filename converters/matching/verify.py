@@ -8,7 +8,7 @@ import numpy as np
 
 from canonical.errors import ConversionError
 from zoo import precision
-from zoo.interface import native_interface
+from zoo.libraries import native_interface
 
 
 def forward(model: Any, impl: str, x: np.ndarray) -> np.ndarray:

@@ -229,7 +229,8 @@ def run_size(size: str, sources: list[str], targets: list[str], scratch: Path,
 
 
 def markdown(record: dict[str, Any]) -> str:
-    """The record as the table of docs/benchmarks.md (ratios: the machine may be loaded)."""
+    """The record as the table of docs/investigations/conversion.md (ratios: the machine may
+    be loaded)."""
     lines = ["| size | source | target | wall / floor | peak RSS / checkpoint | meets RSS | "
              "meets wall |", "|---|---|---|---:|---:|:-:|:-:|"]
     for s in record["sizes"]:

@@ -607,7 +607,7 @@ def _report_part(run: Run) -> None:
 
 def gpu_parser() -> ArgumentParser:
     p = ArgumentParser(prog=COMMAND, description="Everything the zoo measures on a GPU, in one "
-                       "budgeted run (docs/benchmarks.md#on-a-gpu).",
+                       "budgeted run (docs/benchmarks_gpu.md).",
                        epilog="parts: " + ", ".join(f"{p.name} ({p.share:.0%})" for p in PARTS)
                               + ". Exit status: 0 ok, 2 bad arguments or no GPU, 3 a problem "
                                 "(a failed test, a refused or crashed entry).")

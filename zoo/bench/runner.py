@@ -37,10 +37,9 @@ from zoo.bench.timing import (
     settle,
     summarize,
 )
-from zoo.interface import interface
 from zoo.layers.conv_transpose import CHOICES, choose_method
 from zoo.layers.conv_transpose_spec import conv_transposes_of
-from zoo.libraries import JAX_IMPLS, library
+from zoo.libraries import JAX_IMPLS, interface, library
 from zoo.progress import progress as progress_display
 
 ALL_METHODS: tuple[str, ...] = CHOICES

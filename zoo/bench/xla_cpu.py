@@ -1,5 +1,6 @@
 """`python -m zoo.bench xla-cpu`: minimal reproductions of the XLA:CPU limits behind the zoo's
-CPU ratios (docs/benchmarks.md, "What remains, and whose it is").
+CPU ratios (docs/investigations/xla_cpu_limits.md, "What remains, and whose
+it is").
 
     python -m zoo.bench xla-cpu
     python -m zoo.bench xla-cpu --only concatenate,fresh-pages --rounds 20

@@ -16,14 +16,15 @@ import os
 import subprocess
 import sys
 
-# Measured on CPU in docs/conv_transpose.md; `none` is XLA's own default.
+# Measured on CPU in docs/investigations/conv_transpose.md; `none` is XLA's own default.
 PRESETS: dict[str, str] = {
     "none": "",
     "onednn": "--xla_cpu_use_onednn=true",
     "onednn-custom-call": "--xla_cpu_experimental_onednn_custom_call=true",
     "onednn-all": "--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_custom_call=true",
     "xnnpack": "--xla_cpu_use_xnnpack=true",
-    # XLA's own convolutions instead of YNNPACK's (docs/benchmarks.md, "YNNPACK's convolutions"):
+    # XLA's own convolutions instead of YNNPACK's (docs/investigations/xla_cpu_limits.md,
+    # "YNNPACK's convolutions"):
     # YNNPACK ran ResNet-18-cifar's 64-channel 32x32 layers on one of two cores.
     "eigen-conv": "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution",
 }

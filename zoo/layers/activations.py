@@ -20,7 +20,8 @@ def gelu(x: Array) -> Array:
     `jax.nn.gelu(approximate=False)` computes the same function as `x * erfc(-x / sqrt 2) / 2`.
     XLA lowers `erfc` to two rational approximations, an exponential and divisions, and
     recomputes it in the backward pass; `erf` is one polynomial. The ViT training step ran 0.95x
-    the time (docs/benchmarks.md). The two differ by float rounding (at most 2.4e-7 on the ViT's
+    the time (docs/investigations/cpu_training_step.md). The two differ by float rounding (at
+    most 2.4e-7 on the ViT's
     activations), and where `x` is very negative this form gives PyTorch's exact 0.
     """
     return 0.5 * x * (1 + jax.lax.erf(x * jnp.asarray(_SQRT_HALF, x.dtype)))

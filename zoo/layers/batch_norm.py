@@ -75,7 +75,8 @@ class BatchNorm(eqx.Module):
         # Computed channels-last, `(*spatial, C)`: under `vmap` XLA then sees `(N, *spatial, C)`,
         # the layout of its convolutions, and the transposes around conv -> BN -> conv cancel.
         # Channels-first, XLA:CPU re-reads a convolution's output transposed in each fusion of
-        # the BN (forward and backward; docs/benchmarks.md, "Equinox's layout transposes").
+        # the BN (forward and backward; docs/investigations/cpu_training_step.md, "Equinox's
+        # layout transposes").
         xl = jnp.moveaxis(x, 0, -1)
         spatial = tuple(range(x.ndim - 1))
         shape = (*(1,) * len(spatial), -1)

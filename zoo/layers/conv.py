@@ -24,7 +24,8 @@ from zoo.layers import im2col
 __all__ = ["conv_general_dilated", "uses_im2col"]
 
 # From this many spatial dims on, the CPU's convolutions (and conv-transposes, whose "auto"
-# method reads it too) are im2col + GEMM; 2-D ones: XLA's own is faster (docs/benchmarks.md).
+# method reads it too) are im2col + GEMM; 2-D ones: XLA's own is faster
+# (docs/investigations/cpu_timings.md).
 IM2COL_MIN_SPATIAL_DIMS = 3
 
 

@@ -157,7 +157,8 @@ def choose_method(
     - CPU, 3 or more spatial dims: ``"im2col"`` (any stride). XLA:CPU's 3-D convolutions run far
       below its GEMM speed; im2col + GEMM was 9-31x faster than the convolution at stride 1
       (convt-256-cpu) and 3.0-3.6x faster than ``"phase_batched"`` at stride 2 (convt-wgrad-cpu),
-      forward and training, 11-12x on the Decoder3D training step (docs/conv_transpose.md).
+      forward and training, 11-12x on the Decoder3D training step
+      (docs/investigations/conv_transpose.md).
     - CPU, 1 or 2 spatial dims (not measured with ``"im2col"``): stride 1 ``"lhs_dilation"`` (a
       plain convolution), else ``"phase_batched"`` (one convolution instead of ``prod(stride)``).
     - GPU/TPU/other: stride 1 ``"lhs_dilation"``, else ``"phase"`` until measured there: it does

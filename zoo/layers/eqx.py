@@ -121,7 +121,8 @@ class Linear(eqx.nn.Linear):
     alike). Under `vmap` (tokens, batch) `weight @ x` puts the batch dimensions after the
     features, `(out, tokens, batch)`, and XLA:CPU transposes every such output and its
     cotangent back to the row-major layout of the ops around it; `x @ weight.T` keeps them
-    leading, as a batched Flax Dense (docs/benchmarks.md, "Equinox's layout transposes").
+    leading, as a batched Flax Dense (docs/investigations/cpu_training_step.md,
+    "Equinox's layout transposes").
     """
 
     @classmethod

@@ -9,7 +9,7 @@ instead of the chain of means, subtractions and `rsqrt` that autodiff differenti
 stack of residual blocks, XLA:CPU's fusions of the autodiff chain grow with depth squared (a
 16-block residual/LayerNorm/matmul stack: 959 fusion operands in all; 495 with this gradient,
 31.7 against 48.7 ms per gradient), and the ViT training step ran 0.82x the time
-(docs/benchmarks.md). The values are the same up to float rounding.
+(docs/investigations/cpu_training_step.md). The values are the same up to float rounding.
 """
 
 from __future__ import annotations

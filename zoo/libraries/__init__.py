@@ -16,8 +16,10 @@ from zoo.libraries.base import (
     LIBRARIES,
     ContractError,
     Library,
+    interface,
     jax_libraries,
     library,
+    native_interface,
     owner,
     register_library,
     registered,
@@ -32,5 +34,6 @@ for _lib in (EQX, LINEN, NNX, TORCH):
 
 __all__ = [
     "EQX", "IMPLS", "JAX_IMPLS", "LIBRARIES", "LINEN", "NNX", "TORCH", "ContractError",
-    "Library", "jax_libraries", "library", "owner", "register_library", "registered",
+    "Library", "interface", "jax_libraries", "library", "native_interface", "owner",
+    "register_library", "registered",
 ]

@@ -201,6 +201,22 @@ def library(name: str) -> Library:
     return LIBRARIES[name]
 
 
+def interface(impl: str) -> Interface:
+    """The functional interface of a JAX implementation ("eqx", "linen" or "nnx")."""
+    if impl not in JAX_IMPLS:
+        raise ValueError(f"no functional interface for {impl!r}; JAX impls: {list(JAX_IMPLS)}")
+    return library(impl).interface
+
+
+def native_interface(impl: str) -> Interface:
+    """The interface of any implementation, "torch" included: for whole native models
+    (`forward`, `eval_fn`, `clone`, `checkpoint_tree`) and the layout. PyTorch's has no
+    functional split / merge / apply; the JAX libraries' is `interface(impl)`."""
+    if impl not in IMPLS:
+        raise ValueError(f"no interface for {impl!r}; impls: {list(IMPLS)}")
+    return library(impl).interface
+
+
 def owner(obj: Any) -> Library | None:
     """The library a native model object belongs to, or None."""
     return next((lib for lib in LIBRARIES.values() if lib.owns(obj)), None)

@@ -217,7 +217,7 @@ class Transform:
         x = self.canonical(images)
         if self.impl == "canonical":
             return x
-        from zoo.interface import native_interface
+        from zoo.libraries import native_interface
 
         return np.asarray(native_interface(self.impl).to_native(x))
 

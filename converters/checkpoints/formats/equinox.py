@@ -47,7 +47,7 @@ from converters.checkpoints.staging import HashingFile
 from converters.core import ConversionError, to_canonical
 from converters.optim import abstract_params, canonical_from_native
 from zoo.configs import Config
-from zoo.interface import interface
+from zoo.libraries import interface
 from zoo.registry import skeleton, walk_facts
 
 

@@ -17,7 +17,7 @@ from converters.checkpoints.format import CheckpointFormat
 from converters.checkpoints.io import CheckpointError, detached
 from converters.core import from_canonical
 from converters.optim import build, to_native_opt
-from zoo.interface import native_interface
+from zoo.libraries import native_interface
 
 Layout = Any  # an optimizer layout (see `converters.optim`)
 

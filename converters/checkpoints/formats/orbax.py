@@ -52,7 +52,7 @@ from converters.core import (
 from converters.optim import abstract_params, canonical_from_native
 from zoo import sharding
 from zoo.configs import Config
-from zoo.interface import interface
+from zoo.libraries import interface
 from zoo.registry import skeleton, walk_facts
 
 MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")

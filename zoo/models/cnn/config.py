@@ -14,6 +14,9 @@ class CNNConfig(Config):
     `bns.i`), then dense `fc1` [dropout] relu, dense `fc2`."""
 
     arch: ClassVar[str] = "cnn"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "Flax's Linen and NNX MNIST tutorial models": "tests/test_flax_and_npz_files.py",
+    }
     TINY: ClassVar[dict[str, Any]] = {"in_channels": 2, "input_size": (10, 9), "features": (4, 6),
                                       "hidden": 16, "num_classes": 5}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {  # also a depth other than the default

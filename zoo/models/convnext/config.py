@@ -56,6 +56,10 @@ class ConvNeXtConfig(Config):
     """
 
     arch: ClassVar[str] = "convnext"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "timm's ConvNeXt (v1, v2)": "tests/test_convnext.py",
+        "torchvision's ConvNeXt": "tests/test_convnext.py",
+    }
     TINY: ClassVar[dict[str, Any]] = {"depths": (1, 1), "dims": (4, 8), "input_size": (12, 10),
                                       "num_classes": 5}
     # v2 (GRN, no layer scale) with timm's small models' 1x1-convolution MLP.

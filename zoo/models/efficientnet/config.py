@@ -30,6 +30,10 @@ class EfficientNetConfig(MBConvNetConfig):
     are efficientnet_b0."""
 
     arch: ClassVar[str] = "efficientnet"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "timm's EfficientNet": "tests/test_mbconv.py",
+        "timm's keys, shapes and parameter counts": "tests/test_named_models.py",
+    }
     SE: ClassVar[SqueezeExcite] = SqueezeExcite(gate="sigmoid", act=None, from_exp=False,
                                                 divisible=False)
     # Two stages (a depthwise-separable block with SE, then two 5x5 inverted residuals at

@@ -27,6 +27,11 @@ class GPT2Config(LanguageModelConfig):
     """
 
     arch: ClassVar[str] = "gpt2"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "transformers' GPT-2": "tests/test_language_models.py",
+        "the published config.json files, parameter counts": "tests/test_named_language_models.py",
+        "transformers' `save_pretrained` folders": "tests/test_hf_language_models.py",
+    }
     EMBEDDING: ClassVar[str] = "transformer.wte.weight"
     TINY: ClassVar[dict[str, Any]] = {"vocab_size": 96, "n_positions": 16, "n_embd": 16,
                                       "n_layer": 2, "n_head": 2, "embd_pdrop": 0.0,

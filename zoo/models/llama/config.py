@@ -96,6 +96,11 @@ class LlamaConfig(LanguageModelConfig):
     """
 
     arch: ClassVar[str] = "llama"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "transformers' Llama, Mistral, Qwen2 and Qwen3": "tests/test_language_models.py",
+        "the published config.json files, parameter counts": "tests/test_named_language_models.py",
+        "transformers' `save_pretrained` folders": "tests/test_hf_language_models.py",
+    }
     EMBEDDING: ClassVar[str] = "model.embed_tokens.weight"
     # Grouped-query attention and Llama 3's rope scaling (a wavelength in each of its three
     # bands at this head size), untied.

@@ -17,6 +17,9 @@ class MLPConfig(Config):
     `eqx.nn.MLP` names them), the activation between them; `hidden=()` is one linear layer."""
 
     arch: ClassVar[str] = "mlp"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "PyTorch's tutorial `nn.Sequential` MLP": "tests/test_byo_checkpoint.py",
+    }
     TINY: ClassVar[dict[str, Any]] = {"in_features": 12, "hidden": (16, 8), "out_features": 5}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {  # also a depth other than the default
         "gelu-deep": {"activation": "gelu", "hidden": (8, 7, 6)}}

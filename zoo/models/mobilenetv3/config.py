@@ -33,6 +33,11 @@ class MobileNetV3Config(MBConvNetConfig):
     torchvision layouts, `converters.adapters.torchvision_mbconv`)."""
 
     arch: ClassVar[str] = "mobilenetv3"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "timm's MobileNetV3": "tests/test_mbconv.py",
+        "torchvision's MobileNetV3 layout": "tests/test_mbconv.py",
+        "timm's keys, shapes and parameter counts": "tests/test_named_models.py",
+    }
     SE: ClassVar[SqueezeExcite] = SqueezeExcite(gate="hard_sigmoid", act="relu", from_exp=True,
                                                 divisible=True)
     # The small model's first stages: a strided depthwise-separable block with SE (the stem is

@@ -64,6 +64,12 @@ class ResNetConfig(Config):
     """
 
     arch: ClassVar[str] = "resnet"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "torchvision's ResNet, ResNeXt and Wide ResNet": "tests/test_resnet.py",
+        "timm's ResNet": "tests/test_resnet.py",
+        "torchvision's keys, shapes and parameter counts": "tests/test_named_models.py",
+        "the Flax ImageNet example's ResNet files": "tests/test_flax_imagenet_files.py",
+    }
     TINY: ClassVar[dict[str, Any]] = {"stem": "cifar", "layers": (1, 1), "widths": (4, 8),
                                       "stem_width": 4, "input_size": (8, 7), "num_classes": 5}
     # One stage of one Bottleneck behind the ImageNet stem (max-pool; a stride-1 projection).

@@ -43,6 +43,11 @@ class SwinConfig(Config):
     """
 
     arch: ClassVar[str] = "swin"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "timm's SwinTransformer": "tests/test_swin.py",
+        "timm's keys, shapes and parameter counts": "tests/test_named_models.py",
+        "transformers' Swin": "tests/test_hf_towers.py",
+    }
     # A stage over a 6x4 grid: its height padded to two windows of 4 and shifted, its width one
     # window, not shifted (the per-axis rule); patch merging into a 3x2 stage whose window
     # shrinks to it. (tests/test_swin.py runs more shapes against timm.)

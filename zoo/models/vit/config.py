@@ -94,6 +94,14 @@ class ViTConfig(Config):
     """
 
     arch: ClassVar[str] = "vit"
+    REFERENCES: ClassVar[dict[str, str]] = {
+        "timm's VisionTransformer": "tests/test_vit.py",
+        "timm's DeiT, DINOv2, CLIP and SigLIP towers": "tests/test_vit_towers.py",
+        "timm's keys, shapes and parameter counts": "tests/test_named_models.py",
+        "transformers' ViT": "tests/test_hf_vit.py",
+        "transformers' DINOv2, CLIP and SigLIP towers": "tests/test_hf_towers.py",
+        "big_vision's and vision_transformer's `.npz` files": "tests/test_big_vision_npz.py",
+    }
     TINY: ClassVar[dict[str, Any]] = {"image_size": (8, 8), "patch_size": 4, "in_channels": 3,
                                       "width": 8, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0,
                                       "num_classes": 5}

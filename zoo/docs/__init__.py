@@ -1,0 +1,2 @@
+"""The documentation site's generated pages (`python -m zoo.docs.catalogue`) and its MkDocs
+hook (`zoo.docs.hooks`: the benchmark results as pages)."""
