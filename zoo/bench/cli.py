@@ -30,6 +30,10 @@ def bench_main(argv: list[str]) -> int:
     parser = bench_parser()
     args = parser.parse_args(argv)
     console = make_console(args.wide)
+    if args.mode in ("prefill", "decode"):  # language models' generation (zoo.generate)
+        from zoo.bench.generation import generation_main
+
+        return generation_main(args, console)
     xla_flags = None
     # before JAX's and PyTorch's worker threads start (each takes its arena when it starts)
     malloc = keep_freed_memory() if args.malloc == "keep" else {"applied": False,
