@@ -259,24 +259,33 @@ def table(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def generation_main(args: Any, console: Any) -> int:
+def run_from_args(args: Any) -> GenerationRun:
+    """The run the command line asks for (`PresetError`, `ValueError`, `ArgumentTypeError`
+    for bad values: the caller's one-line error)."""
+    import json
+
+    from zoo.bench.options import parse_impls
+    from zoo.bench.presets import PresetError, find_preset
+
+    preset = find_preset(args.preset, args.arch) if args.preset else None
+    arch = preset.arch if preset else args.arch
+    if arch is None:
+        raise PresetError("name an architecture or a preset")
+    overrides = dict(preset.config) if preset else {}
+    if args.config:
+        overrides.update(json.loads(args.config))
+    return GenerationRun(arch, parse_impls(args.impl), overrides, batch=args.batch or 1,
+                         prompt=args.prompt, new=args.new_tokens, repeat=args.repeat,
+                         seed=args.seed, dtype=args.dtype or "float32",
+                         hf=not args.no_transformers)
+
+
+def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
     """`python -m zoo.bench ARCH --mode prefill|decode`: run, print, save."""
     from rich.console import Console
 
-    from zoo.bench.options import parse_impls
-    from zoo.bench.presets import find_preset
     from zoo.bench.records import save
 
-    preset = find_preset(args.preset, args.arch) if args.preset else None
-    overrides = dict(preset.config) if preset else {}
-    if args.config:
-        import json
-
-        overrides.update(json.loads(args.config))
-    run = GenerationRun(preset.arch if preset else args.arch, parse_impls(args.impl),
-                        overrides, batch=args.batch or 1, prompt=args.prompt,
-                        new=args.new_tokens, repeat=args.repeat, seed=args.seed,
-                        dtype=args.dtype or "float32", hf=not args.no_transformers)
     status = (lambda s: None) if args.no_progress else (
         lambda s: console.print(s, style="dim", highlight=False))
     try:
