@@ -155,8 +155,7 @@ def test_cached_logits_equal_full_forward(name: str, impl: str) -> None:
 def test_decode_step_compiles_once_and_styles_agree() -> None:
     ids, mask = _prompts(QUICK)
     model = _model(QUICK, "nnx")
-    settings = Settings.of(max_new_tokens=12, temperature=None, top_k=None, top_p=None,
-                           seed=0, eos_token_id=None, pad_token_id=None, max_length=None)
+    settings = Settings.of(max_new_tokens=12)
     prepared = zoo.interface("nnx").decoding(model, 3, PROMPT + 12)
     gen = Generator(prepared, settings)
     runs = {style: np.asarray(gen(ids, mask, style)) for style in ("python", "flat")}

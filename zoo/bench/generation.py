@@ -18,6 +18,7 @@ Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,13 @@ class GenerationRun:
     seed: int = 0
     dtype: str = "float32"
     hf: bool = True  # also time transformers' generate
+    preset: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The record's file name."""
+        return (f"{self.arch}-{self.preset or f'b{self.batch}'}-b{self.batch}-{self.dtype}-"
+                f"p{self.prompt}-n{self.new}-generation.json")
 
 
 def copy_bandwidth(nbytes: int = COPY_BYTES, repeat: int = 5) -> float:
@@ -183,6 +191,7 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
                    ) -> dict[str, Any]:
     """Build, check, time; the run's JSON record (`FairnessError` when the libraries do not
     compute the same thing)."""
+    load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     config = build_config(run.arch, run.overrides, "auto")
     models = build_models(config, run.impls, run.seed, run.dtype)
     rng = np.random.default_rng(run.seed)
@@ -222,6 +231,7 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
     for r in results:
         r["floor_ratio"] = r["decode_s"] / floor if floor else None
     record = record_base("generation")
+    record["host_load_avg_at_start"] = list(load_at_start) if load_at_start else None
     record["config"] = {**run.__dict__, "resolved_config": config.to_dict(), "modes": MODES}
     record["bandwidth_bytes_per_s"] = bandwidth
     record["floor"] = {"decode_s": floor, **sizes}
@@ -277,14 +287,14 @@ def run_from_args(args: Any) -> GenerationRun:
     return GenerationRun(arch, parse_impls(args.impl), overrides, batch=args.batch or 1,
                          prompt=args.prompt, new=args.new_tokens, repeat=args.repeat,
                          seed=args.seed, dtype=args.dtype or "float32",
-                         hf=not args.no_transformers)
+                         hf=not args.no_transformers, preset=preset.name if preset else None)
 
 
 def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
     """`python -m zoo.bench ARCH --mode prefill|decode`: run, print, save."""
     from rich.console import Console
 
-    from zoo.bench.records import save
+    from zoo.bench.records import write_json
 
     status = (lambda s: None) if args.no_progress else (
         lambda s: console.print(s, style="dim", highlight=False))
@@ -295,5 +305,8 @@ def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
         return 3
     for line in table(record):
         console.print(line, highlight=False, soft_wrap=True)
-    save(record, args.json, args.results_dir if args.record else None, console)
+    for path in [args.json] if args.json else []:
+        write_json(record, path)
+    if args.record:
+        write_json(record, os.path.join(args.results_dir, record["device"]["slug"], run.name))
     return 0

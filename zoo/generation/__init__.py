@@ -45,6 +45,5 @@ def generate(model: Any, impl: str, input_ids: Any, attention_mask: Any = None, 
                            top_k=top_k, top_p=top_p, seed=seed, eos_token_id=eos_token_id,
                            pad_token_id=pad_token_id, max_length=max_length)
     ids, mask = prompt(input_ids, attention_mask)
-    api = native_interface(impl)
-    return api.generate(model, ids, mask, settings) if style is None else api.generate(
-        model, ids, mask, settings, style)
+    styled = {} if style is None else {"style": style}  # each interface has its default
+    return native_interface(impl).generate(model, ids, mask, settings, **styled)

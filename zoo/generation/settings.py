@@ -28,9 +28,10 @@ class Settings:
     max_length: int | None = None
 
     @classmethod
-    def of(cls, *, max_new_tokens: int, temperature: float | None, top_k: int | None,
-           top_p: float | None, seed: int, eos_token_id: int | Sequence[int] | None,
-           pad_token_id: int | None, max_length: int | None) -> Settings:
+    def of(cls, *, max_new_tokens: int = 20, temperature: float | None = 0.0,
+           top_k: int | None = 0, top_p: float | None = 1.0, seed: int = 0,
+           eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None,
+           max_length: int | None = None) -> Settings:
         """Checked settings from `zoo.generate`'s arguments (`pad_token_id` defaults to the
         first EOS token, as `transformers` does)."""
         if not isinstance(max_new_tokens, int | np.integer) or max_new_tokens < 0:
