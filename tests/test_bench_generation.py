@@ -28,8 +28,9 @@ def test_decode_mode_runs_every_style_against_the_floor() -> None:
     assert rows == {("eqx", s) for s in generation.STYLES} | {("torch", "eager"),
                                                                 ("torch", "hf-generate")}
     assert record["bandwidth_bytes_per_s"] > 1e8 and record["floor"]["decode_s"] > 0
-    assert all(r["floor_ratio"] > 0 and r["prefill_tokens_per_s"] > 0
-               for r in record["results"])
+    # (3 tokens timed once: the decode step's difference of two times may be noise)
+    assert all(isinstance(r["floor_ratio"], float) and r["prefill_tokens_per_s"] > 0
+               and r["generate_s"] > 0 for r in record["results"])
     lines = generation.table(record)
     assert len(lines) == 3 + len(rows) and max(map(len, lines)) <= 80
 

@@ -200,12 +200,18 @@ class EqxInterface(Interface):
 
         model = eqx.nn.inference_mode(model[0] if isinstance(model, tuple) else model)
         params, static = eqx.partition(model, eqx.is_array)
-        cache = jax.vmap(lambda _: model.init_cache(max_length))(jnp.arange(batch))
+        one = model.init_cache(max_length)
+        # the sequences' keys and values batched, their common index not: a batched index
+        # would turn every cache write into a scatter
+        axes = type(one)(keys=0, values=0, index=None)
+        cache = type(one)(*(tuple(jnp.zeros((batch, *a.shape), a.dtype) for a in kv)
+                            for kv in (one.keys, one.values)), one.index)
 
         def apply(params, cache, ids, mask, positions):
             m = eqx.combine(params, static)
             call = lambda i, c, a, p: m(i, attention_mask=a, position_ids=p, cache=c)
-            return jax.vmap(call)(ids, cache, mask, positions)
+            return jax.vmap(call, in_axes=(0, axes, 0, 0), out_axes=(0, axes))(
+                ids, cache, mask, positions)
 
         return Prepared(apply, params, cache, max_length)
 
