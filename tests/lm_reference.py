@@ -53,10 +53,15 @@ def hf_config(config: zoo.Config):
     return hf
 
 
-@functools.cache
 def hf_model(name: str, seed: int = 0):
     """The `transformers` model of variant `name`: random weights, every array perturbed (biases
     and norms would start at 0 and 1), float32, eval mode, eager attention."""
+    return hf_model_of(VARIANTS[name], seed)
+
+
+@functools.cache
+def hf_model_of(config: zoo.Config, seed: int = 0):
+    """The `transformers` model of a zoo config, as `hf_model` builds it."""
     import torch
     import transformers
 
@@ -64,7 +69,7 @@ def hf_model(name: str, seed: int = 0):
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(
-        hf_config(VARIANTS[name]), attn_implementation="eager").eval()
+        hf_config(config), attn_implementation="eager").eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))

@@ -293,6 +293,9 @@ WAYS: list[Way] = [
     Way(r"unet3d --preset tiny --dtype bfloat16 --mode train", "documented as refused by the "
         "fairness check (exit 3)", append=ONE_ROUND, status=3),
     Way(r"^python -m converters (convert|inspect) "),
+    Way(r"--mode (prefill|decode)", "a few tokens of the tiny config in one library (every "
+        "library's run: tests/test_bench_generation.py)",
+        append=(*TINY, "--impl", "eqx", "--prompt", "4", "--new-tokens", "3")),
     Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)", append=TINY),
 ]
 # Where each command starts its work: a parsed-only form stops there (the longest prefix wins).

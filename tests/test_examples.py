@@ -99,3 +99,16 @@ def test_finetune_example_without_scikit_learn_fails_in_one_line():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         'finetune_resnet.py: needs scikit-learn: pip install -e ".[torch,examples]"']
+
+
+def test_generate_with_tiny_gpt2(tmp_path):
+    """A few training steps: the tokenizer, the training, the conversions, the Hugging Face
+    folder and the same continuation in every library and `transformers`."""
+    for package in ("torch", "transformers", "tokenizers"):
+        pytest.importorskip(package)
+    out = run_example("generate_with_tiny_gpt2.py", "--steps", "3", "--vocab", "300",
+                      "--new-tokens", "6", "--impl", "linen", "--out-dir", str(tmp_path))
+    assert "trained 3 steps in linen" in out and "linen continues" in out
+    assert "same 6 tokens in eqx, linen, nnx, torch, transformers: OK" in out, out
+    folder = tmp_path / "tiny-gpt2-hf"
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()

@@ -4,6 +4,7 @@
     module, variables = zoo.create("cnn", "linen", seed=0)
     model, state = zoo.create("cnn", "eqx", seed=0)
     model = zoo.create("resnet50.tv_in1k", "nnx", pretrained=True)   # timm's tags, the Hub
+    tokens = zoo.generate(zoo.create("gpt2", "nnx"), "nnx", ids, max_new_tokens=32)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
 from zoo import sharding
 from zoo.configs import Config, ConfigError
+from zoo.generation import generate
 from zoo.hub import Source
 from zoo.init import canonical_init
 from zoo.interface import Interface
@@ -52,7 +54,8 @@ from zoo.weights import source_config
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "Pretrained",
-    "architecture", "canonical_init", "create", "data_config", "example_input", "interface",
+    "architecture", "canonical_init", "create", "data_config", "example_input", "generate",
+    "interface",
     "labels", "library", "list_implementations", "list_models", "list_pretrained",
     "load_weights", "make_config", "model_class", "native_interface", "register", "sharding",
     "tiny_config", "transform",

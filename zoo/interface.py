@@ -23,6 +23,11 @@ special-case: `forward` (one eval-mode call that leaves the caller's model as it
 `eval_fn` (the same, pure, to jit or trace), `clone` (a copy safe to write into) and
 `checkpoint_tree` (what the library's own checkpointing stores). `zoo.native_interface(impl)`
 gives them for PyTorch too, with the layout but no functional split / merge / apply.
+
+Language models decode through `generate` (`zoo.generate`): the JAX libraries give their
+decoding step in their own idiom (`decoding`: Equinox's explicit cache, Linen's "cache"
+collection, NNX's `nnx.Cache` variables) to one decode loop (`zoo.generation.loop`); PyTorch's
+reference runs its own.
 """
 
 from __future__ import annotations
@@ -118,6 +123,22 @@ class Interface:
         """The tree of arrays the library's own checkpointing stores for `model`."""
         raise NotImplementedError
 
+    def decoding(self, model: Any, batch: int, max_length: int) -> Any:
+        """The language `model`'s decoding step, pure (`zoo.generation.loop.Prepared`), with an
+        empty KV cache of `batch` sequences of `max_length` slots; `model` stays as it was."""
+        raise NotImplementedError(f"{self.impl} models have no decoding step")
+
+    def generate(self, model: Any, ids: np.ndarray, mask: np.ndarray, settings: Any,
+                 style: str = "compiled") -> Any:
+        """The sequences `model` generates after the prompt `ids`, `mask` `(N, L)` under
+        `settings` (`zoo.generation.Settings`), through the library's `decoding` step in the
+        decode loop's call `style`."""
+        from zoo.generation.loop import Generator
+
+        limit = getattr(_config_of(model), "max_length", None)
+        length = settings.cache_length(ids.shape[1], limit)
+        return Generator(self.decoding(model, ids.shape[0], length), settings)(ids, mask, style)
+
 
 def _given(inputs: dict[str, Any]) -> dict[str, Any]:
     """The other inputs given (None: left out, the model's default)."""
@@ -172,6 +193,28 @@ class EqxInterface(Interface):
     def checkpoint_tree(self, model: Any) -> Any:
         return model  # `eqx.tree_serialise_leaves` stores the model (or `(model, state)`)
 
+    def decoding(self, model: Any, batch: int, max_length: int) -> Any:
+        """Equinox's explicit cache: `model(ids, ..., cache=cache) -> (logits, cache)` per
+        sequence, vmapped over a batch of caches."""
+        from zoo.generation.loop import Prepared
+
+        model = eqx.nn.inference_mode(model[0] if isinstance(model, tuple) else model)
+        params, static = eqx.partition(model, eqx.is_array)
+        one = model.init_cache(max_length)
+        # the sequences' keys and values batched, their common index not: a batched index
+        # would turn every cache write into a scatter
+        axes = type(one)(keys=0, values=0, index=None)
+        cache = type(one)(*(tuple(jnp.zeros((batch, *a.shape), a.dtype) for a in kv)
+                            for kv in (one.keys, one.values)), one.index)
+
+        def apply(params, cache, ids, mask, positions):
+            m = eqx.combine(params, static)
+            call = lambda i, c, a, p: m(i, attention_mask=a, position_ids=p, cache=c)
+            return jax.vmap(call, in_axes=(0, axes, 0, 0), out_axes=(0, axes))(
+                ids, cache, mask, positions)
+
+        return Prepared(apply, params, cache, max_length)
+
 
 class LinenInterface(Interface):
     """`module.apply` with the non-`params` collections as state (mutable in training)."""
@@ -203,6 +246,25 @@ class LinenInterface(Interface):
 
     def checkpoint_tree(self, model: Any) -> Any:
         return model[1]  # the variables
+
+    def decoding(self, model: Any, batch: int, max_length: int) -> Any:
+        """Flax's `decode=True` idiom: `init` on a full-length batch gives the "cache"
+        collection's shapes; each step applies with `mutable=["cache"]`."""
+        from zoo.generation.loop import Prepared
+
+        module, variables = model
+        module = module.clone(decode=True)
+        ids = jax.ShapeDtypeStruct((batch, max_length), jnp.int32)
+        shapes = jax.eval_shape(module.init, jax.random.key(0), ids)["cache"]
+        cache = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+
+        def apply(params, cache, ids, mask, positions):
+            logits, updated = module.apply({"params": params, "cache": cache}, ids,
+                                           attention_mask=mask, position_ids=positions,
+                                           mutable=["cache"])
+            return logits, updated["cache"]
+
+        return Prepared(apply, variables["params"], cache, max_length)
 
 
 class NNXInterface(Interface):
@@ -248,6 +310,25 @@ class NNXInterface(Interface):
 
         return nnx.state(model)
 
+    def decoding(self, model: Any, batch: int, max_length: int) -> Any:
+        """NNX's idiom on a copy of `model`: `init_cache` puts `nnx.Cache` variables on it;
+        `nnx.split` / `nnx.merge` make the step pure."""
+        from flax import nnx
+
+        from zoo.generation.loop import Prepared
+
+        model = nnx.clone(model)
+        model.eval()
+        model.init_cache(batch, max_length)
+        graphdef, cache, weights = nnx.split(model, nnx.Cache, ...)
+
+        def apply(weights, cache, ids, mask, positions):
+            m = nnx.merge(graphdef, cache, weights)
+            logits = m(ids, attention_mask=mask, position_ids=positions)
+            return logits, nnx.state(m, nnx.Cache)
+
+        return Prepared(apply, weights, cache, max_length)
+
 
 class TorchInterface(Interface):
     """PyTorch: no functional split / merge / apply (modules are stateful), only the layout
@@ -279,3 +360,20 @@ class TorchInterface(Interface):
 
     def checkpoint_tree(self, model: Any) -> Any:
         return model.state_dict()
+
+    def generate(self, model: Any, ids: np.ndarray, mask: np.ndarray, settings: Any,
+                 style: str = "eager") -> Any:
+        """The reference's own decode loop (`zoo.generation.torch`), eager."""
+        from zoo.generation.torch import generate
+
+        limit = getattr(_config_of(model), "max_length", None)
+        return generate(model, ids, mask, settings,
+                        settings.cache_length(ids.shape[1], limit))
+
+
+def _config_of(model: Any) -> Any:
+    """The zoo config of a native model (`(model, state)` and `(module, variables)` pairs
+    included), or None."""
+    if isinstance(model, tuple):
+        model = model[0]
+    return getattr(model, "config", None)

@@ -30,6 +30,14 @@ def bench_main(argv: list[str]) -> int:
     parser = bench_parser()
     args = parser.parse_args(argv)
     console = make_console(args.wide)
+    if args.mode in ("prefill", "decode"):  # language models' generation (zoo.generate)
+        from zoo.bench.generation import generation_main, run_from_args
+
+        try:
+            run = run_from_args(args)
+        except (PresetError, ValueError, argparse.ArgumentTypeError) as e:
+            parser.error(str(e))
+        return generation_main(run, args, console)
     xla_flags = None
     # before JAX's and PyTorch's worker threads start (each takes its arena when it starts)
     malloc = keep_freed_memory() if args.malloc == "keep" else {"applied": False,

@@ -105,9 +105,18 @@ def bench_parser() -> argparse.ArgumentParser:
                         f"{', '.join(ARCHS)}); may be omitted when --preset names a unique "
                         "shape")
     p.add_argument("--impl", default="all", help="all or a comma list of eqx,linen,nnx,torch")
-    p.add_argument("--mode", choices=("forward", "train", "both"), default=None,
+    p.add_argument("--mode", choices=("forward", "train", "both", "prefill", "decode"),
+                   default=None,
                    help="forward (inference), train (loss, gradients, optax update, BN state) "
-                        "or both (default: the preset's modes, else both)")
+                        "or both (default: the preset's modes, else both); language models: "
+                        "prefill or decode (zoo.generate: both are timed, batch 1 unless "
+                        "--batch)")
+    p.add_argument("--prompt", type=positive_int, default=32,
+                   help="prefill/decode: the prompt's tokens (default 32)")
+    p.add_argument("--new-tokens", type=positive_int, default=32,
+                   help="prefill/decode: greedy tokens generated (default 32)")
+    p.add_argument("--no-transformers", action="store_true",
+                   help="prefill/decode: leave transformers' generate out")
     p.add_argument("--call", default="default",
                    help="default | idiomatic | all | comma list of call styles (see below)")
     p.add_argument("--batch", type=positive_int, default=None)

@@ -16,6 +16,11 @@ with grouped key/value heads, and the rotary position code, each as `transformer
   Llama 3 rescaling, `rope_type="llama3"`) computed in float32 as `transformers` does. Meta's
   original checkpoints pair interleaved dimensions instead; `transformers`' conversion permutes
   their q/k rows once, so weights in `transformers`' layout need no permutation here.
+- **KV cache** (`sequence_mask`, `write_cache`): each library keeps its keys and values in
+  arrays preallocated to the cache's length and writes a call's tokens at the cache's index
+  (`lax.dynamic_update_slice`: one program for every step); the call's queries are the slots
+  `index .. index + L - 1` and its keys every slot, `attention_mask` covering them all
+  (`zoo.generation` states the protocol).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-__all__ = ["attend", "causal_mask", "default_positions", "rope_frequencies", "rotary"]
+__all__ = ["attend", "causal_mask", "default_positions", "rope_frequencies", "rotary",
+           "sequence_mask", "write_cache"]
 
 
 def causal_mask(q_index: Array, kv_index: Array, kv_valid: Array | None = None,
@@ -45,6 +51,23 @@ def causal_mask(q_index: Array, kv_index: Array, kv_valid: Array | None = None,
         return visible
     valid = kv_valid.astype(bool)[..., None, :]
     return jnp.broadcast_to(visible, valid.shape[:-2] + visible.shape) & valid
+
+
+def sequence_mask(length: int, attention_mask: Array | None = None,
+                  window: int | None = None, index: Array | int = 0,
+                  kv_length: int | None = None) -> Array:
+    """The causal mask of a call on `length` tokens standing at slots `index ..` of a
+    sequence of `kv_length` slots (default: the call's own tokens, `index` 0); `attention_mask`
+    `(..., kv_length)` marks the padding among them."""
+    kv_length = length if kv_length is None else kv_length
+    return causal_mask(index + jnp.arange(length), jnp.arange(kv_length), attention_mask,
+                       window)
+
+
+def write_cache(cache: Array, new: Array, index: Array | int, axis: int) -> Array:
+    """`cache` with `new` written at `index` along the sequence `axis` (same program for
+    every index)."""
+    return jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis)
 
 
 def default_positions(length: int) -> Array:

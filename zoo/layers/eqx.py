@@ -2,7 +2,8 @@
 im2col + GEMM on the CPU, a conv-transpose with methods, a max pool with a fast exact gradient,
 a Linear (and the MultiheadAttention built on it) that keeps `vmap`'s batch dimensions leading,
 timm's LayerNorm2d and GlobalResponseNorm (ConvNeXt), and for language models transformers'
-RMSNorm and GPT-2's `Conv1D` (a Linear under the layout of its kind)."""
+RMSNorm, GPT-2's `Conv1D` (a Linear under the layout of its kind) and the KV cache a
+sequence's decoding threads through the model's call (`KVCache`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from zoo.layers.norm import global_response_norm, layer_norm, rms_norm
 from zoo.layers.pooling import max_pool_axes
 
 __all__ = ["BatchNorm", "Conv", "Conv1D", "Conv3d", "ConvTranspose", "GlobalResponseNorm",
-           "LayerNorm", "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention", "RMSNorm"]
+           "KVCache", "LayerNorm", "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention",
+           "RMSNorm"]
 
 _NO_STATE = object()  # LayerNorm called without a state returns no state
 
@@ -227,6 +229,37 @@ class Conv1D(Linear):
 
 
 canonical.register_class("hf_conv1d", "eqx", Conv1D)
+
+
+class KVCache(eqx.Module):
+    """One sequence's keys and values in every attention layer, preallocated `(max_length,
+    kv_heads, head_dim)`, and `index`, the slot the next call writes its first token to.
+    An explicit pytree, passed to the model's call and returned updated (`model(ids, ...,
+    cache=cache) -> (logits, cache)`): never part of the model, so neither its weights nor
+    its `eqx.nn.State`. Batched: `jax.vmap` over a cache of stacked sequences."""
+
+    keys: tuple[Array, ...]
+    values: tuple[Array, ...]
+    index: Array
+
+    @classmethod
+    def empty(cls, layers: int, max_length: int, kv_heads: int, head_dim: int,
+              dtype: Any) -> KVCache:
+        zeros = lambda: jnp.zeros((max_length, kv_heads, head_dim), dtype)
+        return cls(tuple(zeros() for _ in range(layers)),
+                   tuple(zeros() for _ in range(layers)), jnp.zeros((), jnp.int32))
+
+    @property
+    def max_length(self) -> int:
+        return self.keys[0].shape[-3]
+
+    def layer(self, i: int) -> tuple[Array, Array]:
+        return self.keys[i], self.values[i]
+
+    def updated(self, layers: list[tuple[Array, Array]], length: int) -> KVCache:
+        """The cache holding the layers' new `(keys, values)`, its index `length` further."""
+        keys, values = zip(*layers, strict=True)
+        return KVCache(tuple(keys), tuple(values), self.index + length)
 
 
 class MultiheadAttention(eqx.nn.MultiheadAttention):

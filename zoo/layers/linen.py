@@ -1,7 +1,8 @@
 """Flax Linen layers: conv-transpose with a method switch (same parameters as
 `nn.ConvTranspose`); self-attention whose q/k/v projections may go without a bias; ConvNeXt
-V2's GlobalResponseNorm; for language models, transformers' RMSNorm and GPT-2's `Conv1D` (a
-Dense under the layout of its kind)."""
+V2's GlobalResponseNorm; for language models, transformers' RMSNorm, GPT-2's `Conv1D` (a
+Dense under the layout of its kind) and the "cache" collection of `decode=True` (`cached_kv`,
+`cache_index`, as Flax's own attention keeps it)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import functools
 from typing import Any
 
 import flax.linen as nn
+import jax.numpy as jnp
 from jax import Array
 from jaxtyping import PRNGKeyArray
 
 import canonical
+from zoo.layers.causal import write_cache
 from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
 from zoo.layers.norm import global_response_norm, rms_norm
@@ -146,3 +149,30 @@ class LinenDropPath(nn.Module):
         if key is None:
             key = self.make_rng(self.rng_collection)
         return drop_path(x, keep_mask(key, x.shape[0], self.rate), self.rate)
+
+
+def cached_kv(module: nn.Module, k: Array, v: Array, index: Array | int
+              ) -> tuple[Array, Array]:
+    """Flax's decode idiom, from inside `module`'s compact call: `module.init` with
+    `decode=True` and a full-length input creates the "cache" collection's `cached_key` and
+    `cached_value` `(N, max_length, kv_heads, head_dim)` (and returns `k`, `v`); a later call
+    writes `k`, `v` at slot `index` and returns every slot."""
+    initialized = module.has_variable("cache", "cached_key")
+    keys = module.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
+    values = module.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
+    if not initialized:
+        return k, v
+    keys.value = write_cache(keys.value, k, index, 1)
+    values.value = write_cache(values.value, v, index, 1)
+    return keys.value, values.value
+
+
+def cache_index(module: nn.Module, length: int) -> Array | int:
+    """The slot of a decode call's first token (the "cache" collection's `index`, advanced by
+    the call's `length`); 0 at init."""
+    initialized = module.has_variable("cache", "index")
+    index = module.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    start = index.value
+    if initialized:
+        index.value = start + length
+    return start

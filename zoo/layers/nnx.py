@@ -1,7 +1,8 @@
 """Flax NNX layers: conv-transpose with a method switch (same parameters as
 `nnx.ConvTranspose`); multi-head attention whose q/k/v projections may go without a bias;
-ConvNeXt V2's GlobalResponseNorm; for language models, transformers' RMSNorm and GPT-2's
-`Conv1D` (a Linear under the layout of its kind)."""
+ConvNeXt V2's GlobalResponseNorm; for language models, transformers' RMSNorm, GPT-2's
+`Conv1D` (a Linear under the layout of its kind) and the `nnx.Cache` variables of a KV cache on
+the attention modules (`init_kv_cache`, `cached_kv`, as `nnx.MultiHeadAttention.init_cache`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from flax import nnx
 from jax import Array
 
 import canonical
+from zoo.layers.causal import write_cache
 from zoo.layers.conv_transpose import CHOICES
 from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
@@ -144,3 +146,24 @@ class NNXDropPath(nnx.Module):
         """For `nnx.view`: `deterministic=True` makes it the identity."""
         if deterministic is not None:
             self.deterministic = deterministic
+
+
+def init_kv_cache(module: nnx.Module, batch: int, max_length: int, kv_heads: int,
+                  head_dim: int, dtype: Any) -> None:
+    """Give the attention `module` its cache, `nnx.Cache` variables `cached_key` and
+    `cached_value` `(batch, max_length, kv_heads, head_dim)` (zeros), as
+    `nnx.MultiHeadAttention.init_cache` does; from then on its calls decode."""
+    shape = (batch, max_length, kv_heads, head_dim)
+    module.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+    module.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+
+
+def cached_kv(module: nnx.Module, k: Array, v: Array, index: Array | int
+              ) -> tuple[Array, Array]:
+    """`k`, `v` as they are when `module` has no cache; else written into its cache at slot
+    `index`, every slot returned."""
+    if module.cached_key is None:
+        return k, v
+    module.cached_key[...] = write_cache(module.cached_key[...], k, index, 1)
+    module.cached_value[...] = write_cache(module.cached_value[...], v, index, 1)
+    return module.cached_key[...], module.cached_value[...]

@@ -2,7 +2,8 @@
 timm's drop path, LayerNorm2d and GRN; transformers' RMSNorm and GPT-2's `Conv1D`, the causal
 mask, attention and rotary embedding with transformers' arithmetic (`zoo.layers.causal` states
 the conventions), so that the reference needs no `transformers`. Importing this module
-registers the layer kinds of its classes (`global_response_norm`, `hf_conv1d`)."""
+registers the layer kinds of its classes (`global_response_norm`, `hf_conv1d`). `KVCache` is the
+reference's own KV cache for decoding."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from torch import nn
 
 import canonical
 
-__all__ = ["Conv1D", "DropPath", "GlobalResponseNorm", "LayerNorm2d", "RMSNorm", "attend",
-           "causal_mask", "rotary"]
+__all__ = ["Conv1D", "DropPath", "GlobalResponseNorm", "KVCache", "LayerNorm2d", "RMSNorm",
+           "attend", "causal_mask", "rotary"]
 
 
 class DropPath(nn.Module):
@@ -120,11 +121,13 @@ canonical.register_class("hf_conv1d", "torch", Conv1D)
 
 
 def causal_mask(length: int, attention_mask: torch.Tensor | None = None,
-                window: int | None = None) -> torch.Tensor:
-    """`(N or 1, 1, L, L)` booleans: key `j` visible from query `i` when `j <= i`, `i - j <
-    window` (if any) and `attention_mask[:, j]` (if given)."""
-    i = torch.arange(length)[:, None]
-    j = torch.arange(length)[None, :]
+                window: int | None = None, index: int = 0,
+                kv_length: int | None = None) -> torch.Tensor:
+    """`(N or 1, 1, L, Lk)` booleans: key `j` visible from query `i` when `j <= i`, `i - j <
+    window` (if any) and `attention_mask[:, j]` (if given); the queries are the slots `index
+    ..` of `kv_length` (default: `L` from 0, a call without a cache)."""
+    i = index + torch.arange(length)[:, None]
+    j = torch.arange(length if kv_length is None else kv_length)[None, :]
     visible = j <= i
     if window is not None:
         visible = visible & (j > i - window)
@@ -132,6 +135,41 @@ def causal_mask(length: int, attention_mask: torch.Tensor | None = None,
     if attention_mask is not None:
         visible = visible & attention_mask.bool()[:, None, None, :]
     return visible
+
+
+class LayerCache:
+    """One attention layer's slice of a `KVCache`."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, index: int) -> None:
+        self.keys, self.values, self.index = keys, values, index
+
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every slot's keys and values once `k`, `v` `(N, kv_heads, L, D)` are written in
+        place at the cache's index."""
+        end = self.index + k.shape[2]
+        self.keys[:, :, self.index:end] = k
+        self.values[:, :, self.index:end] = v
+        return self.keys, self.values
+
+
+class KVCache:
+    """The reference's KV cache: each layer's keys and values preallocated `(N, kv_heads,
+    max_length, head_dim)`, written in place at `index`, which the model's call advances."""
+
+    def __init__(self, layers: int, batch: int, max_length: int, kv_heads: int,
+                 head_dim: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> None:
+        shape = (batch, kv_heads, max_length, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.index = 0
+
+    @property
+    def max_length(self) -> int:
+        return self.keys[0].shape[2]
+
+    def layer(self, i: int) -> LayerCache:
+        return LayerCache(self.keys[i], self.values[i], self.index)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

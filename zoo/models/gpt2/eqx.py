@@ -1,5 +1,6 @@
 """GPT-2 in Equinox: one sequence of token ids `(L,)` per call, batched with vmap; the tied
-head is `h @ wte.weight.T` (no array of its own)."""
+head is `h @ wte.weight.T` (no array of its own). Decoding threads an explicit `KVCache`
+through the call (`init_cache`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.causal import attend, causal_mask, default_positions
-from zoo.layers.eqx import Conv1D, LayerNorm, Linear
+from zoo.layers.causal import attend, default_positions, sequence_mask, write_cache
+from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear
 from zoo.models.common import activation, dtype_of
 from zoo.models.gpt2.config import GPT2Config
+
+KV = tuple[Array, Array]  # one layer's cached keys and values
 
 
 def _keys(key: PRNGKeyArray | None, n: int) -> list[PRNGKeyArray | None]:
@@ -44,14 +47,20 @@ class Attention(eqx.Module):
         self.resid_dropout = eqx.nn.Dropout(config.resid_pdrop)
         self.num_heads = config.n_head
 
-    def __call__(self, x: Array, mask: Array, *, key: PRNGKeyArray | None = None) -> Array:
+    def __call__(self, x: Array, mask: Array, kv: KV | None = None, index: Array | int = 0,
+                 *, key: PRNGKeyArray | None = None) -> tuple[Array, KV | None]:
+        """The attention's output and, given the cached `kv`, the cache with this call's keys
+        and values written at `index`."""
         k1, k2 = _keys(key, 2)
         length = x.shape[0]
         q, k, v = (t.reshape(length, self.num_heads, -1)
                    for t in jnp.split(_tokenwise(self.c_attn, x), 3, axis=-1))
+        if kv is not None:
+            kv = k, v = write_cache(kv[0], k, index, 0), write_cache(kv[1], v, index, 0)
         out = attend(q, k, v, mask, q.shape[-1] ** -0.5,
                      functools.partial(self.attn_dropout, key=k1))
-        return self.resid_dropout(_tokenwise(self.c_proj, out.reshape(length, -1)), key=k2)
+        out = self.resid_dropout(_tokenwise(self.c_proj, out.reshape(length, -1)), key=k2)
+        return out, kv
 
 
 class MLP(eqx.Module):
@@ -85,10 +94,12 @@ class Block(eqx.Module):
         self.ln_2 = _layer_norm(config, dtype)
         self.mlp = MLP(config, key=k2, dtype=dtype)
 
-    def __call__(self, x: Array, mask: Array, *, key: PRNGKeyArray | None = None) -> Array:
+    def __call__(self, x: Array, mask: Array, kv: KV | None = None, index: Array | int = 0,
+                 *, key: PRNGKeyArray | None = None) -> tuple[Array, KV | None]:
         k1, k2 = _keys(key, 2)
-        x = x + self.attn(_tokenwise(self.ln_1, x), mask, key=k1)
-        return x + self.mlp(_tokenwise(self.ln_2, x), key=k2)
+        h, kv = self.attn(_tokenwise(self.ln_1, x), mask, kv, index, key=k1)
+        x = x + h
+        return x + self.mlp(_tokenwise(self.ln_2, x), key=k2), kv
 
 
 class Transformer(eqx.Module):
@@ -121,18 +132,33 @@ class GPT2(eqx.Module):
         self.config = config
 
     def __call__(self, input_ids: Array, *, attention_mask: Array | None = None,
-                 position_ids: Array | None = None, key: PRNGKeyArray | None = None) -> Array:
+                 position_ids: Array | None = None, key: PRNGKeyArray | None = None,
+                 cache: KVCache | None = None) -> Array | tuple[Array, KVCache]:
         """Logits `(L, vocab)` of one sequence of token ids `(L,)`; `attention_mask` `(L,)`
-        (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'."""
+        (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'.
+
+        With a `cache` (`init_cache`) the tokens take its next slots, `attention_mask`
+        `(max_length,)` covers every slot, and the call returns `(logits, cache)`."""
         self.config.check_input(input_ids.shape, batched=False)
         t, length = self.transformer, input_ids.shape[0]
         k_embed, *k_blocks = _keys(key, 1 + len(t.h))
-        positions = default_positions(length) if position_ids is None else position_ids
+        index = 0 if cache is None else cache.index
+        positions = index + default_positions(length) if position_ids is None else position_ids
         h = _tokenwise(t.wte, input_ids) + _tokenwise(t.wpe, positions)
         h = t.drop(h, key=k_embed)
-        index = jnp.arange(length)
-        mask = causal_mask(index, index, attention_mask)
-        for block, k in zip(t.h, k_blocks, strict=True):
-            h = block(h, mask, key=k)
+        mask = sequence_mask(length, attention_mask, None, index,
+                             None if cache is None else cache.max_length)
+        written = []
+        for i, (block, k) in enumerate(zip(t.h, k_blocks, strict=True)):
+            h, kv = block(h, mask, None if cache is None else cache.layer(i), index, key=k)
+            written.append(kv)
         h = _tokenwise(t.ln_f, h)
-        return h @ t.wte.weight.T if self.lm_head is None else _tokenwise(self.lm_head, h)
+        logits = h @ t.wte.weight.T if self.lm_head is None else _tokenwise(self.lm_head, h)
+        return logits if cache is None else (logits, cache.updated(written, length))
+
+    def init_cache(self, max_length: int, dtype=None) -> KVCache:
+        """An empty cache of one sequence of up to `max_length` tokens (`dtype`: the
+        weights')."""
+        cfg = self.config
+        dtype = self.transformer.wte.weight.dtype if dtype is None else dtype
+        return KVCache.empty(cfg.n_layer, max_length, cfg.n_head, cfg.head_dim, dtype)

@@ -1,7 +1,7 @@
 """GPT-2 in PyTorch: the reference, with transformers' module names (`GPT2LMHeadModel`) and its
 arithmetic, batched `(N, L)` token ids. The tied head has no module: the logits are
 `ln_f(h) @ wte.weight.T`, so `state_dict()` holds the shared array once (`lm_head` exists
-only when untied)."""
+only when untied). Decoding passes a `KVCache` (`init_cache`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.layers.torch import Conv1D, attend, causal_mask
+from zoo.layers.torch import Conv1D, KVCache, LayerCache, attend, causal_mask
 from zoo.models.gpt2.config import GPT2Config
 
 
@@ -35,10 +35,13 @@ class Attention(nn.Module):
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
         n, length, _ = x.shape
         q, k, v = (t.view(n, length, self.num_heads, -1).transpose(1, 2)
                    for t in self.c_attn(x).split(self.width, dim=2))
+        if cache is not None:
+            k, v = cache.write(k, v)
         out = attend(q, k, v, mask, q.shape[-1] ** -0.5, self.attn_dropout)
         return self.resid_dropout(self.c_proj(out))
 
@@ -63,8 +66,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), mask, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -86,18 +90,31 @@ class GPT2(nn.Module):
         self.lm_head = (None if config.tie_word_embeddings
                         else nn.Linear(config.n_embd, config.vocab_size, bias=False))
 
+    def init_cache(self, batch: int, max_length: int) -> KVCache:
+        """An empty cache of `batch` sequences of up to `max_length` tokens."""
+        cfg, w = self.config, self.transformer.wte.weight
+        return KVCache(cfg.n_layer, batch, max_length, cfg.n_head, cfg.head_dim, w.dtype,
+                       w.device)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                position_ids: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
-        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With a `cache`
+        (`init_cache`) the tokens take its next slots and `attention_mask` `(N, max_length)`
+        covers every slot."""
         self.config.check_input(input_ids.shape)
         t = self.transformer
         length = input_ids.shape[1]
+        index = 0 if cache is None else cache.index
         if position_ids is None:
-            position_ids = torch.arange(length, device=input_ids.device)[None]
+            position_ids = index + torch.arange(length, device=input_ids.device)[None]
         h = t.drop(t.wte(input_ids) + t.wpe(position_ids))
-        mask = causal_mask(length, attention_mask).to(h.device)
-        for block in t.h:
-            h = block(h, mask)
+        mask = causal_mask(length, attention_mask, None, index,
+                           None if cache is None else cache.max_length).to(h.device)
+        for i, block in enumerate(t.h):
+            h = block(h, mask, None if cache is None else cache.layer(i))
+        if cache is not None:
+            cache.index += length
         h = t.ln_f(h)
         return h @ t.wte.weight.T if self.lm_head is None else self.lm_head(h)

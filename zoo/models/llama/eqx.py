@@ -1,18 +1,20 @@
 """The Llama family in Equinox: one sequence of token ids `(L,)` per call, batched with vmap;
-a tied head is `h @ embed_tokens.weight.T` (no array of its own)."""
+a tied head is `h @ embed_tokens.weight.T` (no array of its own). Decoding threads an explicit
+`KVCache` through the call (`init_cache`)."""
 
 from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.causal import attend, causal_mask, default_positions, rotary
-from zoo.layers.eqx import Linear, RMSNorm
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, write_cache
+from zoo.layers.eqx import KVCache, Linear, RMSNorm
 from zoo.models.common import dtype_of
 from zoo.models.llama.config import LlamaConfig
+
+KV = tuple[Array, Array]  # one layer's cached keys and values
 
 
 def _rms_norm(size: int, config: LlamaConfig, dtype) -> RMSNorm:
@@ -46,7 +48,10 @@ class Attention(eqx.Module):
         self.k_norm = _rms_norm(d, config, dtype) if config.qk_norm else None
         self.num_heads, self.num_kv_heads, self.head_dim = h, g, d
 
-    def __call__(self, x: Array, positions: Array, mask: Array, rope: np.ndarray) -> Array:
+    def __call__(self, x: Array, positions: Array, mask: Array, rope: np.ndarray,
+                 kv: KV | None = None, index: Array | int = 0) -> tuple[Array, KV | None]:
+        """The attention's output and, given the cached `kv`, the cache with this call's keys
+        and values written at `index`."""
         length = x.shape[0]
         q = _tokenwise(self.q_proj, x).reshape(length, self.num_heads, self.head_dim)
         k = _tokenwise(self.k_proj, x).reshape(length, self.num_kv_heads, self.head_dim)
@@ -55,8 +60,10 @@ class Attention(eqx.Module):
             q = jax.vmap(jax.vmap(self.q_norm))(q)
             k = jax.vmap(jax.vmap(self.k_norm))(k)
         q, k = rotary(q, positions, rope), rotary(k, positions, rope)
+        if kv is not None:
+            kv = k, v = write_cache(kv[0], k, index, 0), write_cache(kv[1], v, index, 0)
         out = attend(q, k, v, mask, self.head_dim ** -0.5)
-        return _tokenwise(self.o_proj, out.reshape(length, -1))
+        return _tokenwise(self.o_proj, out.reshape(length, -1)), kv
 
 
 class MLP(eqx.Module):
@@ -88,9 +95,12 @@ class DecoderLayer(eqx.Module):
         self.input_layernorm = _rms_norm(config.hidden_size, config, dtype)
         self.post_attention_layernorm = _rms_norm(config.hidden_size, config, dtype)
 
-    def __call__(self, x: Array, positions: Array, mask: Array, rope: np.ndarray) -> Array:
-        x = x + self.self_attn(_tokenwise(self.input_layernorm, x), positions, mask, rope)
-        return x + jax.vmap(lambda t: self.mlp(self.post_attention_layernorm(t)))(x)
+    def __call__(self, x: Array, positions: Array, mask: Array, rope: np.ndarray,
+                 kv: KV | None = None, index: Array | int = 0) -> tuple[Array, KV | None]:
+        h, kv = self.self_attn(_tokenwise(self.input_layernorm, x), positions, mask, rope, kv,
+                               index)
+        x = x + h
+        return x + jax.vmap(lambda t: self.mlp(self.post_attention_layernorm(t)))(x), kv
 
 
 class Model(eqx.Module):
@@ -121,18 +131,35 @@ class Llama(eqx.Module):
         self.config = config
 
     def __call__(self, input_ids: Array, *, attention_mask: Array | None = None,
-                 position_ids: Array | None = None, key: PRNGKeyArray | None = None) -> Array:
+                 position_ids: Array | None = None, key: PRNGKeyArray | None = None,
+                 cache: KVCache | None = None) -> Array | tuple[Array, KVCache]:
         """Logits `(L, vocab)` of one sequence of token ids `(L,)`; `attention_mask` `(L,)`
-        (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'."""
+        (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'.
+
+        With a `cache` (`init_cache`) the tokens take its next slots, `attention_mask`
+        `(max_length,)` covers every slot, and the call returns `(logits, cache)`."""
         del key  # no dropout
         self.config.check_input(input_ids.shape, batched=False)
         m, length = self.model, input_ids.shape[0]
-        positions = default_positions(length) if position_ids is None else position_ids
-        index = jnp.arange(length)
-        mask = causal_mask(index, index, attention_mask, self.config.sliding_window)
+        index = 0 if cache is None else cache.index
+        positions = index + default_positions(length) if position_ids is None else position_ids
+        mask = sequence_mask(length, attention_mask, self.config.sliding_window, index,
+                             None if cache is None else cache.max_length)
         rope = self.config.rope()
         h = _tokenwise(m.embed_tokens, input_ids)
-        for layer in m.layers:
-            h = layer(h, positions, mask, rope)
+        written = []
+        for i, layer in enumerate(m.layers):
+            h, kv = layer(h, positions, mask, rope, None if cache is None else cache.layer(i),
+                          index)
+            written.append(kv)
         h = _tokenwise(m.norm, h)
-        return h @ m.embed_tokens.weight.T if self.lm_head is None else _tokenwise(self.lm_head, h)
+        logits = (h @ m.embed_tokens.weight.T if self.lm_head is None
+                  else _tokenwise(self.lm_head, h))
+        return logits if cache is None else (logits, cache.updated(written, length))
+
+    def init_cache(self, max_length: int, dtype=None) -> KVCache:
+        """An empty cache of one sequence of up to `max_length` tokens (`dtype`: the
+        weights')."""
+        cfg = self.config
+        dtype = self.model.embed_tokens.weight.dtype if dtype is None else dtype
+        return KVCache.empty(cfg.num_hidden_layers, max_length, cfg.kv_heads, cfg.dim, dtype)

@@ -1,5 +1,6 @@
 """The Llama family in Flax Linen: batched token ids `(N, L)`; a tied head is
-`embed_tokens.attend` (no array of its own)."""
+`embed_tokens.attend` (no array of its own). `decode=True` keeps a KV cache in the "cache"
+collection, as Flax's attention does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.layers.causal import attend, causal_mask, default_positions, rotary
-from zoo.layers.linen import RMSNorm
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.linen import RMSNorm, cache_index, cached_kv
 from zoo.models.common import dtype_of
 from zoo.models.llama.config import LlamaConfig
 
@@ -21,6 +22,7 @@ def _rms_norm(config: LlamaConfig, dtype: jnp.dtype) -> RMSNorm:
 class Attention(nn.Module):
     config: LlamaConfig
     param_dtype: str = "float32"
+    decode: bool = False
 
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
@@ -32,8 +34,9 @@ class Attention(nn.Module):
         self.q_norm = _rms_norm(cfg, dt) if cfg.qk_norm else None
         self.k_norm = _rms_norm(cfg, dt) if cfg.qk_norm else None
 
+    @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 rope: np.ndarray) -> jax.Array:
+                 rope: np.ndarray, index: jax.Array | int = 0) -> jax.Array:
         cfg, (n, length, _) = self.config, x.shape
         q = self.q_proj(x).reshape(n, length, cfg.num_attention_heads, cfg.dim)
         k = self.k_proj(x).reshape(n, length, cfg.kv_heads, cfg.dim)
@@ -41,6 +44,8 @@ class Attention(nn.Module):
         if self.q_norm is not None:  # per head, over head_dim
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, positions, rope), rotary(k, positions, rope)
+        if self.decode:
+            k, v = cached_kv(self, k, v, index)
         out = attend(q, k, v, mask, cfg.dim ** -0.5)
         return self.o_proj(out.reshape(n, length, -1))
 
@@ -63,44 +68,50 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     config: LlamaConfig
     param_dtype: str = "float32"
+    decode: bool = False
 
     def setup(self) -> None:
         dt = dtype_of(self.param_dtype)
         # transformers' definition order (its state_dict's), not the order of the calls
-        self.self_attn = Attention(self.config, self.param_dtype)
+        self.self_attn = Attention(self.config, self.param_dtype, self.decode)
         self.mlp = MLP(self.config, self.param_dtype)
         self.input_layernorm = _rms_norm(self.config, dt)
         self.post_attention_layernorm = _rms_norm(self.config, dt)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 rope: np.ndarray) -> jax.Array:
-        x = x + self.self_attn(self.input_layernorm(x), positions, mask, rope)
+                 rope: np.ndarray, index: jax.Array | int = 0) -> jax.Array:
+        x = x + self.self_attn(self.input_layernorm(x), positions, mask, rope, index)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Model(nn.Module):
     config: LlamaConfig
     param_dtype: str = "float32"
+    decode: bool = False
 
     def setup(self) -> None:
         cfg, dt = self.config, dtype_of(self.param_dtype)
         self.embed_tokens = nn.Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=dt,
                                      embedding_init=nn.initializers.normal(1.0))
-        self.layers = [DecoderLayer(cfg, self.param_dtype) for _ in range(cfg.num_hidden_layers)]
+        self.layers = [DecoderLayer(cfg, self.param_dtype, self.decode)
+                       for _ in range(cfg.num_hidden_layers)]
         self.norm = _rms_norm(cfg, dt)
 
+    @nn.compact
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  position_ids: jax.Array | None) -> jax.Array:
         """The hidden states after `norm`, `(N, L, hidden_size)`."""
         cfg, (n, length) = self.config, input_ids.shape
-        positions = default_positions(length)[None] if position_ids is None else position_ids
+        index = cache_index(self, length) if self.decode else 0
+        positions = (index + default_positions(length)[None] if position_ids is None
+                     else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
-        index = jnp.arange(length)
-        mask = causal_mask(index, index, attention_mask, cfg.sliding_window)
+        kv_length = None if attention_mask is None else attention_mask.shape[-1]
+        mask = sequence_mask(length, attention_mask, cfg.sliding_window, index, kv_length)
         rope = cfg.rope()
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
-            h = layer(h, positions, mask, rope)
+            h = layer(h, positions, mask, rope, index)
         return self.norm(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -109,12 +120,17 @@ class Model(nn.Module):
 
 
 class Llama(nn.Module):
+    """`decode=True`: a KV cache in the "cache" collection, Flax's idiom. `init` with a
+    full-length batch `(N, max_length)` creates it (empty); each call then takes the next
+    slots, its `attention_mask` `(N, max_length)` covering every slot, `mutable=["cache"]`."""
+
     config: LlamaConfig
     param_dtype: str = "float32"
+    decode: bool = False
 
     def setup(self) -> None:
         cfg = self.config
-        self.model = Model(cfg, self.param_dtype)
+        self.model = Model(cfg, self.param_dtype, self.decode)
         self.lm_head = (None if cfg.tie_word_embeddings else
                         nn.Dense(cfg.vocab_size, use_bias=False,
                                  param_dtype=dtype_of(self.param_dtype)))

@@ -1,5 +1,6 @@
 """The Llama family in Flax NNX: batched token ids `(N, L)`; a tied head is
-`embed_tokens.attend` (no array of its own)."""
+`embed_tokens.attend` (no array of its own). `init_cache` gives the model a KV cache of
+`nnx.Cache` variables, as Flax's attention does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from zoo.layers.causal import attend, causal_mask, default_positions, rotary
-from zoo.layers.nnx import RMSNorm
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.nnx import RMSNorm, cached_kv, init_kv_cache
 from zoo.models.common import dtype_of
 from zoo.models.llama.config import LlamaConfig
 
@@ -31,9 +32,11 @@ class Attention(nnx.Module):
                                  rngs=rngs)
         self.q_norm = _rms_norm(d, config, dt, rngs) if config.qk_norm else None
         self.k_norm = _rms_norm(d, config, dt, rngs) if config.qk_norm else None
+        self.cached_key: nnx.Cache | None = nnx.data(None)  # init_kv_cache
+        self.cached_value: nnx.Cache | None = nnx.data(None)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 rope: np.ndarray) -> jax.Array:
+                 rope: np.ndarray, index: jax.Array | int = 0) -> jax.Array:
         n, length, _ = x.shape
         q = self.q_proj(x).reshape(n, length, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(n, length, self.num_kv_heads, self.head_dim)
@@ -41,6 +44,7 @@ class Attention(nnx.Module):
         if self.q_norm is not None:  # per head, over head_dim
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, positions, rope), rotary(k, positions, rope)
+        k, v = cached_kv(self, k, v, index)
         out = attend(q, k, v, mask, self.head_dim ** -0.5)
         return self.o_proj(out.reshape(n, length, -1))
 
@@ -66,8 +70,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = _rms_norm(config.hidden_size, config, dt, rngs)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 rope: np.ndarray) -> jax.Array:
-        x = x + self.self_attn(self.input_layernorm(x), positions, mask, rope)
+                 rope: np.ndarray, index: jax.Array | int = 0) -> jax.Array:
+        x = x + self.self_attn(self.input_layernorm(x), positions, mask, rope, index)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -89,6 +93,17 @@ class Llama(nnx.Module):
         self.lm_head = (None if config.tie_word_embeddings else
                         nnx.Linear(config.hidden_size, config.vocab_size, use_bias=False,
                                    param_dtype=dt, rngs=rngs))
+        self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
+
+    def init_cache(self, batch: int, max_length: int, dtype=None) -> None:
+        """Give the model a KV cache of `batch` sequences of up to `max_length` tokens
+        (`nnx.Cache` variables; `dtype`: the weights'). From then on each call takes the next
+        slots, its `attention_mask` `(N, max_length)` covering every slot."""
+        cfg = self.config
+        dtype = self.model.embed_tokens.embedding.dtype if dtype is None else dtype
+        for layer in self.model.layers:
+            init_kv_cache(layer.self_attn, batch, max_length, cfg.kv_heads, cfg.dim, dtype)
+        self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
 
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None,
@@ -97,13 +112,18 @@ class Llama(nnx.Module):
         and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
         self.config.check_input(input_ids.shape)
         m, (n, length) = self.model, input_ids.shape
-        positions = default_positions(length)[None] if position_ids is None else position_ids
+        index, kv_length = 0, None
+        if self.cache_index is not None:
+            index, kv_length = self.cache_index[...], m.layers[0].self_attn.cached_key.shape[1]
+            self.cache_index[...] = index + length
+        positions = (index + default_positions(length)[None] if position_ids is None
+                     else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
-        index = jnp.arange(length)
-        mask = causal_mask(index, index, attention_mask, self.config.sliding_window)
+        mask = sequence_mask(length, attention_mask, self.config.sliding_window, index,
+                             kv_length)
         rope = self.config.rope()
         h = m.embed_tokens(input_ids)
         for layer in m.layers:
-            h = layer(h, positions, mask, rope)
+            h = layer(h, positions, mask, rope, index)
         h = m.norm(h)
         return m.embed_tokens.attend(h) if self.lm_head is None else self.lm_head(h)

@@ -1,0 +1,312 @@
+"""The language models' `prefill` and `decode` modes: tokens per second of the prompt and
+milliseconds per new token, per library and call style, against PyTorch eager (the zoo's
+reference and `transformers`' own `generate`, same weights) and the memory-bandwidth floor.
+
+- **Fairness first**: the prompt's last logits of every library within `RELATIVE` of the
+  reference's, and the same greedy tokens everywhere (`transformers` included); else
+  `FairnessError`, nothing timed.
+- **Timing**: a whole `generate` of 1 and of `new` greedy tokens (no EOS), medians of
+  `repeat` runs each after a warm-up call; prefill is the first (`batch * prompt` tokens),
+  a decode step `(t(new) - t(1)) / (new - 1)`. Compile time is the first call's excess.
+- **Floor**: a decode step reads every weight and the cache's keys and values once; their
+  bytes (the cache at its mean length over the run) over the copy bandwidth measured in the
+  run (`copy_bandwidth`, read plus write traffic of a large copy) is the time no style beats.
+
+Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled),
+`python` (a jitted step per token), `flat` (the same on the weights' flat leaves).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+import zoo
+from zoo.bench.fairness import FairnessError
+from zoo.bench.records import record_base
+from zoo.bench.subjects import build_config, build_models
+from zoo.generation import Settings
+from zoo.generation.loop import Generator
+from zoo.libraries import library
+
+MODES = ("prefill", "decode")
+STYLES = {"loop": "compiled", "python": "python", "flat": "flat"}
+RELATIVE = 1e-4  # the prompt's logits: largest difference over the largest logit
+COPY_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class GenerationRun:
+    """One run's shape: `prompt` tokens of `batch` sequences, `new` greedy tokens."""
+
+    arch: str
+    impls: tuple[str, ...]
+    overrides: dict[str, Any]
+    batch: int = 1
+    prompt: int = 32
+    new: int = 32
+    repeat: int = 3
+    seed: int = 0
+    dtype: str = "float32"
+    hf: bool = True  # also time transformers' generate
+    preset: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The record's file name."""
+        return (f"{self.arch}-{self.preset or f'b{self.batch}'}-b{self.batch}-{self.dtype}-"
+                f"p{self.prompt}-n{self.new}-generation.json")
+
+
+def copy_bandwidth(nbytes: int = COPY_BYTES, repeat: int = 5) -> float:
+    """Bytes per second moved (read plus written) by the fastest large copy: NumPy's, and
+    PyTorch's (threaded) when installed."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    copies: list[Callable[[], Any]] = [lambda: np.copyto(dst, src)]
+    try:
+        import torch
+
+        s, d = torch.from_numpy(src), torch.from_numpy(dst)
+        copies.append(lambda: d.copy_(s))
+    except ImportError:
+        pass
+    best = min(_median([_seconds(c) for _ in range(repeat)]) for c in copies)
+    return 2 * nbytes / best
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    out = fn()
+    jax.block_until_ready(out) if not hasattr(out, "numpy") else None
+    return time.perf_counter() - start
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _nbytes(tree: Any) -> int:
+    return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree))
+
+
+def _hf_model(config: Any, torch_model: Any) -> Any:
+    """`transformers`' model of `config` holding the zoo reference's weights."""
+    import transformers
+
+    from converters.adapters import hub
+
+    transformers.logging.set_verbosity_error()
+    hf_config = transformers.AutoConfig.for_model(**hub.writer_for(config).hub_config(config))
+    model = transformers.AutoModelForCausalLM.from_config(hf_config,
+                                                          attn_implementation="eager")
+    missing, unexpected = model.load_state_dict(torch_model.state_dict(), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise FairnessError([f"transformers' model does not take the zoo's weights: missing "
+                             f"{missing}, unexpected {unexpected}"], {})
+    model.tie_weights()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+class _Timed:
+    """One (library, style): `generate(n)` runs a whole greedy generation of `n` tokens."""
+
+    def __init__(self, impl: str, style: str, generate: Callable[[int], Any]) -> None:
+        self.impl, self.style, self.generate = impl, style, generate
+        self.first: dict[int, float] = {}
+
+    def output(self, n: int) -> np.ndarray:
+        """The tokens of a first call (compiling), its time kept."""
+        start = time.perf_counter()
+        out = np.asarray(self.generate(n))
+        self.first[n] = time.perf_counter() - start
+        return out
+
+    def measure(self, run: GenerationRun) -> dict[str, Any]:
+        for n in (1, run.new):
+            if n not in self.first:
+                self.output(n)
+        first = self.first
+        times = {n: _median([_seconds(lambda n=n: self.generate(n)) for _ in range(run.repeat)])
+                 for n in (1, run.new)}
+        return {"impl": self.impl, "style": self.style, "prefill_s": times[1],
+                "generate_s": times[run.new],
+                "decode_s": (times[run.new] - times[1]) / max(run.new - 1, 1),
+                "compile_s": max(first[1] - times[1], 0) + max(first[run.new] - times[run.new], 0),
+                "prefill_tokens_per_s": run.batch * run.prompt / times[1]}
+
+
+def _jax_styles(impl: str, model: Any, ids: np.ndarray, mask: np.ndarray,
+                run: GenerationRun) -> tuple[list[_Timed], dict[str, Any]]:
+    api = zoo.interface(impl)
+    gens = {n: Generator(api.decoding(model, run.batch, run.prompt + run.new),
+                         Settings(max_new_tokens=n)) for n in (1, run.new)}
+    timed = [_Timed(impl, name, lambda n, s=style: gens[n](ids, mask, s))
+             for name, style in STYLES.items()]
+    p = gens[run.new].prepared
+    return timed, {"weights": _nbytes(p.weights), "cache": _nbytes(p.cache)}
+
+
+def _torch_styles(model: Any, hf: Any, ids: np.ndarray, mask: np.ndarray,
+                  run: GenerationRun) -> list[_Timed]:
+    import torch
+
+    tids, tmask = torch.from_numpy(ids).long(), torch.from_numpy(mask).long()
+
+    def transformers_generate(n: int) -> Any:
+        with torch.no_grad():
+            return hf.generate(tids, attention_mask=tmask, max_new_tokens=n, min_new_tokens=n,
+                               do_sample=False)
+
+    timed = [_Timed("torch", "eager", lambda n: zoo.generate(model, "torch", ids, mask,
+                                                              max_new_tokens=n))]
+    return timed + ([_Timed("torch", "hf-generate", transformers_generate)] if hf else [])
+
+
+def _fairness(outputs: dict[str, np.ndarray], logits: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Same greedy tokens everywhere, prompt logits within `RELATIVE` of the reference's."""
+    ref_name = "torch" if "torch" in logits else next(iter(logits))
+    ref = logits[ref_name]
+    rel = {k: float(np.max(np.abs(v - ref)) / np.max(np.abs(ref))) for k, v in logits.items()}
+    first = next(iter(outputs.values()))
+    problems = [f"{k}: greedy tokens differ from {next(iter(outputs))}'s"
+                for k, v in outputs.items() if v.shape != first.shape or (v != first).any()]
+    problems += [f"{k}: prompt logits {r:.1e} from {ref_name}'s (bound {RELATIVE:g})"
+                 for k, r in rel.items() if r > RELATIVE]
+    report = {"logits_relative": rel, "reference": ref_name, "same_tokens": not problems}
+    if problems:
+        raise FairnessError(problems, report)
+    return report
+
+
+def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda s: None
+                   ) -> dict[str, Any]:
+    """Build, check, time; the run's JSON record (`FairnessError` when the libraries do not
+    compute the same thing)."""
+    load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    config = build_config(run.arch, run.overrides, "auto")
+    models = build_models(config, run.impls, run.seed, run.dtype)
+    rng = np.random.default_rng(run.seed)
+    ids = rng.integers(0, config.vocab_size, (run.batch, run.prompt)).astype(np.int32)
+    mask = np.ones_like(ids)
+    timed: list[_Timed] = []
+    sizes: dict[str, Any] = {}
+    logits: dict[str, np.ndarray] = {}
+    for impl in run.impls:
+        if library(impl).is_jax:
+            styles, sizes = _jax_styles(impl, models[impl], ids, mask, run)
+            timed += styles
+            logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids))[:, -1]
+    hf = None
+    if "torch" in run.impls:
+        import torch
+
+        hf = _hf_model(config, models["torch"]) if run.hf else None
+        timed += _torch_styles(models["torch"], hf, ids, mask, run)
+        with torch.no_grad():
+            logits["torch"] = models["torch"](torch.from_numpy(ids).long())[:, -1].numpy()
+            if hf is not None:
+                logits["transformers"] = hf(torch.from_numpy(ids).long()).logits[:, -1].numpy()
+    progress("fairness: logits and greedy tokens")
+    outputs = {f"{t.impl} {t.style}": t.output(run.new) for t in timed}
+    fairness = _fairness(outputs, logits)
+    progress("copy bandwidth")
+    bandwidth = copy_bandwidth()
+    results = []
+    for t in timed:
+        progress(f"timing {t.impl} {t.style}")
+        results.append(t.measure(run))
+    if not sizes:  # no JAX library: the reference's sizes
+        sizes = {"weights": sum(p.numel() * p.element_size()
+                                for p in models["torch"].parameters()), "cache": None}
+    floor = _floor(config, run, sizes, bandwidth)
+    for r in results:
+        r["floor_ratio"] = r["decode_s"] / floor if floor else None
+    record = record_base("generation")
+    record["host_load_avg_at_start"] = list(load_at_start) if load_at_start else None
+    record["config"] = {**run.__dict__, "resolved_config": config.to_dict(), "modes": MODES}
+    record["bandwidth_bytes_per_s"] = bandwidth
+    record["floor"] = {"decode_s": floor, **sizes}
+    record["fairness"] = fairness
+    record["results"] = results
+    return record
+
+
+def _floor(config: Any, run: GenerationRun, sizes: dict[str, Any], bandwidth: float) -> float:
+    """Seconds of a decode step at the copy bandwidth: the weights plus the keys and values of
+    the cache at its mean length over the run."""
+    slots = run.prompt + run.new
+    cache = sizes["cache"] or 0
+    mean = run.prompt + run.new / 2
+    return (sizes["weights"] + cache * mean / slots) / bandwidth
+
+
+def table(record: dict[str, Any]) -> list[str]:
+    """The run in lines of at most 80 columns."""
+    cfg, floor = record["config"], record["floor"]
+    load = record.get("host_load_avg")
+    lines = [f"{cfg['arch']} batch {cfg['batch']}, prompt {cfg['prompt']}, {cfg['new']} new "
+             f"tokens, {cfg['dtype']}" + (f", load {load[0]:.1f}" if load else ""),
+             f"floor {floor['decode_s'] * 1e3:.2f} ms/token: {floor['weights'] / 1e6:.0f} MB "
+             f"weights + cache at {record['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (copy)",
+             f"{'library':8} {'style':12} {'prefill tok/s':>13} {'decode ms/tok':>13} "
+             f"{'x floor':>8} {'x torch':>8} {'compile s':>9}"]
+    torch_ms = min((r["decode_s"] for r in record["results"]
+                    if r["impl"] == "torch" and r["style"] == "eager"), default=None)
+    for r in record["results"]:
+        ratio = f"{r['decode_s'] / torch_ms:8.2f}" if torch_ms else f"{'':8}"
+        lines.append(f"{r['impl']:8} {r['style']:12} {r['prefill_tokens_per_s']:13.0f} "
+                     f"{r['decode_s'] * 1e3:13.2f} {r['floor_ratio'] or 0:8.2f} {ratio} "
+                     f"{r['compile_s']:9.2f}")
+    return lines
+
+
+def run_from_args(args: Any) -> GenerationRun:
+    """The run the command line asks for (`PresetError`, `ValueError`, `ArgumentTypeError`
+    for bad values: the caller's one-line error)."""
+    import json
+
+    from zoo.bench.options import parse_impls
+    from zoo.bench.presets import PresetError, find_preset
+
+    preset = find_preset(args.preset, args.arch) if args.preset else None
+    arch = preset.arch if preset else args.arch
+    if arch is None:
+        raise PresetError("name an architecture or a preset")
+    overrides = dict(preset.config) if preset else {}
+    if args.config:
+        overrides.update(json.loads(args.config))
+    return GenerationRun(arch, parse_impls(args.impl), overrides, batch=args.batch or 1,
+                         prompt=args.prompt, new=args.new_tokens, repeat=args.repeat,
+                         seed=args.seed, dtype=args.dtype or "float32",
+                         hf=not args.no_transformers, preset=preset.name if preset else None)
+
+
+def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
+    """`python -m zoo.bench ARCH --mode prefill|decode`: run, print, save."""
+    from rich.console import Console
+
+    from zoo.bench.records import write_json
+
+    status = (lambda s: None) if args.no_progress else (
+        lambda s: console.print(s, style="dim", highlight=False))
+    try:
+        record = run_generation(run, status)
+    except FairnessError as e:
+        Console(stderr=True).print(f"[bold red]zoo.bench: {e}[/]", highlight=False)
+        return 3
+    for line in table(record):
+        console.print(line, highlight=False, soft_wrap=True)
+    for path in [args.json] if args.json else []:
+        write_json(record, path)
+    if args.record:
+        write_json(record, os.path.join(args.results_dir, record["device"]["slug"], run.name))
+    return 0
