@@ -34,6 +34,7 @@ from zoo.bench.subjects import build_config, build_models
 from zoo.generation import Settings
 from zoo.generation.loop import Generator
 from zoo.libraries import library
+from zoo.weights import hub_config
 
 MODES = ("prefill", "decode")
 STYLES = {"loop": "compiled", "python": "python", "flat": "flat"}
@@ -100,10 +101,8 @@ def _hf_model(config: Any, torch_model: Any) -> Any:
     """`transformers`' model of `config` holding the zoo reference's weights."""
     import transformers
 
-    from converters.adapters import hub
-
     transformers.logging.set_verbosity_error()
-    hf_config = transformers.AutoConfig.for_model(**hub.writer_for(config).hub_config(config))
+    hf_config = transformers.AutoConfig.for_model(**hub_config(config))
     model = transformers.AutoModelForCausalLM.from_config(hf_config,
                                                           attn_implementation="eager")
     missing, unexpected = model.load_state_dict(torch_model.state_dict(), strict=False)
