@@ -10,7 +10,8 @@ reference and `transformers`' own `generate`, same weights) and the memory-bandw
   a decode step `(t(new) - t(1)) / (new - 1)`. Compile time is the first call's excess.
 - **Floor**: a decode step reads every weight and the cache's keys and values once; their
   bytes (the cache at its mean length over the run) over the copy bandwidth measured in the
-  run (`copy_bandwidth`, read plus write traffic of a large copy) is the time no style beats.
+  run (`copy_bandwidth`, read plus write traffic of a large copy, the faster of one before and
+  one after the timing) is the time no style beats.
 
 Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled),
 `python` (a jitted step per token), `flat` (the same on the weights' flat leaves).
@@ -226,6 +227,7 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
     for t in timed:
         progress(f"timing {t.impl} {t.style}")
         results.append(t.measure(run))
+    bandwidth = max(bandwidth, copy_bandwidth())  # before and after: the less disturbed
     if not sizes:  # no JAX library: the reference's sizes
         sizes = {"weights": sum(p.numel() * p.element_size()
                                 for p in models[reference].parameters()), "cache": None}
