@@ -30,6 +30,7 @@ __all__ = [
 # Checkpoint files: formats eqx / linen / nnx / canonical / torch, `python -m converters`.
 # Bring your own checkpoint: layer matching for models and trees the zoo did not build.
 from converters import matching
+from converters.adapters.hub import config_json
 from converters.checkpoints import (
     FORMATS,
     Checkpoint,
@@ -53,7 +54,7 @@ from zoo.weights import register_reader
 
 # zoo.create(..., weights=PATH) reads files with the formats here, and a source named as a model
 # (zoo.create("hf-hub:ORG/REPO", ...)) gives its config through the hub readers.
-register_reader(read_state, source_config)
+register_reader(read_state, source_config, config_json)
 
 __all__ += [
     "FORMATS", "CanonicalOptState", "Checkpoint", "CheckpointError", "DestinationWarning",

@@ -41,9 +41,10 @@ def test_fairness_refuses_different_tokens() -> None:
     same = np.ones((1, 4))
     with pytest.raises(FairnessError, match="greedy tokens differ"):
         generation._fairness({"a": np.zeros((1, 5), int), "b": np.ones((1, 5), int)},
-                             {"torch": same, "eqx": same})
+                             {"torch": same, "eqx": same}, "torch")
     with pytest.raises(FairnessError, match="prompt logits"):
-        generation._fairness({"a": np.zeros((1, 5), int)}, {"torch": same, "eqx": 2 * same})
+        generation._fairness({"a": np.zeros((1, 5), int)}, {"torch": same, "eqx": 2 * same},
+                             "torch")
 
 
 @pytest.mark.full_only

@@ -28,18 +28,25 @@ from zoo.registry import schema
 Reader = Callable[[str | os.PathLike, Config], Mapping[str, Any]]
 # a source ("hf-hub:ORG/REPO") -> the zoo config its config.json describes
 ConfigReader = Callable[[str], Config]
+# a zoo config -> the `config.json` of its Hugging Face family (transformers' fields)
+ConfigWriter = Callable[[Config], dict[str, Any]]
 _READERS: list[Reader] = []
 _CONFIG_READERS: list[ConfigReader] = []
+_CONFIG_WRITERS: list[ConfigWriter] = []
 READERS_PACKAGE = "converters"  # registers its readers when imported
 
 
-def register_reader(reader: Reader, config_reader: ConfigReader | None = None) -> None:
+def register_reader(reader: Reader, config_reader: ConfigReader | None = None,
+                    config_writer: ConfigWriter | None = None) -> None:
     """Set how `zoo.create(weights=PATH)` reads a file and, with `config_reader`, how a source
-    named as a model (``zoo.create("hf-hub:ORG/REPO", ...)``) gives its config (the
-    converters register theirs)."""
+    named as a model (``zoo.create("hf-hub:ORG/REPO", ...)``) gives its config, with
+    `config_writer` how a config is written as a ``config.json`` (the converters register
+    theirs)."""
     _READERS[:] = [reader]
     if config_reader is not None:
         _CONFIG_READERS[:] = [config_reader]
+    if config_writer is not None:
+        _CONFIG_WRITERS[:] = [config_writer]
 
 
 def _registered(readers: list[Any], what: str) -> Any:
@@ -51,6 +58,12 @@ def _registered(readers: list[Any], what: str) -> Any:
     if not readers:
         raise RuntimeError(f"{what}: {READERS_PACKAGE} registered no reader")
     return readers[0]
+
+
+def hub_config(config: Config) -> dict[str, Any]:
+    """The ``config.json`` a Hugging Face folder of `config` holds (transformers' fields: the
+    benchmark builds `transformers`' model of a zoo config from it)."""
+    return _registered(_CONFIG_WRITERS, f"writing the config.json of a {config.arch}")(config)
 
 
 def source_config(source: str) -> Config:

@@ -69,5 +69,14 @@ def writer_for(config: Config) -> HubReader | None:
                 next((r for r in _READERS if r.writes_any), None))
 
 
+def config_json(config: Config) -> dict[str, Any]:
+    """The `config.json` of a zoo `config`, as its family's writer writes it (a ConfigError
+    when no family writes it)."""
+    writer = writer_for(config)
+    if writer is None:
+        raise ConfigError(f"no Hugging Face family writes a {config.arch} config.json")
+    return writer.hub_config(config)
+
+
 def readers() -> tuple[HubReader, ...]:
     return tuple(_READERS)

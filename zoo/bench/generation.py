@@ -10,7 +10,8 @@ reference and `transformers`' own `generate`, same weights) and the memory-bandw
   a decode step `(t(new) - t(1)) / (new - 1)`. Compile time is the first call's excess.
 - **Floor**: a decode step reads every weight and the cache's keys and values once; their
   bytes (the cache at its mean length over the run) over the copy bandwidth measured in the
-  run (`copy_bandwidth`, read plus write traffic of a large copy) is the time no style beats.
+  run (`copy_bandwidth`, read plus write traffic of a large copy, the faster of one before and
+  one after the timing) is the time no style beats.
 
 Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled),
 `python` (a jitted step per token), `flat` (the same on the weights' flat leaves).
@@ -34,6 +35,7 @@ from zoo.bench.subjects import build_config, build_models
 from zoo.generation import Settings
 from zoo.generation.loop import Generator
 from zoo.libraries import library
+from zoo.weights import hub_config
 
 MODES = ("prefill", "decode")
 STYLES = {"loop": "compiled", "python": "python", "flat": "flat"}
@@ -100,10 +102,8 @@ def _hf_model(config: Any, torch_model: Any) -> Any:
     """`transformers`' model of `config` holding the zoo reference's weights."""
     import transformers
 
-    from converters.adapters import hub
-
     transformers.logging.set_verbosity_error()
-    hf_config = transformers.AutoConfig.for_model(**hub.writer_for(config).hub_config(config))
+    hf_config = transformers.AutoConfig.for_model(**hub_config(config))
     model = transformers.AutoModelForCausalLM.from_config(hf_config,
                                                           attn_implementation="eager")
     missing, unexpected = model.load_state_dict(torch_model.state_dict(), strict=False)
@@ -155,7 +155,7 @@ def _jax_styles(impl: str, model: Any, ids: np.ndarray, mask: np.ndarray,
     return timed, {"weights": _nbytes(p.weights), "cache": _nbytes(p.cache)}
 
 
-def _torch_styles(model: Any, hf: Any, ids: np.ndarray, mask: np.ndarray,
+def _torch_styles(impl: str, model: Any, hf: Any, ids: np.ndarray, mask: np.ndarray,
                   run: GenerationRun) -> list[_Timed]:
     import torch
 
@@ -166,14 +166,16 @@ def _torch_styles(model: Any, hf: Any, ids: np.ndarray, mask: np.ndarray,
             return hf.generate(tids, attention_mask=tmask, max_new_tokens=n, min_new_tokens=n,
                                do_sample=False)
 
-    timed = [_Timed("torch", "eager", lambda n: zoo.generate(model, "torch", ids, mask,
-                                                              max_new_tokens=n))]
-    return timed + ([_Timed("torch", "hf-generate", transformers_generate)] if hf else [])
+    timed = [_Timed(impl, "eager", lambda n: zoo.generate(model, impl, ids, mask,
+                                                           max_new_tokens=n))]
+    return timed + ([_Timed(impl, "hf-generate", transformers_generate)] if hf else [])
 
 
-def _fairness(outputs: dict[str, np.ndarray], logits: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Same greedy tokens everywhere, prompt logits within `RELATIVE` of the reference's."""
-    ref_name = "torch" if "torch" in logits else next(iter(logits))
+def _fairness(outputs: dict[str, np.ndarray], logits: dict[str, np.ndarray],
+              reference: str | None = None) -> dict[str, Any]:
+    """Same greedy tokens everywhere, prompt logits within `RELATIVE` of the `reference`'s
+    (default: the first)."""
+    ref_name = reference if reference in logits else next(iter(logits))
     ref = logits[ref_name]
     rel = {k: float(np.max(np.abs(v - ref)) / np.max(np.abs(ref))) for k, v in logits.items()}
     first = next(iter(outputs.values()))
@@ -206,27 +208,29 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
             timed += styles
             logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids))[:, -1]
     hf = None
-    if "torch" in run.impls:
+    reference = next((i for i in run.impls if library(i).reference), None)
+    if reference is not None:  # PyTorch's: the zoo's reference and transformers
         import torch
 
-        hf = _hf_model(config, models["torch"]) if run.hf else None
-        timed += _torch_styles(models["torch"], hf, ids, mask, run)
+        hf = _hf_model(config, models[reference]) if run.hf else None
+        timed += _torch_styles(reference, models[reference], hf, ids, mask, run)
         with torch.no_grad():
-            logits["torch"] = models["torch"](torch.from_numpy(ids).long())[:, -1].numpy()
+            logits[reference] = models[reference](torch.from_numpy(ids).long())[:, -1].numpy()
             if hf is not None:
                 logits["transformers"] = hf(torch.from_numpy(ids).long()).logits[:, -1].numpy()
     progress("fairness: logits and greedy tokens")
     outputs = {f"{t.impl} {t.style}": t.output(run.new) for t in timed}
-    fairness = _fairness(outputs, logits)
+    fairness = _fairness(outputs, logits, reference)
     progress("copy bandwidth")
     bandwidth = copy_bandwidth()
     results = []
     for t in timed:
         progress(f"timing {t.impl} {t.style}")
         results.append(t.measure(run))
+    bandwidth = max(bandwidth, copy_bandwidth())  # before and after: the less disturbed
     if not sizes:  # no JAX library: the reference's sizes
         sizes = {"weights": sum(p.numel() * p.element_size()
-                                for p in models["torch"].parameters()), "cache": None}
+                                for p in models[reference].parameters()), "cache": None}
     floor = _floor(config, run, sizes, bandwidth)
     for r in results:
         r["floor_ratio"] = r["decode_s"] / floor if floor else None
@@ -260,7 +264,7 @@ def table(record: dict[str, Any]) -> list[str]:
              f"{'library':8} {'style':12} {'prefill tok/s':>13} {'decode ms/tok':>13} "
              f"{'x floor':>8} {'x torch':>8} {'compile s':>9}"]
     torch_ms = min((r["decode_s"] for r in record["results"]
-                    if r["impl"] == "torch" and r["style"] == "eager"), default=None)
+                    if library(r["impl"]).reference and r["style"] == "eager"), default=None)
     for r in record["results"]:
         ratio = f"{r['decode_s'] / torch_ms:8.2f}" if torch_ms else f"{'':8}"
         lines.append(f"{r['impl']:8} {r['style']:12} {r['prefill_tokens_per_s']:13.0f} "
