@@ -115,7 +115,7 @@ def test_a_second_architecture(report):
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("tp-no-dims", "--strategy tp: no array of decoder3d has a heads or mlp axis"),
+    ("tp-no-dims", "--strategy tp: no array of decoder3d has a heads or mlp or vocab axis"),
     ("tp-one-axis", "strategy 'tp' needs mesh axes ('data', 'model')"),
     ("mesh-3", "--mesh: the batch (8) does not split over the 3 devices"),
 ])

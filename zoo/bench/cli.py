@@ -86,7 +86,8 @@ def presets_main(argv: list[str]) -> int:
     table.add_column("arch", no_wrap=True)
     table.add_column("name", no_wrap=True)
     table.add_column("batch", justify="right", no_wrap=True)
-    table.add_column("description (float32, forward + train unless said)", ratio=1)
+    table.add_column("description (float32, forward + train unless said)", ratio=1,
+                     overflow="fold")  # a long model name folds, never cut
     for p in PRESETS:
         notes = [n for n in (p.dtype if p.dtype != "float32" else "",
                              " + ".join(p.modes) + " only" if set(p.modes) != {"forward", "train"}

@@ -234,6 +234,15 @@ def transform(data_config: Mapping[str, Any], impl: str = "canonical") -> Transf
     return Transform(check_data_config(data_config), impl)
 
 
+def _image_fields(tag: Pretrained) -> dict[str, Any]:
+    """The fields of an image model's tag; ConfigError for a tag with no image preprocessing
+    (a language model's: token ids in)."""
+    if tag.fields.get("input_size") is None and tag.fields.get("mean") is None:
+        raise ConfigError(f"{tag}: its weights ({tag.fields.get('library')}) come with no image "
+                          "preprocessing (a model of token ids)")
+    return tag.fields
+
+
 def data_config(model_or_name: Any, *, use_test_size: bool = False) -> dict[str, Any]:
     """The preprocessing of a pretrained model, as timm's `resolve_model_data_config`:
     `model_or_name` is a name (``resnet50.a1_in1k``; an untagged name means its default tag),
@@ -243,7 +252,7 @@ def data_config(model_or_name: Any, *, use_test_size: bool = False) -> dict[str,
     from zoo.pretrained import resolve
 
     if isinstance(model_or_name, Pretrained):
-        return resolve_data_config(model_or_name.fields, use_test_size)
+        return resolve_data_config(_image_fields(model_or_name), use_test_size)
     if isinstance(model_or_name, str):
         source = Source.parse(model_or_name)
         if source is not None:
@@ -258,7 +267,7 @@ def data_config(model_or_name: Any, *, use_test_size: bool = False) -> dict[str,
         if found is None:
             raise ConfigError(f"{model_or_name} has no pretrained tag, so no preprocessing is "
                               "known (zoo.list_pretrained() lists the names that have)")
-        return resolve_data_config(found.fields, use_test_size)
+        return resolve_data_config(_image_fields(found), use_test_size)
     if isinstance(model_or_name, Config):
         raise ConfigError("a config says nothing about preprocessing: pass the model's name "
                           "with its tag (resnet50.a1_in1k)")
