@@ -124,7 +124,7 @@ def _timm_results(name: str, full: bool, size: tuple[int, int], batch: int):
         y_eval = reference(torch.from_numpy(x)).numpy()
     reference.train()  # (updates the running statistics: `state` holds them before)
     y = reference(torch.from_numpy(x))
-    cotangent = np.asarray(jax.random.normal(jax.random.key(7), y.shape), np.float32)
+    cotangent = np.array(jax.random.normal(jax.random.key(7), y.shape), np.float32)  # writable
     (y * torch.from_numpy(cotangent)).sum().backward()
     grads = {k: p.grad.numpy() for k, p in reference.named_parameters()}
     return config, state, x, y_eval, y.detach().numpy(), cotangent, grads
