@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zoo import precision
-from zoo.testing import tolerance
+from zoo.testing import assert_close, tolerance
 
 
 def test_compute_format_per_backend():
@@ -38,6 +38,28 @@ def test_tolerances_come_from_the_mantissa():
     assert tolerance("float32") == precision.allclose("float32")
     assert 0.9e-5 < tolerance("float32")["rtol"] < 1.1e-5
     assert 0.9e-4 < precision.tolerance("float32", kind="max_relative") < 1.1e-4
+
+
+def test_assert_close_scales_by_the_array_not_the_element():
+    """Issue 52's failure: a gradient whose entries reach ~15 differs by 2.6e-6 at an entry of
+    0.148 (reduction order). Judged against that entry (rtol 1e-5, atol 1e-6) it failed; against
+    the array's scale it is float32 noise. A real 1e-4 relative error still fails, and leaves are
+    named."""
+    want = np.array([[15.0, 0.14845756, -3.0]], np.float32)
+    got = want.copy()
+    got[0, 1] = 0.14845499
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert_close(got, want)
+    wrong = want * np.float32(1 + 1e-4)
+    with pytest.raises(AssertionError, match="grads"):
+        assert_close(wrong, want, err_msg="grads")
+    with pytest.raises(AssertionError, match=r"\['b'\]"):
+        assert_close({"a": want, "b": wrong}, {"a": want, "b": want})
+    # Small arrays keep an absolute floor of one tolerance (scale at least 1).
+    with pytest.raises(AssertionError):
+        assert_close(np.float32(1e-3), np.float32(0.0))
+    assert_close(np.float32(1e-6), np.float32(0.0))
     # TF32 earns the tolerance of its 10-bit mantissa, ~390x float32's.
     ratio = (precision.tolerance("float32", "default", backend="gpu")
              / precision.tolerance("float32", "highest", backend="gpu"))

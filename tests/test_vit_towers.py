@@ -18,6 +18,7 @@ import pytest
 import converters
 import zoo
 from zoo.layers.drop_path import block_keys, sample_keep
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")
@@ -126,8 +127,7 @@ def test_distilled_gradients_agree_in_every_library():
     for impl in zoo.JAX_IMPLS:
         assert set(grads[impl]) == set(grads["torch"])
         for k, g in grads["torch"].items():
-            np.testing.assert_allclose(grads[impl][k], g, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{impl} {k}")
+            assert_close(grads[impl][k], g, err_msg=f"{impl} {k}")
 
 
 def test_drop_path_draws_alike_from_one_key():
