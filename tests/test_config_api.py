@@ -66,7 +66,7 @@ def test_a_wrong_input_size_names_the_expected_shape(arch: str, impl: str):
     wrong = _wrong_sample(cfg)
     message = rf"^{arch} expects {_escaped(_contract(cfg))} per sample.*, got {_escaped(wrong)}"
     x = np.zeros((2, *wrong), np.dtype(cfg.INPUT_DTYPE))
-    model = zoo.create(cfg, impl)
+    model = zoo.skeleton(cfg, impl)  # the check runs when traced: no weights are computed
     if impl == "torch":
         import torch
 
