@@ -31,6 +31,9 @@ from zoo import precision
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# `pytester`: tests of the suite's own options (tests/test_kind_cover.py).
+pytest_plugins = ["pytester"]
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch  # noqa: F401  (imported first, so that the precision policy reaches it)
@@ -75,6 +78,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--quick", action="store_true",
                      help="the quick subset: the architectures " + ", ".join(sorted(QUICK_ARCHS))
                           + " (one per kind of layer), every converter path, the refusals")
+    parser.addoption("--exhaustive", action="store_true",
+                     help="also run the cross products the default suite covers by rotation "
+                          "(tests marked exhaustive: every case x every library x every mode)")
     parser.addoption("--time-cap", type=float, default=None, metavar="SECONDS",
                      help="skip every test not started within SECONDS of the session's start "
                           "(reason: " + TIME_CAP + "; python -m zoo.bench gpu)")
@@ -142,8 +148,14 @@ def _outside_quick(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--quick` keeps the quick subset; `@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU
-    behaviour, skipped elsewhere."""
+    """`--quick` keeps the quick subset; without `--exhaustive`, the cases a rotation leaves out
+    of a cross product (`tests.kind_cover.cover`) are deselected;
+    `@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU behaviour, skipped elsewhere."""
+    if not config.getoption("--exhaustive"):
+        rest = [item for item in items if item.get_closest_marker("exhaustive")]
+        if rest:
+            config.hook.pytest_deselected(items=rest)
+            items[:] = [item for item in items if not item.get_closest_marker("exhaustive")]
     if config.getoption("--quick"):
         dropped = [item for item in items if _outside_quick(item)]
         if dropped:

@@ -1,15 +1,25 @@
-"""The fewest architectures whose tiny configs together hold every layer kind, loss and input
-dtype of the registry (a greedy cover, in registry order on ties).
+"""Covers: the suite's cost grows with the layer kinds and cases, not with their products.
+
+`covering_archs`: the fewest architectures whose tiny configs together hold every layer kind,
+loss and input dtype of the registry (a greedy cover, in registry order on ties).
 
 Whole multi-device programs (tests/sharding_worker.py: a training step on 8 devices under
 each strategy, per library) run these rather than every architecture: sharding is declared
 per layer kind (its logical axes), per loss and per input, so an architecture adds nothing
 there that its kinds do not; the single-device tests still run every architecture.
+
+`cover`: a cross product (every case x every library pair x every mode) as pytest params, each
+case run with a rotating share of the combos and the rest marked `exhaustive` (`--exhaustive`
+runs them): every case and every combo is reached, the product only on demand.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
 
 import zoo
 from zoo.registry import schema
@@ -34,3 +44,27 @@ def covering_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
         chosen.append(best)
         left -= have[best]
     return tuple(a for a in archs if a in chosen)
+
+
+def rotation(n_cases: int, n_combos: int, per_case: int = 1) -> list[frozenset[int]]:
+    """For each of `n_cases` cases, the `per_case` combos (indices into `n_combos`) it runs:
+    case i takes combos i*per_case, ..., i*per_case + per_case - 1 (mod n_combos). Every case
+    runs, and the combos are taken in turn, so each is reached once there are enough cases."""
+    per_case = min(per_case, n_combos)
+    return [frozenset((i * per_case + j) % n_combos for j in range(per_case))
+            for i in range(n_cases)]
+
+
+def cover(cases: Sequence[Any], combos: Sequence[tuple[Any, ...]], *, per_case: int = 1,
+          case_ids: Sequence[str] | None = None, combo_ids: Sequence[str] | None = None,
+          full: Callable[[Any], bool] = lambda case: False) -> list[Any]:
+    """The cross product `cases` x `combos` as pytest params `(case, *combo)`; those outside the
+    rotation (`rotation`) are marked `exhaustive`, which the suite runs with `--exhaustive`
+    only. Cases for which `full(case)` holds take every combo."""
+    case_ids = case_ids or [str(c) for c in cases]
+    combo_ids = combo_ids or ["-".join(map(str, c)) for c in combos]
+    chosen = rotation(len(cases), len(combos), per_case)
+    return [pytest.param(case, *combo, id=f"{cid}-{kid}",
+                         marks=() if full(case) or j in chosen[i] else pytest.mark.exhaustive)
+            for i, (case, cid) in enumerate(zip(cases, case_ids, strict=True))
+            for j, (combo, kid) in enumerate(zip(combos, combo_ids, strict=True))]

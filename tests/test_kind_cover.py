@@ -1,0 +1,46 @@
+"""The rotation cover: every case runs, every combo is reached, the rest waits for
+--exhaustive."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.kind_cover import cover, rotation
+
+
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 12))
+def test_every_case_runs_and_every_combo_is_reached(n_cases, n_combos, per_case):
+    chosen = rotation(n_cases, n_combos, per_case)
+    assert len(chosen) == n_cases
+    assert all(len(c) == min(per_case, n_combos) for c in chosen)
+    reached = set().union(*chosen)
+    assert len(reached) == min(n_combos, n_cases * min(per_case, n_combos))
+
+
+def test_cover_marks_the_rest_exhaustive_and_full_cases_take_all():
+    params = cover(["a", "b", "c"], [("x",), ("y",)], full=lambda case: case == "c")
+    marked = {p.id for p in params if any(m.name == "exhaustive" for m in p.marks)}
+    assert [p.id for p in params] == ["a-x", "a-y", "b-x", "b-y", "c-x", "c-y"]
+    assert marked == {"a-y", "b-x"}
+    assert params[0].values == ("a", "x")
+
+
+def test_exhaustive_cases_are_deselected_by_default(pytester: pytest.Pytester):
+    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
+                          "from tests.conftest import pytest_addoption, "
+                          "pytest_collection_modifyitems  # noqa: F401\n")
+    pytester.makepyfile(test_x="""
+import pytest
+from tests.kind_cover import cover
+
+@pytest.mark.parametrize(("case", "mode"), cover(["a", "b"], [("x",), ("y",), ("z",)]))
+def test_it(case, mode):
+    pass
+""")
+    pytester.makeini("[pytest]\nmarkers =\n    exhaustive: x\n")
+    assert pytester.runpytest_inprocess("-p", "no:xdist").parseoutcomes() == {
+        "passed": 2, "deselected": 4}
+    assert pytester.runpytest_inprocess("-p", "no:xdist", "--exhaustive").parseoutcomes() == {
+        "passed": 6}
