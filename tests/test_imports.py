@@ -59,6 +59,16 @@ def test_no_function_level_imports_between_packages():
     assert not hidden, "\n".join(hidden)
 
 
+def test_models_and_libraries_know_nothing_of_the_benchmark():
+    """The benchmark reads the models (its subjects live in zoo.bench.archs); no model,
+    layer or library module imports zoo.bench."""
+    up = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+          for folder in ("models", "layers", "libraries")
+          for path in sorted((ROOT / "zoo" / folder).rglob("*.py"))
+          for name, line, _ in imports(path) if name.startswith("zoo.bench")]
+    assert not up, "\n".join(up)
+
+
 def test_interface_sits_below_the_libraries():
     """zoo.interface holds the classes the libraries are made of and imports none of them
     (`interface(impl)` / `native_interface(impl)` look a library up: zoo.libraries's)."""

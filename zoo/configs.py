@@ -5,7 +5,7 @@ shapes). Every implementation of an architecture is built from the same config. 
 architecture's config lives in its own folder (`zoo/models/<arch>/config.py`) and declares what
 tools need to know about it: input and output shapes, the task's loss, a tiny config for tests
 and structural facts the converters rely on (`flatten_shape`). What the benchmark needs lives
-beside it, in the folder's `bench.py` (`zoo.bench.spec.BenchSpec`).
+with the benchmark (`zoo/bench/archs/<arch>.py`, a `zoo.bench.spec.BenchSpec`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """What the benchmark knows of each subject beside its config: one `BenchSpec` per subject.
 
-A zoo architecture declares its spec in its folder, `zoo/models/<arch>/bench.py` (default batch,
-named presets, the FLOPs of its matrix products, its runs in the GPU matrix); one without gets
-the defaults. A subject that is not a zoo model (the single conv-transpose layer of the
-published reports) is a module of `zoo.bench.archs` whose spec brings its own `Subjects` (how
-its config and its models are built). Both call `register`; the benchmark reads them through
-`bench_archs` and `bench_spec`, and names no subject itself.
+Every subject is a module of `zoo.bench.archs`, named after it (the models know nothing of the
+benchmark). A zoo architecture's module declares its default batch, named presets, the FLOPs of
+its matrix products and its runs in the GPU matrix; an architecture without one gets the
+defaults. A subject that is not a zoo model (the single conv-transpose layer of the published
+reports) brings its own `Subjects` (how its config and its models are built). All call
+`register`; the benchmark reads them through `bench_archs` and `bench_spec`, and names no
+subject itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -134,12 +134,8 @@ def register(spec: BenchSpec) -> BenchSpec:
 
 
 def _load() -> None:
-    """Import every architecture folder's `bench.py` and the bench-only subjects (imports are
-    cached: each module registers once)."""
-    for arch in zoo.ARCHS:
-        package = zoo.architecture(arch).config.__module__.rpartition(".")[0]
-        if package and importlib.util.find_spec(f"{package}.bench") is not None:
-            importlib.import_module(f"{package}.bench")
+    """Import `zoo.bench.archs`, whose modules register every subject (once: imports are
+    cached)."""
     importlib.import_module("zoo.bench.archs")
 
 

@@ -1,4 +1,5 @@
-"""Subjects of the benchmark that are not zoo models, one module each; importing this package
+"""The benchmark's subjects, one module each: the zoo architectures' specs (named after the
+architecture) and the subjects that are not zoo models (`convt`). Importing this package
 registers them all (`zoo.bench.spec.register`)."""
 
 import importlib
