@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 
-import chex
 import jax
 import numpy as np
 import pytest
@@ -20,9 +19,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import HAVE_TORCH
-from zoo.testing import tolerance
-
-TOL = tolerance("float32")
+from zoo.testing import assert_close
 
 
 def _decoder(channels: tuple[int, ...]) -> zoo.Config:
@@ -85,7 +82,7 @@ def test_every_library_computes_the_same_function(case):
         for train in (False, True):
             apply = jax.jit(functools.partial(api.apply, static, train=train))
             y, _ = apply(params, bn_state, api.to_native(x))
-            chex.assert_trees_all_close(np.asarray(api.to_canonical(y)), expected[train], **TOL)
+            assert_close(np.asarray(api.to_canonical(y)), expected[train])
 
 
 def test_defaults_are_unchanged():

@@ -49,7 +49,7 @@ def test_assert_close_scales_by_the_array_not_the_element():
     got = want.copy()
     got[0, 1] = 0.14845499
     with pytest.raises(AssertionError):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # tolerance: issue 52's
     assert_close(got, want)
     wrong = want * np.float32(1 + 1e-4)
     with pytest.raises(AssertionError, match="grads"):
@@ -71,7 +71,7 @@ def test_assert_close_scales_by_the_array_not_the_element():
 
 
 def test_use_sets_and_restores_jax_and_torch():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     before = precision.current()
     with precision.use("high"):
         now = precision.current()
@@ -87,7 +87,6 @@ def test_use_sets_and_restores_jax_and_torch():
     with precision.use("default"):
         assert precision.current() == before
     assert precision.current() == before
-    assert torch.backends.cudnn is not None
 
 
 def test_the_suite_runs_at_full_float32_and_subprocesses_inherit_it():
