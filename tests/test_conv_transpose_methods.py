@@ -299,6 +299,7 @@ def test_output_dtype_and_preferred_element_type():
                        "compile convolutions to library calls")
 @pytest.mark.parametrize("case", FIXED)
 @pytest.mark.parametrize("method", ["pad", "phase", "phase_batched", "im2col"])
+@pytest.mark.pinned("jax", "jaxlib")
 def test_compiled_convolutions_have_no_lhs_dilation_or_negative_padding(case, method):
     """What XLA compiles for "pad"/"phase" (forward and both gradients) avoids the two XLA CPU
     defects met here: lhs dilation (operand-swap abort) and negative convolution padding

@@ -65,6 +65,7 @@ def test_the_gradient_is_the_closed_form_rule():
     assert "custom_vjp_call" not in str(jax.make_jaxpr(lambda x: _reference(x, 1, 1e-6))(x))
 
 
+@pytest.mark.pinned("jax", "jaxlib")
 def test_xla_fuses_a_residual_stack_more_compactly():
     """Pinned fact behind the rule (counted in the compiled HLO, independent of load): through
     8 residual LayerNorm/matmul blocks, autodiff's chain gives XLA:CPU's fusions 547 operands in

@@ -96,3 +96,16 @@ def test_the_suite_runs_at_full_float32_and_subprocesses_inherit_it():
                           "print(jax.config.jax_default_matmul_precision)"],
                          capture_output=True, text=True, timeout=120).stdout.strip()
     assert out == precision.EXACT
+
+
+def test_a_pinned_fact_names_the_pinned_and_the_installed_versions(monkeypatch):
+    from zoo import testing
+
+    pinned = testing.pins()
+    assert pinned["jaxlib"] == "0.10.2" and pinned["torch"] == "2.14.1"
+    with testing.pinned_fact("jaxlib"):
+        pass
+    monkeypatch.setattr(testing, "_installed", lambda package: "0.11.0")
+    message = r"^fact pinned at jaxlib 0\.10\.2 no longer holds on jaxlib 0\.11\.0: fused 9$"
+    with pytest.raises(AssertionError, match=message), testing.pinned_fact("jaxlib"):
+        raise AssertionError("fused 9")

@@ -18,10 +18,16 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_ci_runs_the_readme_test_command():
+    """CI installs as the README's test command does, at the versions the pinned facts need
+    (requirements/constraints.txt), and runs its pytest command."""
     blocks = re.findall(r"```bash\n(.*?)\n```", README, re.S)
     assert len(blocks) >= 2, "the README starts with the main-job and the test commands"
-    test_command = blocks[1].split("&&")[-1].strip()
-    assert test_command in (ROOT / ".ci" / "run").read_text()
+    *installs, test_command = (part.strip() for part in blocks[1].split("&&"))
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command in ci
+    assert "pip install -c requirements/constraints.txt -e" in installs[-1]
+    for install in installs:
+        assert install.removeprefix("pip install ") in ci, install
 
 
 @pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
