@@ -15,7 +15,7 @@ import pytest
 
 import converters
 import zoo
-from tests.conftest import HAVE_TORCH
+from tests.conftest import HAVE_TORCH, torch_marked
 from tests.timm_mbconv import timm_model
 from zoo.models.intermediates import permutation
 from zoo.testing import assert_close
@@ -169,7 +169,7 @@ def test_intermediates_agree_with_torch(case, config, impl):
             assert_close(g, w, err_msg=f"{case} {impl} {fmt}")
 
 
-@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"indices": 4}, r"indices=4 asks for the last 4 of 3 taps; use 1 to 3"),
     ({"indices": [0, 3]}, r"index 3 is out of range; 3 taps take -3 to 2"),

@@ -16,6 +16,7 @@ import pytest
 import canonical
 import converters
 import zoo
+from tests.conftest import torch_marked
 from zoo.libraries import ContractError, library, owner, registered
 from zoo.registry import restoring
 from zoo.testing import assert_close
@@ -74,8 +75,7 @@ def test_tables_are_derived_from_the_registry():
         assert canonical.walker(impl) is lib.walker
 
 
-@pytest.mark.parametrize("impl", [i for i in ("eqx", "linen", "nnx", "torch")
-                                  if i != "torch" or HAVE_TORCH])
+@pytest.mark.parametrize("impl", torch_marked(("eqx", "linen", "nnx", "torch")))
 def test_owner_recognises_each_librarys_models(impl):
     model = zoo.create("mlp", impl, seed=0)
     assert owner(model) is library(impl)

@@ -12,7 +12,7 @@ import pytest
 
 import converters
 import zoo
-from tests.conftest import HAVE_TORCH
+from tests.conftest import HAVE_TORCH, torch_marked
 from tests.timm_mbconv import timm_model
 from zoo.testing import assert_close
 
@@ -109,7 +109,7 @@ def _reset(model, impl: str, num_classes: int):
     return net if state is None else (net, state)
 
 
-@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize(("case", "config"), CASES[:len(ARCHS)], ids=list(ARCHS))
 def test_reset_classifier(case, config, impl):
     """A new classifier for 3 classes: the features are kept, the logits have 3 classes, the
