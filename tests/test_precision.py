@@ -56,6 +56,10 @@ def test_assert_close_scales_by_the_array_not_the_element():
         assert_close(wrong, want, err_msg="grads")
     with pytest.raises(AssertionError, match=r"\['b'\]"):
         assert_close({"a": want, "b": wrong}, {"a": want, "b": want})
+    # The same leaves, not only as many: a key missing on one side is named.
+    with pytest.raises(AssertionError, match=r"only in actual \['c'\].*only in desired \['b'\]"):
+        assert_close({"a": want, "c": want}, {"a": want, "b": want})
+    assert_close([want, want], (want, want))
     # Small arrays keep an absolute floor of one tolerance (scale at least 1).
     with pytest.raises(AssertionError):
         assert_close(np.float32(1e-3), np.float32(0.0))

@@ -49,10 +49,13 @@ def assert_close(actual: Any, desired: Any, dtype: Any = "float32",
     """Every leaf of `actual` close to the same leaf of `desired` by `scaled_tolerance` (each
     leaf scaled by its own largest magnitude); the failing leaf is named by its path."""
     want = jax.tree_util.tree_leaves_with_path(desired)
-    got = jax.tree.leaves(actual)
-    if len(got) != len(want):
-        raise AssertionError(f"{err_msg}: {len(got)} leaves against {len(want)}".lstrip(": "))
-    for a, (path, d) in zip(got, want, strict=True):
+    got = jax.tree_util.tree_leaves_with_path(actual)
+    paths = [[jax.tree_util.keystr(p) for p, _ in tree] for tree in (got, want)]
+    if paths[0] != paths[1]:  # the same leaves in the same order (a list may stand for a tuple)
+        only = [" ".join(sorted(set(a) - set(b))[:5]) or "-" for a, b in (paths, paths[::-1])]
+        raise AssertionError(f"{err_msg}: leaves differ: {len(got)} against {len(want)}, "
+                             f"only in actual {only[0]}, only in desired {only[1]}".lstrip(": "))
+    for (_, a), (path, d) in zip(got, want, strict=True):
         d = np.asarray(d, np.float64)
         where = " ".join(s for s in (err_msg, jax.tree_util.keystr(path)) if s)
         np.testing.assert_allclose(np.asarray(a, np.float64), d, err_msg=where,
