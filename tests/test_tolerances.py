@@ -4,8 +4,10 @@
 The lint reads every test file's syntax tree and flags a numeric literal reaching a tolerance:
 an `rtol=`/`atol=` keyword (or the positional tolerance arguments of NumPy's, JAX's and PyTorch's
 `allclose`/`isclose`/`assert_allclose`), `rel=`/`abs=` of `pytest.approx`, a dict literal with
-an `"rtol"`/`"atol"` key, or a module-level name bound to such a literal. A line carrying
-`# tolerance: <reason>` (or the line above it) states why the number is right there.
+an `"rtol"`/`"atol"` key, or a module-level name bound to such a literal. A `# tolerance:
+<reason>` comment on the call's (or binding's) lines or in the comment block right above them
+states why the number is right there: an element-wise function without reductions, a value
+printed rounded, a check that two results must differ.
 """
 
 from __future__ import annotations
