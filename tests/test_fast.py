@@ -29,20 +29,25 @@ def case(arch: str):
 
 
 def reference_step(model, impl, optimizer, loss_fn, x, target, key=None):
-    """One training step written out here and run eagerly, independent of `zoo.training` (which
+    """One training step written out here, independent of `zoo.training.pure_step` (which
     `fast.train_step` wraps): the training-mode model's loss and its gradient by autodiff, one
-    optax update. Returns (params, opt_state, state, loss)."""
+    optax update; jitted whole (eagerly, it would compile op by op: slow). Returns (params,
+    opt_state, state, loss)."""
     api = zoo.interface(impl)
     static, params, state = api.split(model)
 
-    def objective(params):
-        y, new_state = api.apply(static, params, state, x, train=True, key=key)
-        return loss_fn(y, target), new_state
+    @jax.jit
+    def step(params, state, x, target, key):
+        def objective(params):
+            y, new_state = api.apply(static, params, state, x, train=True, key=key)
+            return loss_fn(y, target), new_state
 
-    (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
-    opt_state = optimizer.init(params)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, new_state, loss
+        (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        opt_state = optimizer.init(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, new_state, loss
+
+    return step(params, state, x, target, key)
 
 
 def jitted_apply(model, impl, train=False):
