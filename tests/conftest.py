@@ -8,6 +8,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 # On a GPU, JAX would take 75% of its memory in every test process (xdist workers, PyTorch).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -28,6 +30,7 @@ import pytest
 import tests.toy_architecture  # noqa: F401  (an architecture registered only for the tests)
 import zoo
 from zoo import precision
+from zoo.testing import pinned_fact
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -37,6 +40,14 @@ pytest_plugins = ["pytester"]
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch  # noqa: F401  (imported first, so that the precision policy reaches it)
+NEEDS_TORCH = pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra")
+
+
+def torch_marked(cases: Iterable[Any]) -> list[Any]:
+    """Parameter values (or tuples of them): each naming "torch" marked to skip without the
+    torch extra, so that a missing extra shows as skips, not as parameters that vanish."""
+    return [pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=NEEDS_TORCH)
+            if "torch" in (c if isinstance(c, tuple) else (c,)) else c for c in cases]
 
 # Exactness is claimed at full float32 on every backend (TF32 on GPUs otherwise).
 precision.set_global(precision.EXACT)
@@ -113,6 +124,17 @@ def pytest_configure_node(node: object) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _DEADLINE["at"] is not None and time.time() > _DEADLINE["at"]:
         pytest.skip(TIME_CAP)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test marked `pinned(*packages)` checks a fact of those packages' versions in
+    requirements/: its failure names the pinned and the installed versions."""
+    marker = item.get_closest_marker("pinned")
+    if marker is None:
+        return (yield)
+    with pinned_fact(*marker.args):
+        return (yield)
 
 
 def examples(n: int) -> int:

@@ -21,10 +21,12 @@ def test_values_and_gradients_equal_pytorch_and_jax():
     want = torch.nn.functional.gelu(x)
     want.sum().backward()
     got, grad = gelu(jnp.asarray(X)), jax.grad(lambda v: gelu(v).sum())(jnp.asarray(X))
+    # tolerance: an element-wise function, no reduction: a few ulps of each value
     np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6, atol=1e-6)
+    # tolerance: as above; the erf formulation's derivative is ~1e-5 off where GELU' nears 0
     np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-5, atol=1e-6)
     jax_exact = jax.nn.gelu(jnp.asarray(X), approximate=False)
-    np.testing.assert_allclose(got, jax_exact, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, jax_exact, rtol=1e-6, atol=1e-6)  # tolerance: as above
     assert float(gelu(jnp.float32(-50.0))) == 0.0 == float(torch.nn.functional.gelu(
         torch.tensor(-50.0)))
 
@@ -65,8 +67,9 @@ def test_activations_by_name_are_pytorchs_values_and_gradients(name, reference):
     f = activation(name)
     got = jax.jit(f)(jnp.asarray(KINKS))
     grad = jax.jit(jax.grad(lambda v: f(v).sum()))(jnp.asarray(KINKS))
+    # tolerance: element-wise functions, no reduction: within a few ulps of each value
     np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(grad, x.grad.numpy(), rtol=1e-6, atol=1e-6)  # tolerance: as above
     assert f(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
 
 

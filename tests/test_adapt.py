@@ -13,11 +13,11 @@ import converters
 import zoo
 from converters.__main__ import main
 from zoo.adapters import adapt_input_conv, resample_pos_embed
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")
 
-TOL = {"rtol": 1e-5, "atol": 1e-6}
 NAME = "vit_tiny_patch16_224"
 SMALL = {"depth": 1}  # one block of vit_tiny: small enough for every library
 NEW = {"num_classes": 10, "image_size": (64, 64), "in_channels": 1}
@@ -35,7 +35,7 @@ def test_resample_pos_embed_is_timms(old, new, prefix):
                                   num_prefix_tokens=prefix).numpy()
     got = resample_pos_embed(pe, new, prefix)
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, **TOL)
+    assert_close(got, want)
 
 
 @pytest.mark.parametrize(("cin", "new", "out"), [
@@ -49,7 +49,7 @@ def test_adapt_input_conv_is_timms(cin, new, out):
     want = timms(new, torch.from_numpy(w.copy())).numpy()
     got = adapt_input_conv(new, w)
     assert got.shape == want.shape == (4, out, 3, 3)
-    np.testing.assert_allclose(got, want, **TOL)
+    assert_close(got, want)
 
 
 def test_other_channel_counts_are_refused_in_one_line():
@@ -105,15 +105,14 @@ def test_create_with_weights_adapts_as_timm(impl, timm_pair):
     assert list(got) == list(want)
     for k in want:
         if not k.startswith("head."):
-            np.testing.assert_allclose(np.asarray(got[k]), want[k], **TOL, err_msg=k)
+            assert_close(np.asarray(got[k]), want[k], err_msg=k)
     fresh = zoo.canonical_init(zoo.make_config(NAME, **SMALL, **NEW))
     np.testing.assert_array_equal(np.asarray(got["head.weight"]), fresh["head.weight"])
     head = {k: v for k, v in want.items() if k.startswith("head.")}
     out = zoo.native_interface(impl).forward(
         _with_head({k: np.asarray(v) for k, v in got.items()}, head, impl),
         zoo.native_interface(impl).to_native(x.copy()))
-    np.testing.assert_allclose(zoo.native_interface(impl).to_canonical(np.asarray(out)), y,
-                               rtol=1e-4, atol=1e-5)
+    assert_close(zoo.native_interface(impl).to_canonical(np.asarray(out)), y)
 
 
 def test_weights_that_fit_are_loaded_as_they_are(timm_pair, recwarn):
@@ -163,7 +162,7 @@ def test_resnet_adapts_as_timm(tmp_path):
         "resnet weights: adapted conv1.weight from 3 to 1 input channels"]
     for k, v in target.state_dict().items():
         if not k.startswith("fc."):
-            np.testing.assert_allclose(state[k], v.numpy(), **TOL, err_msg=k)
+            assert_close(state[k], v.numpy(), err_msg=k)
         assert state[k].shape == tuple(v.shape)
 
 
@@ -219,5 +218,5 @@ def test_efficientnet_and_mobilenetv3_adapt_as_timm(name, head, tmp_path):
         f"{arch} weights: adapted conv_stem.weight from 3 to 1 input channels"]
     for k, v in target.state_dict().items():
         if not k.startswith(f"{head}."):
-            np.testing.assert_allclose(state[k], v.numpy(), **TOL, err_msg=k)
+            assert_close(state[k], v.numpy(), err_msg=k)
         assert state[k].shape == tuple(v.shape)

@@ -23,10 +23,9 @@ from canonical import KINDS, Layer
 from canonical.walkers import get
 from tests.conftest import examples
 from zoo.layers.attention import dot_product_attention
-from zoo.testing import tolerance
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
-TOL = tolerance("float32")
 SETTINGS = settings(max_examples=examples(8), deadline=None, derandomize=True)
 KIND = KINDS["attention"]
 
@@ -125,12 +124,12 @@ def test_attention_rule_matches_torch_forward_and_gradients(bias, c):
                               ("nnx", _nnx, "flax")):
         native = KIND.convert(family, canon, layer, to="native")
         y_jax, gx_jax, g_native = run(c, native, jnp.asarray(x), jnp.asarray(cot))
-        np.testing.assert_allclose(y_jax, y, **TOL, err_msg=f"{impl} forward {c}")
-        np.testing.assert_allclose(gx_jax, gx, **TOL, err_msg=f"{impl} input gradient {c}")
+        assert_close(y_jax, y, err_msg=f"{impl} forward {c}")
+        assert_close(gx_jax, gx, err_msg=f"{impl} input gradient {c}")
         g_canon = KIND.convert(family, g_native, layer, to="canonical")
         assert set(g_canon) == set(grads), impl
         for k in grads:
-            np.testing.assert_allclose(g_canon[k], grads[k], **TOL, err_msg=f"{impl} {k} {c}")
+            assert_close(g_canon[k], grads[k], err_msg=f"{impl} {k} {c}")
         back = KIND.convert(family, native, layer, to="canonical")
         assert {k: v.tobytes() for k, v in back.items()} == {
             k: v.tobytes() for k, v in canon.items()}, f"{impl}: the rules are not inverses"
@@ -146,6 +145,7 @@ def test_square_attention_needs_the_head_split():
     for p, w in zip(("query", "key", "value"), np.split(canon["qkv.weight"], 3), strict=True):
         wrong[f"{p}.kernel"] = w.reshape(4, 2, 2)  # no transpose
     y_wrong = _linen(c, wrong, jnp.asarray(x), jnp.asarray(cot))[0]
+    # tolerance: must differ, by far more than rounding
     assert not np.allclose(y_wrong, y, atol=1e-3)
 
 
@@ -186,7 +186,7 @@ def test_layer_norm_rule_matches_torch(width, eps):
         "linen": nn.LayerNorm(epsilon=eps, use_fast_variance=False).apply({"params": flax}, xs),
     }
     for impl, out in outs.items():
-        np.testing.assert_allclose(out, y, **TOL, err_msg=f"{impl} eps={eps}")
+        assert_close(out, y, err_msg=f"{impl} eps={eps}")
     back = kind.convert("flax", flax, spec, to="canonical")
     assert all(np.array_equal(back[k], canon[k]) for k in canon)
 

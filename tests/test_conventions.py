@@ -17,9 +17,7 @@ import canonical
 import converters
 import zoo
 from zoo.layers.batch_norm import BatchNorm
-from zoo.testing import tolerance
-
-TOL = tolerance("float32")
+from zoo.testing import assert_close
 
 
 def _x(shape, seed=0, loc=0.0):
@@ -62,10 +60,10 @@ def test_zoo_eqx_batchnorm_equals_flax_in_training_and_eval():
     f_outs, f_stats, f_eval = _flax_bn_steps(XS)
     z_outs, (mean, var), z_eval = _eqx_bn_steps(BatchNorm, XS, momentum=0.9)
     for a, b in zip(f_outs, z_outs, strict=True):
-        np.testing.assert_allclose(a, b, **TOL)
-    np.testing.assert_allclose(mean, f_stats["mean"], **TOL)
-    np.testing.assert_allclose(var, f_stats["var"], **TOL)  # biased variance, as Flax stores
-    np.testing.assert_allclose(f_eval, z_eval, **TOL)
+        assert_close(a, b)
+    assert_close(mean, f_stats["mean"])
+    assert_close(var, f_stats["var"])  # biased variance, as Flax stores
+    assert_close(f_eval, z_eval)
 
 
 def test_zoo_eqx_batchnorm_equals_flax_in_bfloat16():
@@ -93,9 +91,11 @@ def test_equinox_own_batchnorm_modes_differ_from_flax():
     """Why the zoo has its own Equinox BatchNorm: neither mode of eqx.nn.BatchNorm matches."""
     f_outs, _, f_eval = _flax_bn_steps(XS)
     ema_outs, _, _ = _eqx_bn_steps(eqx.nn.BatchNorm, XS, momentum=0.9, mode="ema")
+    # tolerance: must differ, by far more than rounding
     assert not np.allclose(ema_outs[1], f_outs[1], atol=1e-3)  # 2nd step uses updated stats
     batch_outs, _, batch_eval = _eqx_bn_steps(eqx.nn.BatchNorm, XS, momentum=0.9, mode="batch")
-    np.testing.assert_allclose(batch_outs[1], f_outs[1], **TOL)  # training output agrees
+    assert_close(batch_outs[1], f_outs[1])  # training output agrees
+    # tolerance: must differ, by far more than rounding
     assert not np.allclose(batch_eval, f_eval, atol=1e-3)  # inference is debiased
 
 
@@ -118,7 +118,7 @@ def test_momentum_convention_flax_old_weight_torch_new_weight():
     x = torch.from_numpy(np.array(jnp.moveaxis(XS[0], -1, 1)))
     bn(x)
     _, f_stats, _ = _flax_bn_steps(XS[:1], momentum=0.9)  # m_flax = 1 - m_torch
-    np.testing.assert_allclose(bn.running_mean.numpy(), f_stats["mean"], **TOL)
+    assert_close(bn.running_mean.numpy(), f_stats["mean"])
 
 
 # ----------------------------------------------------------------------------- dropout
@@ -204,8 +204,9 @@ def test_flax_same_padding_differs_from_torch_for_k3_s2_p1_op1():
     explicit = nn.ConvTranspose(3, (3, 3), strides=(2, 2), padding=((1, 2), (1, 2)))
     y_same = np.moveaxis(np.asarray(same.apply({"params": native}, xl)), -1, 1)
     y_explicit = np.moveaxis(np.asarray(explicit.apply({"params": native}, xl)), -1, 1)
+    # tolerance: must differ, by far more than rounding
     assert y_same.shape == y.shape and not np.allclose(y_same, y, atol=1e-3)
-    np.testing.assert_allclose(y_explicit, y, **TOL)
+    assert_close(y_explicit, y)
 
 
 def test_gelu_is_the_exact_erf_form_as_in_torch():
@@ -214,4 +215,4 @@ def test_gelu_is_the_exact_erf_form_as_in_torch():
     from zoo.models.common import activation
 
     expected = torch.nn.GELU()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(activation("gelu")(jnp.asarray(x)), expected, **TOL)
+    assert_close(activation("gelu")(jnp.asarray(x)), expected)

@@ -12,9 +12,9 @@ import pytest
 import converters
 import zoo
 from converters import ConversionError
-from tests.conftest import CASE_IDS, CASES, HAVE_TORCH
+from tests.conftest import CASE_IDS, CASES, HAVE_TORCH, torch_marked
 
-IMPLS = [i for i in zoo.IMPLS if i != "torch" or HAVE_TORCH]
+IMPLS = [i for i in zoo.IMPLS if i != "torch" or HAVE_TORCH]  # the libraries installed
 DTYPES = ["float32", "bfloat16", "float16"]
 
 
@@ -47,7 +47,7 @@ def _distinct_state(config, dtype="float32"):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_round_trip_through_each_library_is_bitwise(case, impl, dtype):
     config = dict(CASES)[case]
@@ -61,7 +61,7 @@ def test_round_trip_through_each_library_is_bitwise(case, impl, dtype):
     assert_bitwise_equal(back, state)
 
 
-@pytest.mark.parametrize(("src", "dst"), list(itertools.permutations(IMPLS, 2)))
+@pytest.mark.parametrize(("src", "dst"), torch_marked(itertools.permutations(zoo.IMPLS, 2)))
 def test_convert_between_every_pair_is_bitwise(src, dst):
     for config in map(zoo.tiny_config, zoo.ARCHS):
         model = zoo.create(config, src, seed=1)
@@ -103,7 +103,7 @@ def test_native_init_keeps_library_initialisers():
     assert np.any(np.asarray(eqx_model.layers[0].bias) != 0)  # Equinox: uniform bias
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 def test_float32_statistics_under_bfloat16_parameters_are_kept(impl):
     """Flax keeps BatchNorm statistics in float32 whatever the parameter dtype."""
     config = zoo.tiny_config("cnn")

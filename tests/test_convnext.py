@@ -30,6 +30,7 @@ from tests.test_named_models import _dump, _trainable, reference_entry
 from zoo.layers.drop_path import block_keys, keep_mask
 from zoo.models.convnext.config import ConvNeXtConfig, linspace_f32
 from zoo.registry import schema
+from zoo.testing import assert_close
 
 FIXTURE = Path(__file__).parent / "fixtures" / "named_timm_convnext.json"
 NAMES = tuple(ConvNeXtConfig.NAMED)
@@ -316,7 +317,7 @@ def test_adapts_as_timm(tmp_path):
     for k, v in target.state_dict().items():
         assert state[k].shape == tuple(v.shape), k
         if not k.startswith("head.fc."):
-            np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-6, atol=1e-7, err_msg=k)
+            assert_close(state[k], v.numpy(), err_msg=k)
 
 
 def test_timm_hub_folder_converts_without_arch(tmp_path, capsys):

@@ -12,17 +12,14 @@ from __future__ import annotations
 import functools
 import json
 
-import chex
 import jax
 import numpy as np
 import pytest
 
 import converters
 import zoo
-from tests.conftest import HAVE_TORCH
-from zoo.testing import tolerance
-
-TOL = tolerance("float32")
+from tests.conftest import HAVE_TORCH, torch_marked
+from zoo.testing import assert_close
 
 
 def _decoder(channels: tuple[int, ...]) -> zoo.Config:
@@ -42,17 +39,16 @@ CASES = {
     "decoder3d-1-stage": (_decoder((5,)), ["ups.0", "head"]),
     "decoder3d-4-stages": (_decoder((5, 4, 3, 3)), ["ups.0", "ups.1", "ups.2", "ups.3", "head"]),
 }
-IMPLS = [i for i in zoo.IMPLS if i != "torch" or HAVE_TORCH]
 
 
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize("case", CASES)
-def test_layers_are_named_as_list_items_in_every_library(case):
+def test_layers_are_named_as_list_items_in_every_library(case, impl):
     config, names = CASES[case]
-    specs = {impl: converters.canonical_spec(config, impl=impl) for impl in IMPLS}
-    assert {k.rsplit(".", 1)[0] for k in specs["eqx"]} == set(names)
-    for impl, spec in specs.items():
-        assert {k: v.shape for k, v in spec.items()} == {
-            k: v.shape for k, v in specs["eqx"].items()}, impl
+    spec = converters.canonical_spec(config, impl=impl)
+    assert {k.rsplit(".", 1)[0] for k in spec} == set(names)
+    assert {k: v.shape for k, v in spec.items()} == {
+        k: v.shape for k, v in converters.canonical_spec(config, impl="eqx").items()}
     if config.arch == "decoder3d":
         assert list(config.layer_names()) == names
 
@@ -85,7 +81,7 @@ def test_every_library_computes_the_same_function(case):
         for train in (False, True):
             apply = jax.jit(functools.partial(api.apply, static, train=train))
             y, _ = apply(params, bn_state, api.to_native(x))
-            chex.assert_trees_all_close(np.asarray(api.to_canonical(y)), expected[train], **TOL)
+            assert_close(np.asarray(api.to_canonical(y)), expected[train])
 
 
 def test_defaults_are_unchanged():

@@ -511,9 +511,9 @@ def test_documented_command(form, command_env, monkeypatch, capsys, checkpoint):
 
 # --------------------------------------------------------------------------- install commands
 def test_install_commands_name_what_exists():
-    """The docs' `pip install` commands (never run here) install requirement files that exist
-    and extras the project declares; their `python -m` parts run above (the README's test
-    command is CI's, `tests/test_readme.py`)."""
+    """The docs' `pip install` commands (never run here) install requirement (and constraint)
+    files that exist and extras the project declares; their `python -m` parts run above (the
+    README's test command is CI's, `tests/test_readme.py`)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     commands = shown(PIP)
@@ -521,7 +521,7 @@ def test_install_commands_name_what_exists():
     for command, where in commands.items():
         words = shlex.split(command)
         for flag, value in itertools.pairwise(words):
-            if flag == "-r":
+            if flag in ("-r", "-c"):
                 assert (ROOT / value).is_file(), f"{where}: {value}"
             if flag == "-e" and (match := re.fullmatch(r"\.\[([\w,-]+)\]", value)):
                 assert set(match[1].split(",")) <= set(extras), f"{where}: {value}"

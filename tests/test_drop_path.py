@@ -140,6 +140,7 @@ def test_gradients_given_the_same_mask():
     (layer(xt) * torch.from_numpy(c)).sum().backward()
     grads["torch"] = xt.grad.numpy()
     for impl, g in grads.items():
+        # tolerance: one product per element, no reduction: a few ulps of each value
         np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6, atol=0, err_msg=impl)
 
 

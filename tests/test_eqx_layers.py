@@ -14,6 +14,7 @@ import canonical
 import zoo
 import zoo.models
 from zoo.layers.eqx import Conv1D, Linear, MultiheadAttention
+from zoo.testing import assert_close
 
 KEY = jax.random.key(0)
 
@@ -28,7 +29,7 @@ def test_linear_equals_equinox_under_nested_vmap(n_in, n_out, bias):
     want = jax.vmap(jax.vmap(ref))(x)
     got = jax.vmap(jax.vmap(zoo_linear))(x)
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert_close(got, want)
     built = Linear(n_in, n_out, use_bias=bias, key=KEY)
     assert isinstance(built, eqx.nn.Linear)
     for a, b in zip(jax.tree.leaves(built), jax.tree.leaves(ref), strict=True):
@@ -44,8 +45,7 @@ def test_multihead_attention_equals_equinox_and_keeps_its_kind():
     for a, b in zip(jax.tree.leaves(attn), jax.tree.leaves(ref), strict=True):
         np.testing.assert_array_equal(a, b)
     x = jax.random.normal(jax.random.key(2), (3, 5, 8))
-    np.testing.assert_allclose(jax.vmap(lambda t: attn(t, t, t))(x),
-                               jax.vmap(lambda t: ref(t, t, t))(x), rtol=1e-5, atol=1e-6)
+    assert_close(jax.vmap(lambda t: attn(t, t, t))(x), jax.vmap(lambda t: ref(t, t, t))(x))
     assert canonical.kind_of(attn, "eqx") is canonical.kind_of(ref, "eqx") is not None
     assert canonical.kind_of(attn.query_proj, "eqx") is canonical.kind_of(
         ref.query_proj, "eqx") is not None

@@ -40,7 +40,10 @@ def test_switch_library_mid_training(tmp_path):
     losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", out)]
     assert len(losses) == 8, out
     assert "[  eqx] step    4" in out and "[linen] step    5" in out
-    assert "switched at step 4" in out
+    # The claim: the checkpoint computes the same in both libraries.
+    switched = re.search(r"switched at step 4: .* \(test accuracy ([0-9.]+) in Equinox, "
+                         r"([0-9.]+) in Linen\)", out)
+    assert switched and switched[1] == switched[2], out
     png = tmp_path / "switch_library_mid_training.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "digits_step_linen" / "zoo.json").is_file()
@@ -83,7 +86,7 @@ def test_finetune_resnet(tmp_path):
     assert done.returncode == 0, out + done.stderr
     assert "re-initialised fc for 10 classes (the checkpoint has 1000)" in out
     assert re.search(r"fine-tuning .* 2/2 loss \d+\.\d+", out), out
-    assert 0.0 <= float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) <= 1.0
+    # The accuracy of 2 steps claims nothing; the example's claim is the logits' agreement.
     assert "loads it with strict=True" in out and out.rstrip().splitlines()[-2] == "OK"
     diff = float(re.search(r"max relative difference ([0-9.e+-]+)", out).group(1))
     assert diff < precision.tolerance("float32", kind="max_relative")

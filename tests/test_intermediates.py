@@ -15,11 +15,11 @@ import pytest
 
 import converters
 import zoo
-from tests.conftest import HAVE_TORCH
+from tests.conftest import HAVE_TORCH, torch_marked
 from tests.timm_mbconv import timm_model
 from zoo.models.intermediates import permutation
+from zoo.testing import assert_close
 
-TOL = {"rtol": 1e-5, "atol": 1e-5}
 METHOD = "forward_intermediates"
 VIT = {"patch_size": 8, "depth": 3, "num_heads": 3, "mlp_ratio": 2.0, "num_classes": 7}
 CONVNEXT = {"depths": (1, 1, 1, 1), "dims": (8, 16, 24, 32)}
@@ -127,7 +127,7 @@ def test_intermediates_are_timms(name, impl):
         assert jax.tree.structure(got) == jax.tree.structure(want), label
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             assert g.shape == w.shape, label
-            np.testing.assert_allclose(g, w, **TOL, err_msg=label)
+            assert_close(g, w, err_msg=label)
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
@@ -166,10 +166,10 @@ def test_intermediates_agree_with_torch(case, config, impl):
         got, want = _as_timms(got, impl, fmt, False), _as_timms(want, "torch", fmt, False)
         assert jax.tree.structure(got) == jax.tree.structure(want)
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-            np.testing.assert_allclose(g, w, **TOL, err_msg=f"{case} {impl} {fmt}")
+            assert_close(g, w, err_msg=f"{case} {impl} {fmt}")
 
 
-@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"indices": 4}, r"indices=4 asks for the last 4 of 3 taps; use 1 to 3"),
     ({"indices": [0, 3]}, r"index 3 is out of range; 3 taps take -3 to 2"),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 
-import chex
 import jax
 import numpy as np
 import optax
@@ -41,7 +40,7 @@ from tests.lm_reference import (
     variants,
 )
 from zoo import fast
-from zoo.testing import tolerance
+from zoo.testing import assert_close, tolerance
 from zoo.training import IGNORE, next_token
 
 torch = pytest.importorskip("torch")
@@ -147,15 +146,15 @@ def test_one_training_step_and_every_gradient_agree_in_the_four_libraries(name):
     before = {k: np.asarray(v) for k, v in converters.to_canonical(
         _model(name, "nnx"), "nnx").items()}
     loss_t, after_t = _one_step(name, "torch")
-    np.testing.assert_allclose(loss_t, want, **TOL)  # transformers' own loss for labels=
+    assert_close(loss_t, want)  # transformers' own loss for labels=
     dead = [k for k in before if "weight" in k and not np.abs(before[k] - after_t[k]).max()]
     assert not dead, f"parameters without a gradient prove nothing: {dead}"
     for impl in zoo.JAX_IMPLS:
         loss, after = _one_step(name, impl)
-        np.testing.assert_allclose(loss, want, **TOL, err_msg=impl)
+        assert_close(loss, want, err_msg=impl)
         assert after.keys() == after_t.keys(), impl
         grads = {k: before[k] - after[k] for k in after}  # the gradients, as computed
-        chex.assert_trees_all_close(grads, {k: before[k] - after_t[k] for k in after}, **TOL)
+        assert_close(grads, {k: before[k] - after_t[k] for k in after})
 
 
 @pytest.mark.full_only
@@ -203,13 +202,13 @@ def test_gpt2_dropout_is_off_in_eval_keyed_and_on_in_training(impl):
     model = converters.from_canonical(state, cfg, impl)
     if impl == "torch":
         with torch.no_grad():
-            assert np.allclose(model.eval()(torch.from_numpy(ids)).numpy(), want, **TOL)
+            assert_close(model.eval()(torch.from_numpy(ids)).numpy(), want)
             assert not np.allclose(model.train()(torch.from_numpy(ids)).numpy(), want, **TOL)
         return
     api = zoo.interface(impl)
     static, params, st = api.split(model)
     run = jax.jit(lambda k: api.apply(static, params, st, ids, train=True, key=k)[0])
-    np.testing.assert_allclose(fast.forward(model, impl)(ids), want, **TOL)
+    assert_close(fast.forward(model, impl)(ids), want)
     a, b = run(jax.random.key(0)), run(jax.random.key(1))
     assert not np.allclose(a, want, **TOL) and not np.allclose(a, b, **TOL)
     np.testing.assert_array_equal(run(jax.random.key(0)), a)

@@ -32,6 +32,7 @@ from zoo.layers.linen import GlobalResponseNorm as LinenGRN
 from zoo.layers.linen import LayerNorm as LinenLayerNorm
 from zoo.layers.nnx import GlobalResponseNorm as NNXGRN
 from zoo.layers.nnx import LayerNorm as NNXLayerNorm
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 C = 4  # channels of every layer, so that shapes agree across libraries
@@ -393,8 +394,7 @@ def test_convnext_layers_convert_and_compute_timms_in_every_library():
         back = canonical.read(model, impl, **facts)
         assert {k: np.asarray(v).tobytes() for k, v in back.items()} == {
             k: v.tobytes() for k, v in state.items()}, impl
-        np.testing.assert_allclose(_run_parts(impl, model, x), want, rtol=1e-5, atol=1e-5,
-                                   err_msg=impl)
+        assert_close(_run_parts(impl, model, x), want, err_msg=impl)
     grn, conv = KINDS["global_response_norm"], KINDS["conv"]
     assert grn.logical_axes("flax", "scale", 1) == grn.logical_axes("eqx", "weight", 1) == (
         "mlp",)
@@ -426,4 +426,4 @@ def test_grn_gradient_is_finite_on_an_all_zero_channel():
     with torch.no_grad():
         t.weight.fill_(1.0)
     t(xt).sum().backward()
-    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert_close(np.asarray(g), xt.grad.numpy())

@@ -28,7 +28,7 @@ from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
 from zoo.layers import nnx as znnx
 from zoo.layers.causal import attend, causal_mask, rope_frequencies, rotary
-from zoo.testing import tolerance
+from zoo.testing import assert_close, tolerance
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -59,7 +59,6 @@ def test_rms_norm_rule_matches_transformers(dtype):
     weight = {"weight": ref.weight.detach().float().numpy().astype(jnp.dtype(dtype))}
     layer = Layer("norm", "rms_norm")
     xj = jnp.asarray(x.float().numpy(), dtype)
-    tol = tolerance(dtype)
 
     eqx_norm = eqx.tree_at(lambda m: m.weight, zeqx.RMSNorm(c, eps=eps, use_bias=False,
                                                            dtype=dtype),
@@ -74,7 +73,7 @@ def test_rms_norm_rule_matches_transformers(dtype):
     got["nnx"] = model(xj)
     for impl, y in got.items():
         assert y.dtype == jnp.dtype(dtype), impl
-        np.testing.assert_allclose(np.asarray(y, np.float32), want, **tol, err_msg=impl)
+        assert_close(np.asarray(y, np.float32), want, dtype, err_msg=impl)
     assert _back("rms_norm", "flax", flax_arrays, layer).keys() == {"weight"}
 
 
@@ -117,7 +116,7 @@ def test_conv1d_rule_matches_transformers(n_in, n_out):
     model.bias.set_value(jnp.asarray(f["bias"]))
     got["nnx"] = model(x)
     for impl, y in got.items():
-        np.testing.assert_allclose(np.asarray(y), want, **TOL, err_msg=impl)
+        assert_close(np.asarray(y), want, err_msg=impl)
     for family, native in (("eqx", e), ("flax", f)):  # exact inverses
         back = _back("hf_conv1d", family, native, layer)
         assert all(np.asarray(back[k]).tobytes() == arrays[k].tobytes() for k in arrays)
@@ -168,6 +167,7 @@ def test_rotary_frequencies_and_rotation_are_transformers(scaling):
                      "rope_theta": 50000.0, "rope_scaling": scaling})
     kind = "default" if scaling is None else "llama3"
     inv = rope_frequencies(d, 50000.0, kind, 8.0, 1.0, 4.0, 64)
+    # tolerance: one power per element, no reduction: within 2 ulps of transformers'
     np.testing.assert_allclose(inv, hf.inv_freq.numpy(), rtol=2e-7, atol=0)
     if scaling is not None:  # all three bands are there: kept, smoothed, divided
         ratio = inv / rope_frequencies(d, 50000.0)
@@ -180,7 +180,7 @@ def test_rotary_frequencies_and_rotation_are_transformers(scaling):
     qt = torch.from_numpy(q).transpose(1, 2)
     want = apply_rotary_pos_emb(qt, qt, cos, sin)[0].transpose(1, 2).numpy()
     got = rotary(jnp.asarray(q), jnp.asarray(pos), inv)
-    np.testing.assert_allclose(np.asarray(got), want, **TOL)
+    assert_close(np.asarray(got), want)
 
 
 def _meta_interleaved(w: np.ndarray, heads: int) -> np.ndarray:
@@ -216,7 +216,7 @@ def test_half_split_rotary_needs_no_permutation_and_an_interleaved_one_fails():
         static, params, st = api.split(converters.from_canonical(s, cfg, "nnx"))
         return np.asarray(api.apply(static, params, st, jnp.asarray(ids))[0])
 
-    np.testing.assert_allclose(logits(state), want, **TOL)
+    assert_close(logits(state), want)
     permuted = dict(state)
     for name, heads in (("q_proj", cfg.num_attention_heads), ("k_proj", cfg.kv_heads)):
         key = f"model.layers.0.self_attn.{name}.weight"
@@ -255,5 +255,5 @@ def test_causal_mask_and_grouped_attention_match_transformers_eager(window):
     np.testing.assert_array_equal(np.asarray(mask), (hf_mask == 0).numpy()[:, 0])
     got = attend(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask, d ** -0.5)
     valid = mask2d.astype(bool)  # a padding query sees no key: its output is never read
-    np.testing.assert_allclose(np.asarray(got)[valid], want.numpy()[valid], **TOL)
+    assert_close(np.asarray(got)[valid], want.numpy()[valid])
     assert np.isfinite(np.asarray(got)).all()

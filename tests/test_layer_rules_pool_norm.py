@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 from canonical import KINDS, Layer
 from canonical.torch_arrays import torch_to_numpy
 from tests.conftest import examples
-from zoo.testing import tolerance
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
-TOL = tolerance("float32")
 SETTINGS = settings(max_examples=examples(10), deadline=None, derandomize=True)
 EPS = 1e-5  # PyTorch's GroupNorm default; the zoo passes it to every library (Flax's is 1e-6)
 
@@ -84,7 +83,7 @@ def _group_norm_outputs(c, x, canon, eps):
 def test_group_norm_rule_matches_torch(c):
     x, y, canon = _group_norm_reference(c)
     for impl, out in _group_norm_outputs(c, x, canon, EPS).items():
-        np.testing.assert_allclose(out, y, **TOL, err_msg=f"{impl} {c}")
+        assert_close(out, y, err_msg=f"{impl} {c}")
     for family in ("eqx", "flax"):
         native = to_native(family, canon, "group_norm")
         back = KINDS["group_norm"].convert(family, native, Layer("layer", "group_norm"),
@@ -97,6 +96,7 @@ def test_group_norm_epsilon_must_be_pinned():
     c = dict(groups=2, channels=4, size=(3, 3), scale=1e-3)
     x, y, canon = _group_norm_reference(c)
     outs = _group_norm_outputs(c, x, canon, 1e-6)
+    # tolerance: must differ, by far more than rounding
     assert not np.allclose(outs["linen"], y, rtol=1e-3, atol=1e-3)
 
 
@@ -172,7 +172,8 @@ def test_concatenation_feeding_a_conv_keeps_the_channel_order(c):
     outputs = {"eqx": np.asarray(eqx_apply(skip, up)), "linen": _cf(linen_apply(_cl(skip),
                                                                                 _cl(up)))}
     for impl, out in outputs.items():
-        np.testing.assert_allclose(out, y, **TOL, err_msg=f"{impl} {c}")
+        assert_close(out, y, err_msg=f"{impl} {c}")
     if c["skip"] == c["up"]:  # the other order runs and is wrong
         swapped = _cf(linen_apply(_cl(up), _cl(skip)))
+        # tolerance: must differ, by far more than rounding
         assert not np.allclose(swapped, y, atol=1e-4)

@@ -16,8 +16,10 @@ import pytest
 import canonical
 import converters
 import zoo
+from tests.conftest import torch_marked
 from zoo.libraries import ContractError, library, owner, registered
 from zoo.registry import restoring
+from zoo.testing import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -73,8 +75,7 @@ def test_tables_are_derived_from_the_registry():
         assert canonical.walker(impl) is lib.walker
 
 
-@pytest.mark.parametrize("impl", [i for i in ("eqx", "linen", "nnx", "torch")
-                                  if i != "torch" or HAVE_TORCH])
+@pytest.mark.parametrize("impl", torch_marked(("eqx", "linen", "nnx", "torch")))
 def test_owner_recognises_each_librarys_models(impl):
     model = zoo.create("mlp", impl, seed=0)
     assert owner(model) is library(impl)
@@ -108,10 +109,8 @@ def test_a_fifth_library_from_the_docs_converts_and_computes_the_same():
         back = converters.convert((model, state), "eqx", "torch_flavour")
         x = zoo.example_input(config, batch=2, seed=1)
         want = zoo.native_interface("torch_flavour").forward(flavour, x)
-        chex.assert_trees_all_close(zoo.interface("eqx").forward((model, state), x), want,
-                                    atol=1e-5)
-        chex.assert_trees_all_close(zoo.native_interface("torch_flavour").forward(back, x),
-                                    want, atol=1e-6)
+        assert_close(zoo.interface("eqx").forward((model, state), x), want)
+        assert_close(zoo.native_interface("torch_flavour").forward(back, x), want)
     assert "torch_flavour" not in zoo.IMPLS
 
 
@@ -124,8 +123,9 @@ def test_an_architecture_from_the_docs_registers_and_converts():
         x = zoo.example_input(config, batch=2)
         outs = [zoo.interface(i).forward(converters.convert(namespace["model"], "nnx", i), x)
                 for i in ("eqx", "linen")]
-        chex.assert_trees_all_close(outs[0], outs[1], zoo.interface("nnx").forward(
-            namespace["model"], x), atol=1e-6)
+        want = zoo.interface("nnx").forward(namespace["model"], x)
+        assert_close(outs[0], want)
+        assert_close(outs[1], want)
     assert "line" not in zoo.ARCHS
 
 

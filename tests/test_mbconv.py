@@ -21,6 +21,7 @@ import pytest
 import converters
 import zoo
 from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
+from zoo import precision
 from zoo.registry import schema
 
 torch = pytest.importorskip("torch")
@@ -32,7 +33,7 @@ REDUCED = ("efficientnet_b0", "tf_efficientnet_b0", "mobilenetv3_large_100",
            "mobilenetv3_small_100")
 FULL = ("efficientnet_b0", "mobilenetv3_large_100")
 GRADIENTS = ("tf_efficientnet_b0", "mobilenetv3_small_100")
-RTOL = 1e-5  # relative to the largest output / gradient
+RTOL = precision.tolerance("float32")  # relative to the largest output / gradient
 
 
 def _rel(got, want) -> float:

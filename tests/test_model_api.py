@@ -12,15 +12,14 @@ import pytest
 
 import converters
 import zoo
-from tests.conftest import HAVE_TORCH
+from tests.conftest import HAVE_TORCH, torch_marked
 from tests.timm_mbconv import timm_model
-from zoo.testing import tolerance
+from zoo.testing import assert_close
 
 ARCHS = ("resnet", "vit", "convnext", "efficientnet", "mobilenetv3")
 CASES = [(arch, zoo.tiny_config(arch)) for arch in ARCHS] + [
     (f"{arch}-{name}", zoo.tiny_config(arch, **over)) for arch in ARCHS
     for name, over in zoo.architecture(arch).config.VARIANTS.items()]
-TOL = tolerance(np.float32)
 
 
 def _canonical(y: np.ndarray, impl: str, spatial: bool) -> np.ndarray:
@@ -45,10 +44,10 @@ def test_features_and_head_agree_with_torch(case, config, impl):
     x = np.asarray(zoo.example_input(config, batch=2, seed=1))
     want = _outputs(zoo.create(config, "torch", seed=0), "torch", x)
     got = _outputs(zoo.create(config, impl, seed=0), impl, x)
-    np.testing.assert_allclose(want["logits"], want["forward"], **TOL)  # head(features) is it
+    assert_close(want["logits"], want["forward"])  # head(features) is it
     assert want["pre_logits"].ndim == 2 and want["pre_logits"].shape != want["logits"].shape
     for k in want:
-        np.testing.assert_allclose(got[k], want[k], **TOL, err_msg=f"{case} {impl} {k}")
+        assert_close(got[k], want[k], err_msg=f"{case} {impl} {k}")
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +86,7 @@ def test_features_and_head_are_timms(impl, timm_references):
     for cfg, state, x, want in timm_references:
         got = _outputs(converters.from_canonical(state, cfg, impl), impl, x)
         for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{cfg.arch} {impl} {k}")
+            assert_close(got[k], want[k], err_msg=f"{cfg.arch} {impl} {k}")
 
 
 def _reset(model, impl: str, num_classes: int):
@@ -111,7 +109,7 @@ def _reset(model, impl: str, num_classes: int):
     return net if state is None else (net, state)
 
 
-@pytest.mark.parametrize("impl", [i for i in zoo.IMPLS if HAVE_TORCH or i != "torch"])
+@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
 @pytest.mark.parametrize(("case", "config"), CASES[:len(ARCHS)], ids=list(ARCHS))
 def test_reset_classifier(case, config, impl):
     """A new classifier for 3 classes: the features are kept, the logits have 3 classes, the
@@ -125,7 +123,7 @@ def test_reset_classifier(case, config, impl):
     np.testing.assert_array_equal(after["features"], before["features"])
     np.testing.assert_array_equal(after["pre_logits"], before["pre_logits"])
     assert after["logits"].shape == after["forward"].shape == (2, 3)
-    np.testing.assert_allclose(after["logits"], after["forward"], **TOL)
+    assert_close(after["logits"], after["forward"])
     state = converters.to_canonical(new, impl)
     assert converters.config_of(new, impl).num_classes == 3
     converters.validate(state, zoo.make_config(config.arch, **{**config.TINY, "num_classes": 3}))

@@ -10,10 +10,9 @@ import socket
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from zoo import precision
+from zoo.testing import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 300
@@ -52,10 +51,9 @@ def test_two_processes_train_as_one():
     two = _results([_start("--processes", "2", "--process-id", str(i), "--port", port)
                     for i in range(2)])
     (one,) = _results([_start("--processes", "1")])
-    tol = precision.allclose("float32")
     assert one["processes"] == 1 and one["devices"] == 4
     for run in two:
         assert run["processes"] == 2 and run["devices"] == 4
-        np.testing.assert_allclose(run["losses"], one["losses"], **tol)
-        np.testing.assert_allclose(run["params"], one["params"], **tol)
+        assert_close(run["losses"], one["losses"])
+        assert_close(run["params"], one["params"])
     assert one["losses"][1] != one["losses"][0]  # the step trained

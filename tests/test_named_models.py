@@ -30,6 +30,7 @@ from canonical import KINDS
 from converters.checkpoints import parse_config
 from converters.checkpoints.api import as_checkpoint
 from zoo.registry import schema
+from zoo.testing import pinned_fact
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # fixture -> (reference library, its names, the reference's arguments: a 1000-class head, or
@@ -223,7 +224,8 @@ def test_fixtures_are_the_references(fixture):
     pytest.importorskip("torch")
     pytest.importorskip(library)
     want = {n: reference_entry(library, n, **kwargs) for n in _reference_names(library, names)}
-    assert _load(fixture) == want
+    with pinned_fact(library, "torch"):
+        assert _load(fixture) == want
 
 
 # --------------------------------------------------------------------------- live forward

@@ -49,13 +49,17 @@ def test_assert_close_scales_by_the_array_not_the_element():
     got = want.copy()
     got[0, 1] = 0.14845499
     with pytest.raises(AssertionError):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # tolerance: issue 52's
     assert_close(got, want)
     wrong = want * np.float32(1 + 1e-4)
     with pytest.raises(AssertionError, match="grads"):
         assert_close(wrong, want, err_msg="grads")
     with pytest.raises(AssertionError, match=r"\['b'\]"):
         assert_close({"a": want, "b": wrong}, {"a": want, "b": want})
+    # The same leaves, not only as many: a key missing on one side is named.
+    with pytest.raises(AssertionError, match=r"only in actual \['c'\].*only in desired \['b'\]"):
+        assert_close({"a": want, "c": want}, {"a": want, "b": want})
+    assert_close([want, want], (want, want))
     # Small arrays keep an absolute floor of one tolerance (scale at least 1).
     with pytest.raises(AssertionError):
         assert_close(np.float32(1e-3), np.float32(0.0))
@@ -71,7 +75,7 @@ def test_assert_close_scales_by_the_array_not_the_element():
 
 
 def test_use_sets_and_restores_jax_and_torch():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     before = precision.current()
     with precision.use("high"):
         now = precision.current()
@@ -87,7 +91,6 @@ def test_use_sets_and_restores_jax_and_torch():
     with precision.use("default"):
         assert precision.current() == before
     assert precision.current() == before
-    assert torch.backends.cudnn is not None
 
 
 def test_the_suite_runs_at_full_float32_and_subprocesses_inherit_it():
@@ -97,3 +100,16 @@ def test_the_suite_runs_at_full_float32_and_subprocesses_inherit_it():
                           "print(jax.config.jax_default_matmul_precision)"],
                          capture_output=True, text=True, timeout=120).stdout.strip()
     assert out == precision.EXACT
+
+
+def test_a_pinned_fact_names_the_pinned_and_the_installed_versions(monkeypatch):
+    from zoo import testing
+
+    pinned = testing.pins()
+    assert pinned["jaxlib"] == "0.10.2" and pinned["torch"] == "2.14.1"
+    with testing.pinned_fact("jaxlib"):
+        pass
+    monkeypatch.setattr(testing, "_installed", lambda package: "0.11.0")
+    message = r"^fact pinned at jaxlib 0\.10\.2 no longer holds on jaxlib 0\.11\.0: fused 9$"
+    with pytest.raises(AssertionError, match=message), testing.pinned_fact("jaxlib"):
+        raise AssertionError("fused 9")

@@ -107,4 +107,4 @@ def test_first_command_prints_timms_top5(tmp_path, photos, monkeypatch):
         best = np.argsort(-probs)[:5]
         assert [n for _, n in printed] == [names[i] for i in best]
         np.testing.assert_allclose([float(p) for p, _ in printed], 100 * probs[best],
-                                   atol=0.006)  # printed to 2 decimals
+                                   atol=0.006)  # tolerance: printed to 2 decimals

@@ -28,6 +28,7 @@ import zoo
 from converters.matching.verify import max_difference, tolerance
 from tests.converter_cli import cli
 from tests.hub_cache import add_folder, add_repo, offline_hub
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
@@ -276,4 +277,4 @@ def test_classify_gives_timms_probabilities(hub):
     best = np.argsort(-probs)[:5]
     names = zoo.labels("imagenet-1k")
     assert [n for n, _ in got] == [names[i] for i in best]
-    np.testing.assert_allclose([p for _, p in got], probs[best], rtol=1e-5)
+    assert_close([p for _, p in got], probs[best])

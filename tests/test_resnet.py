@@ -19,6 +19,7 @@ import converters
 import zoo
 from zoo.models.resnet.config import ResNetConfig
 from zoo.registry import schema
+from zoo.testing import assert_close
 
 FIXTURE = {name: entry["state_dict"] for name, entry in json.loads(
     (Path(__file__).parent / "fixtures" / "named_torchvision_resnet.json").read_text())[
@@ -139,4 +140,4 @@ def test_other_input_sizes_as_torchvision(impl, tmp_path):
         with torch.no_grad():
             want = reference(torch.from_numpy(x)).numpy()
         got = np.asarray(api.to_canonical(api.forward(model, api.to_native(x))))
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        assert_close(got, want)

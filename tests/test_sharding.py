@@ -25,6 +25,7 @@ from canonical.kinds import KINDS
 from tests.kind_cover import covering_archs, features
 from zoo import precision, sharding
 from zoo.registry import skeleton, walk_facts
+from zoo.testing import assert_close
 from zoo.training import LOSSES, targets
 
 ZOO_ARCHS = [a for a in zoo.ARCHS if zoo.architecture(a).config.__module__.startswith("zoo.")]
@@ -101,7 +102,7 @@ def test_one_device_mesh_computes_what_no_mesh_computes(impl):
     t = targets(cfg, 4, jax.random.key(1))
     losses = [float(zoo.fast.train_step(m, impl, optax.sgd(0.1), LOSSES[cfg.LOSS], mesh=mesh_)(
         x, t)) for m, mesh_ in ((plain, None), (placed, mesh))]
-    np.testing.assert_allclose(losses[1], losses[0], **precision.allclose("float32"))
+    assert_close(losses[1], losses[0])
 
 
 @pytest.mark.parametrize("arch", ["vit", "cnn"])

@@ -20,6 +20,7 @@ import zoo
 from zoo.adapters import resize_rel_pos_bias_table
 from zoo.layers.drop_path import block_keys, sample_keep
 from zoo.models.intermediates import permutation
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")
@@ -109,8 +110,7 @@ def test_relative_position_bias_tables_resize_as_timms(src, dst):
         ((2 * src[0] - 1) * (2 * src[1] - 1), 3)).astype(np.float32)
     shape = ((2 * dst[0] - 1) * (2 * dst[1] - 1), 3)
     want = timms(torch.from_numpy(table), new_window_size=dst, new_bias_shape=shape).numpy()
-    np.testing.assert_allclose(resize_rel_pos_bias_table(table, dst), want, rtol=1e-6,
-                               atol=1e-6)
+    assert_close(resize_rel_pos_bias_table(table, dst), want)
 
 
 NAME = "swin_tiny_patch4_window7_224"
@@ -138,8 +138,7 @@ def test_another_window_and_image_size_are_adapted_as_timm(tmp_path):
     assert list(got) == list(want)
     for k in want:
         if not k.startswith("head."):
-            np.testing.assert_allclose(np.asarray(got[k]), want[k], rtol=1e-6, atol=1e-6,
-                                       err_msg=k)
+            assert_close(np.asarray(got[k]), want[k], err_msg=k)
     config = model.config
     x = np.random.default_rng(2).standard_normal((1, *config.input_shape)).astype(np.float32)
     with torch.no_grad():
@@ -178,14 +177,12 @@ def test_intermediates_are_timms(impl):
         taps = [np.transpose(np.asarray(t), permutation(fmt, "NCHW")) for t in taps]
         assert len(taps) == len(want[1]), kwargs
         for g, w in zip(taps, want[1], strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{impl} {kwargs}")
+            assert_close(g, w, err_msg=f"{impl} {kwargs}")
         if final is not None:  # timm's final map is channels-last in every library
-            np.testing.assert_allclose(np.asarray(final), want[0], rtol=1e-5, atol=1e-5)
+            assert_close(np.asarray(final), want[0])
     with torch.no_grad():
         features = reference.forward_features(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(np.asarray(api.call(model, "forward_features",
-                                                   api.to_native(x))),
-                               features, rtol=1e-5, atol=1e-5)
+    assert_close(np.asarray(api.call(model, "forward_features", api.to_native(x))), features)
 
 
 def test_drop_path_draws_alike_from_one_key():
@@ -218,4 +215,4 @@ def test_drop_path_draws_alike_from_one_key():
         eval_out = model.eval()(torch.from_numpy(x)).numpy()
     assert np.abs(outs["torch"] - eval_out).max() > 1e-3, "no block was dropped"
     for impl, y in outs.items():
-        np.testing.assert_allclose(y, outs["eqx"], rtol=1e-5, atol=1e-6, err_msg=impl)
+        assert_close(y, outs["eqx"], err_msg=impl)

@@ -76,5 +76,6 @@ def test_decoder_reads_the_skip_first(impl):
         w[:, slice(c, None) if zeroed == "up" else slice(0, c)] = 0
         state["decoders.0.conv1.weight"] = w
         other = dict(state, **{"ups.0.weight": state["ups.0.weight"] * 3 + 1})
+        # tolerance: whether a weight reaches the output at all: a change far above rounding
         changed = not np.allclose(run(state, x), run(other, x), atol=1e-6)
         assert changed == reaches, (impl, zeroed)

@@ -162,7 +162,7 @@ def test_drop_path_draws_alike_from_one_key():
         eval_out = model.eval()(torch.from_numpy(x)).numpy()
     assert np.abs(outs["torch"] - eval_out).max() > 1e-3, "no block was dropped"
     for impl, y in outs.items():
-        np.testing.assert_allclose(y, outs["eqx"], rtol=1e-5, atol=1e-6, err_msg=impl)
+        assert_close(y, outs["eqx"], err_msg=impl)
 
 
 def test_a_headless_model_loads_a_classifiers_checkpoint():
@@ -178,7 +178,7 @@ def test_a_headless_model_loads_a_classifiers_checkpoint():
     want = zoo.native_interface("nnx").call(classifier, "forward_features",
                                             x.transpose(0, 2, 3, 1))
     want = classifier.forward_head(want, pre_logits=True)
-    np.testing.assert_allclose(_run("nnx", model, x), np.asarray(want), rtol=1e-6, atol=1e-6)
+    assert_close(_run("nnx", model, x), np.asarray(want))
     assert model.config.output_shape == (config.width,)
 
 
@@ -203,8 +203,7 @@ def test_reset_classifier_to_no_head_and_back(impl):
         kw = {"rngs": __import__("flax").nnx.Rngs(0)} if impl == "nnx" else {}
         headless.reset_classifier(0, **kw)
         again.reset_classifier(4, **kw)
-    np.testing.assert_allclose(np.asarray(api.forward(headless, x)), np.asarray(pre_logits),
-                               rtol=1e-6, atol=1e-6)
+    assert_close(np.asarray(api.forward(headless, x)), np.asarray(pre_logits))
     assert np.asarray(api.forward(again, x)).shape == (2, 4)
     keys = set(converters.to_canonical(again, impl))
     assert {"head.weight", "head_dist.weight"} <= keys

@@ -1,5 +1,6 @@
-"""zoo.bench.xla_cpu: the XLA:CPU facts its reproductions show, pinned on this jaxlib (counts read
-off the compiled HLO, independent of load), and its command line."""
+"""zoo.bench.xla_cpu: the XLA:CPU facts its reproductions show, pinned on the jaxlib of
+requirements/constraints.txt (counts read off the compiled HLO, independent of load; a failure
+names the pinned and the installed versions), and its command line."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from zoo.bench.xla_flags import PRESETS
 pytestmark = pytest.mark.cpu_only(reason="facts of XLA:CPU's compiler")
 
 
+@pytest.mark.pinned("jax", "jaxlib")
 def test_concatenate_operands_are_written_by_separate_fusions():
     """The 9 shifted slices of a 3x3 im2col are each materialised, then concatenated."""
     assert xla_cpu.concatenate_fusions((2, 5, 10, 10, 4)) == (9, 9)
 
 
+@pytest.mark.pinned("jax", "jaxlib")
 def test_residual_stack_fusion_operands_grow_faster_than_depth():
     """Autodiff's LayerNorm chain: more than twice the operands for twice the depth (the
     closed form's halving is pinned in tests/test_layer_norm.py)."""
@@ -27,6 +30,7 @@ def test_residual_stack_fusion_operands_grow_faster_than_depth():
     assert auto[2] / auto[1] > 2.2 and auto[1] / auto[0] > 2.2, auto
 
 
+@pytest.mark.pinned("jax", "jaxlib")
 def test_channels_first_convolution_is_wrapped_in_transposes():
     first = xla_cpu.conv_transposes(("NCHW", "OIHW", "NCHW"))
     assert first >= 2 and xla_cpu.conv_transposes(("NHWC", "HWIO", "NHWC")) == 0, first
@@ -44,6 +48,7 @@ print(sum("ynn_fusion" in ln and " fusion(" in ln for ln in hlo.splitlines()))
 
 
 @pytest.mark.parametrize(("preset", "ynn_fusions"), [("none", 1), ("eigen-conv", 0)])
+@pytest.mark.pinned("jax", "jaxlib")
 def test_eigen_conv_preset_takes_convolutions_from_ynnpack(preset, ynn_fusions):
     """XLA's default runs ResNet-18's 64-channel 32x32 convolution as a YNNPACK fusion; the
     preset's flag gives it back to XLA's own convolution (compiled only, in a fresh process:
