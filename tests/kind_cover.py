@@ -55,16 +55,41 @@ def rotation(n_cases: int, n_combos: int, per_case: int = 1) -> list[frozenset[i
             for i in range(n_cases)]
 
 
-def cover(cases: Sequence[Any], combos: Sequence[tuple[Any, ...]], *, per_case: int = 1,
-          case_ids: Sequence[str] | None = None, combo_ids: Sequence[str] | None = None,
+Combo = Any  # a pytest.param, or a tuple of values
+
+
+def _param(combo: Combo) -> Any:
+    """`combo` as a pytest.param with an id (its values joined, where it has none)."""
+    if not hasattr(combo, "values"):
+        combo = pytest.param(*(combo if isinstance(combo, tuple) else (combo,)))
+    return pytest.param(*combo.values, marks=combo.marks,
+                        id=combo.id or "-".join(map(str, combo.values)))
+
+
+def latin(xs: Sequence[Combo], ys: Sequence[Combo]) -> list[Any]:
+    """The product xs x ys ordered in windows of len(xs): window w pairs xs[j] with
+    ys[(j + w) % len(ys)], so a case given one window (`cover(..., per_case=len(xs))`) runs
+    every x once, and the y each x meets turns from case to case."""
+    xs, ys = [_param(x) for x in xs], [_param(y) for y in ys]
+    return [pytest.param(*x.values, *y.values, id=f"{x.id}-{y.id}", marks=(*x.marks, *y.marks))
+            for w in range(len(ys)) for j, x in enumerate(xs)
+            for y in (ys[(j + w) % len(ys)],)]
+
+
+def cover(cases: Sequence[Any], combos: Sequence[Combo], *, per_case: int = 1,
           full: Callable[[Any], bool] = lambda case: False) -> list[Any]:
-    """The cross product `cases` x `combos` as pytest params `(case, *combo)`; those outside the
-    rotation (`rotation`) are marked `exhaustive`, which the suite runs with `--exhaustive`
+    """The cross product `cases` x `combos` as pytest params `(case, *combo)`; those outside
+    the rotation (`rotation`) are marked `exhaustive`, which the suite runs with `--exhaustive`
     only. Cases for which `full(case)` holds take every combo."""
-    case_ids = case_ids or [str(c) for c in cases]
-    combo_ids = combo_ids or ["-".join(map(str, c)) for c in combos]
+    combos = [_param(c) for c in combos]
     chosen = rotation(len(cases), len(combos), per_case)
-    return [pytest.param(case, *combo, id=f"{cid}-{kid}",
-                         marks=() if full(case) or j in chosen[i] else pytest.mark.exhaustive)
-            for i, (case, cid) in enumerate(zip(cases, case_ids, strict=True))
-            for j, (combo, kid) in enumerate(zip(combos, combo_ids, strict=True))]
+    return [pytest.param(case, *combo.values, id=f"{case}-{combo.id}",
+                         marks=(*combo.marks, *(() if full(case) or j in chosen[i]
+                                                else (pytest.mark.exhaustive,))))
+            for i, case in enumerate(cases) for j, combo in enumerate(combos)]
+
+
+def in_kind_cover(case: str) -> bool:
+    """Whether `case` is an architecture of the kind cover (`covering_archs`): such cases take
+    every combo of a `cover`, so every library meets every layer kind, loss and input."""
+    return case in covering_archs(tuple(zoo.ARCHS))

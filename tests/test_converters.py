@@ -13,6 +13,7 @@ import converters
 import zoo
 from converters import ConversionError
 from tests.conftest import CASE_IDS, CASES, HAVE_TORCH, torch_marked
+from tests.kind_cover import cover, in_kind_cover, latin
 
 IMPLS = [i for i in zoo.IMPLS if i != "torch" or HAVE_TORCH]  # the libraries installed
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -46,9 +47,11 @@ def _distinct_state(config, dtype="float32"):
     return out
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
-@pytest.mark.parametrize("case", CASE_IDS)
+# Every case through every library, the dtype turning (a cover, tests.kind_cover; the kind
+# cover's architectures in every dtype everywhere, --exhaustive: every case).
+@pytest.mark.parametrize(("case", "impl", "dtype"), cover(
+    CASE_IDS, latin(torch_marked(zoo.IMPLS), DTYPES), per_case=len(zoo.IMPLS),
+    full=in_kind_cover))
 def test_round_trip_through_each_library_is_bitwise(case, impl, dtype):
     config = dict(CASES)[case]
     state = _distinct_state(config, dtype)

@@ -29,6 +29,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import CASE_IDS, CASES
+from tests.kind_cover import cover, in_kind_cover, latin
 from zoo import fast
 from zoo.testing import assert_close, tolerance
 from zoo.training import mse
@@ -36,9 +37,10 @@ from zoo.training import mse
 TOL = tolerance("float32")
 SEED = 3
 CONFIGS = dict(zip(CASE_IDS, (c for _, c in CASES), strict=True))
-# Agreement is symmetric: each unordered pair of libraries is compared once.
-BOTH_WAYS = list(itertools.combinations(zoo.JAX_IMPLS, 2))
-BOTH_WAYS_IDS = [f"{a}-{b}" for a, b in BOTH_WAYS]
+# Agreement is symmetric: each unordered pair of libraries is compared once. A cover
+# (tests.kind_cover): each case with one pair in turn, the kind cover's architectures with all;
+# every library is also held to PyTorch for every case (tests/test_torch_reference.py).
+PAIRS = [pytest.param(a, b, id=f"{a}-{b}") for a, b in itertools.combinations(zoo.JAX_IMPLS, 2)]
 
 
 @functools.cache
@@ -60,12 +62,12 @@ def _forward(case: str, impl: str, train: bool, jit: bool):
 
 # Eager (op-by-op) execution in evaluation, compiled in both modes. Eager runs the model code
 # as jit traces it, for every architecture alike: the quick subset runs it for one model.
-@pytest.mark.parametrize(("train", "jit"), [
+# Each case runs every mode once, each with another pair, the pairs turning from case to case;
+# the kind cover's architectures run every pair in every mode (--exhaustive: every case).
+@pytest.mark.parametrize(("case", "a", "b", "train", "jit"), cover(CASE_IDS, latin(PAIRS, [
     pytest.param(False, True, id="eval-jit"),
     pytest.param(False, False, id="eval-nojit", marks=pytest.mark.whole_model),
-    pytest.param(True, True, id="train-jit")])
-@pytest.mark.parametrize(("a", "b"), BOTH_WAYS, ids=BOTH_WAYS_IDS)
-@pytest.mark.parametrize("case", CASE_IDS)
+    pytest.param(True, True, id="train-jit")]), per_case=len(PAIRS), full=in_kind_cover))
 def test_forward_matches(case, a, b, train, jit):
     y_a, s_a = _forward(case, a, train, jit)
     y_b, s_b = _forward(case, b, train, jit)
@@ -111,8 +113,7 @@ def _trained(case: str, impl: str, steps: int = 5):
     return converters.to_canonical(step.model(), impl), api.to_canonical(y, config)
 
 
-@pytest.mark.parametrize(("a", "b"), BOTH_WAYS, ids=BOTH_WAYS_IDS)
-@pytest.mark.parametrize("case", CASE_IDS)
+@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, full=in_kind_cover))
 def test_gradients_match(case, a, b):
     loss_a, gx_a, gp_a = _gradients(case, a)
     loss_b, gx_b, gp_b = _gradients(case, b)
@@ -124,8 +125,7 @@ def test_gradients_match(case, a, b):
     assert not dead, f"zero gradients (dead units?) prove nothing: {dead}"
 
 
-@pytest.mark.parametrize(("a", "b"), BOTH_WAYS, ids=BOTH_WAYS_IDS)
-@pytest.mark.parametrize("case", CASE_IDS)
+@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, full=in_kind_cover))
 def test_training_matches(case, a, b):
     state_a, y_a = _trained(case, a)
     state_b, y_b = _trained(case, b)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.kind_cover import cover, rotation
+from tests.kind_cover import cover, latin, rotation
 
 
 @given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 12))
@@ -25,6 +25,20 @@ def test_cover_marks_the_rest_exhaustive_and_full_cases_take_all():
     assert [p.id for p in params] == ["a-x", "a-y", "b-x", "b-y", "c-x", "c-y"]
     assert marked == {"a-y", "b-x"}
     assert params[0].values == ("a", "x")
+
+
+def test_latin_windows_take_every_x_once_and_turn_the_ys():
+    xs = [pytest.param("eqx", id="eqx"), pytest.param("linen", id="linen"),
+          pytest.param("nnx", id="nnx", marks=pytest.mark.full_only)]
+    combos = latin(xs, [("eval",), ("train",)])
+    assert sorted(c.values for c in combos) == sorted(
+        (x, y) for x in ("eqx", "linen", "nnx") for y in ("eval", "train"))
+    windows = [combos[:3], combos[3:]]
+    assert all(sorted(c.values[0] for c in w) == ["eqx", "linen", "nnx"] for w in windows)
+    assert [c.values for c in windows[0]] == [("eqx", "eval"), ("linen", "train"),
+                                              ("nnx", "eval")]
+    assert all(any(m.name == "full_only" for m in c.marks) for c in combos
+               if c.values[0] == "nnx")
 
 
 def test_exhaustive_cases_are_deselected_by_default(pytester: pytest.Pytester):

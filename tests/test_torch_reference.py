@@ -13,6 +13,7 @@ import converters
 import zoo
 from canonical.torch_arrays import torch_to_numpy
 from tests.conftest import CASE_IDS, CASES
+from tests.kind_cover import cover, in_kind_cover, latin
 from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
@@ -41,9 +42,11 @@ def _torch_results(case: str, train: bool):
     return torch_to_numpy(y), gx, grads, stats, counts, cotangent.numpy()
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
-@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
-@pytest.mark.parametrize("case", CASE_IDS)
+# Every case in every JAX library, the mode turning between libraries and cases; the kind
+# cover's architectures in both modes everywhere (--exhaustive: every case).
+@pytest.mark.parametrize(("case", "impl", "train"), cover(CASE_IDS, latin(
+    zoo.JAX_IMPLS, [pytest.param(False, id="eval"), pytest.param(True, id="train")]),
+    per_case=len(zoo.JAX_IMPLS), full=in_kind_cover))
 def test_jax_matches_torch(case, impl, train):
     y_t, gx_t, gp_t, stats_t, counts, cotangent = _torch_results(case, train)
     config = CONFIGS[case]
