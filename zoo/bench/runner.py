@@ -15,7 +15,6 @@ import zoo
 from zoo import precision as policy
 from zoo import sharding
 from zoo.bench import accel
-from zoo.bench import flops as flops_mod
 from zoo.bench import mesh as mesh_mod
 from zoo.bench import styles as styles_mod
 from zoo.bench.fairness import check_fairness
@@ -43,8 +42,6 @@ from zoo.libraries import JAX_IMPLS, interface, library
 from zoo.progress import progress as progress_display
 
 ALL_METHODS: tuple[str, ...] = CHOICES
-# On a mesh, FLOPs are compared before partitioning (the compiled count is one device's share).
-GLOBAL_FLOPS = tuple(s for s in flops_mod.SOURCES if s != "compiled")
 PROFILE_STEPS = 5  # profiled calls per row on a mesh (the collectives' share of time)
 BASELINE_METHOD = "lhs_dilation"
 
@@ -357,8 +354,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> d
         fairness = check_fairness(
             {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
             flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
-            flops_floor=_flops_floors(config, cfg, rooflines),
-            flops_sources=GLOBAL_FLOPS if mesh is not None else flops_mod.SOURCES)
+            flops_floor=_flops_floors(config, cfg, rooflines))
         bar.remove_task(check)
         phases["fairness"] = clock()
         twin = _twin_flops(subjects, order, cfg, config, task)
