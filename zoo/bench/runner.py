@@ -80,6 +80,7 @@ class BenchConfig:
     torch_threads: int | None = None
     profile: str | None = None
     precision: str = "default"
+    check: str = "strict"  # fairness passes: "strict" (highest, then precision) or "timed"
     steps_per_call: int = 1  # K of the "fused" call style (train: K steps per call)
     xla_cpu_flags: str | None = None  # as given (preset name or string); applied by the CLI
     mesh: tuple[int, ...] | None = None  # (data,) or (data, model) devices: the sharded step
@@ -353,6 +354,7 @@ def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> d
         check = bar.add_task("checking outputs and FLOP counts", total=None)
         fairness = check_fairness(
             {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
+            strict=cfg.check == "strict",
             flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
             flops_floor=_flops_floors(config, cfg, rooflines))
         bar.remove_task(check)
