@@ -214,7 +214,9 @@ def generation_runs() -> tuple[Bench, ...]:
             args = ("--mode", "decode", "--impl", "all", "--batch", batch, "--dtype", dtype)
             runs.append(Bench(
                 "gpt2", "gpt2-124m", args, ("--mode", "decode", "--impl", "eqx,torch",
-                                            "--dtype", dtype, "--no-transformers"),
+                                            "--batch", batch, "--dtype", dtype,
+                                            "--no-transformers", "--prompt", "4",
+                                            "--new-tokens", "4"),
                 compile_s=3.0, timing=GENERATION_TIMING,
                 cuts=(Bench("gpt2", "gpt2-124m", (*args, "--config", '{"n_layer": 4}'),
                             compile_s=1.5, timing=GENERATION_TIMING),

@@ -28,7 +28,7 @@ other commands (python -m zoo.bench COMMAND --help):
   dispatch [--impl ...] [--json PATH]  per-call overhead suite
   report [--results DIR]               render bench/README.md and bench/plots/
   matrix --out DIR [--quick]           every architecture, library, mode, dtype
-  gpu [--dry-run]                      everything a GPU measures, in 8 minutes
+  gpu [--dry-run]                      everything a GPU measures, in 9 minutes
   presets                              list the named shapes
   xla-flags                            XLA:CPU flag presets, probed on this XLA
   breakdown ARCH --preset P            step time per op category
