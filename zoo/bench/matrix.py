@@ -222,14 +222,14 @@ class Schedule:
 
 def cut_reason(entry: Entry, form: Entry, estimate: float) -> str:
     """Why `form` runs instead of `entry`: an extra dropped, or a cut to a smaller shape."""
-    full, cut = _pairs(entry.argv), _pairs(form.argv)
+    full, cut = arguments(entry.argv), arguments(form.argv)
     added = " ".join(p for p in cut if p not in full)
     if not added:
         return f"no time for {' '.join(p for p in full if p not in cut) or '(nothing)'}"
     return f"cut to {added} (the full form: estimated {estimate:.0f} s)"
 
 
-def _pairs(argv: tuple[str, ...]) -> list[str]:
+def arguments(argv: tuple[str, ...]) -> list[str]:
     """`argv` as its arguments: each flag with its value ("--mode forward"), or alone."""
     out: list[str] = []
     for a in argv:
