@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo import precision as policy
 from zoo.bench import cli, fairness
 from zoo.bench.archs.convt import LinenConvT
 from zoo.bench.fairness import FairnessError, check_fairness
@@ -198,6 +199,37 @@ def test_programs_below_the_useful_flops_are_refused_even_when_they_agree():
     assert check_fairness(pair, flops_floor={"forward": counted})["passed"]
     with pytest.raises(FairnessError, match=r"a is counted at .* below the .* useful FLOPs"):
         check_fairness(pair, flops_floor={"forward": 2 * counted})
+
+
+def test_the_timed_check_is_one_pass_at_the_timed_precision(monkeypatch):
+    """`strict=False` (`--check timed`, the GPU run's): outputs and FLOPs checked once, at the
+    precision timed, with that format's tolerance (TF32 on a GPU: one compilation per program),
+    and the int-kernel pair is still refused."""
+    from zoo.bench import fairness as fairness_mod
+
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 6))
+    task = Task(x, x, "mse")
+    pair = {"a": _conv_subject((3, 3, 3), "a", task), "b": _conv_subject((3, 3, 3), "b", task)}
+    compiled: list[str] = []
+    real = fairness_mod._check_mode
+    monkeypatch.setattr(fairness_mod, "_check_mode", lambda *a, **k: (
+        compiled.append(a[1]) or real(*a, **k)))
+    as_on_a_gpu = policy.compute_format  # float32 at "default" is TF32 there
+    monkeypatch.setattr(policy, "compute_format", lambda d, p="highest", b=None: as_on_a_gpu(
+        d, p, "gpu"))
+    strict = check_fairness(pair, precision="default")
+    assert compiled == ["forward", "forward"] and strict["check"] == "strict"
+    compiled.clear()
+    report = check_fairness(pair, precision="default", strict=False)
+    assert report["check"] == "timed" and report["precision"] == "default"
+    assert report["output_tolerance"] == policy.tolerance("float32", "default",
+                                                          kind="max_relative", backend="gpu")
+    assert report["output_tolerance"] > strict["output_tolerance"]
+    assert compiled == ["forward"] and report["forward"]["flops"]["b"]["ok"]
+    with pytest.raises(FairnessError, match="linen-int-kernel counts"):
+        check_fairness({"linen-3d": pair["a"],
+                        "linen-int-kernel": _conv_subject(3, "linen-int-kernel", task)},
+                       precision="default", strict=False)
 
 
 def test_loop_flops_count_every_trip():

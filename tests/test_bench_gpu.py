@@ -268,6 +268,37 @@ def test_the_budget_skips_rather_than_overruns():
     assert ran[0][0] == "python -m zoo.bench a --torch-compile"
 
 
+def test_a_late_entry_is_cut_to_a_smaller_shape_and_says_so():
+    """An entry whose full form would overrun runs its first cut that fits, printed with what
+    changed; one whose every form overruns is skipped with its estimate, never silently."""
+    clock = Clock()
+    took = {"python -m zoo.bench m --preset big": 50.0,
+            "python -m zoo.bench m --preset mid": 25.0,
+            "python -m zoo.bench m --preset small": 10.0}
+    entry = Entry("p", ("m", "--preset", "big"),
+                  cuts=(Entry("p", ("m", "--preset", "mid")),
+                        Entry("p", ("m", "--preset", "small"))))
+    ran: list[str] = []
+
+    def run_one(e: Entry) -> None:
+        ran.append(e.command)
+        clock.now += took[e.command]
+
+    console = Lines()
+    end = clock.now + 40
+    out = run_slots([Slot(entry, "p", end), Slot(entry, "p", end),
+                     Slot(entry, "q", clock.now + 5)],
+                    run_one, console, size="full", clock=clock, measured=took)
+    # the first leaves room for the second's smallest form (10 s): mid (25 s), then small
+    assert ran == ["python -m zoo.bench m --preset mid", "python -m zoo.bench m --preset small"]
+    why = [why for _, why in out.skipped]
+    assert why == ["cut to --preset mid (the full form: estimated 50 s)",
+                   "cut to --preset small (the full form: estimated 50 s)",
+                   "estimated 10 s, 0 s left in part q"]
+    assert any("cut to --preset mid" in line for line in console.lines)
+    assert any(line.startswith("[yellow]skipped (estimated 10 s") for line in console.lines)
+
+
 def test_an_entry_that_fails_is_a_problem_and_the_run_goes_on():
     def run_one(e: Entry) -> None:
         if e.argv[0] == "a":
