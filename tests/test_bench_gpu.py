@@ -47,7 +47,7 @@ def test_dry_run_runs_every_part_and_records_what_it_measured(tmp_path):
     env.update(OUT=str(copy), PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "zoo.bench", "gpu", "--dry-run", "--out",
                            str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     device = out / "cpu"
     records = {p.name: json.loads(p.read_text()) for p in device.glob("*.json")}

@@ -40,11 +40,12 @@ from zoo.libraries import IMPLS, JAX_IMPLS
 # run, whose CNN entry took 31.1 s for 12 compilations (each with its first call and its FLOP
 # counts) and its timing; the rest guesses until GPU records give, per command, the entry's
 # whole time (`wall_s`, which `measured_times` reads back as the estimate). `step`: seconds per
-# timed or warm-up step; `dispatch`: compilations and warm-up of one dispatch workload.
+# timed or warm-up step; `dispatch`: compilations and warm-up of one dispatch workload;
+# `generate`: one generation program (quick: a tiny GPT-2's, ~3 s on the 2-core machine).
 COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0, "dispatch": 1.0,
-                       "step": 0.002},
+                       "step": 0.002, "generate": 3.0},
              "full": {"jax": 2.1, "torch_compile": 15.0, "entry": 3.0, "dispatch": 3.0,
-                      "step": 0.005}}
+                      "step": 0.005, "generate": 2.1}}
 JAX_STYLES_ALL = 10  # call styles of the three JAX libraries with --call all
 GENERATION_STYLES = 3  # a JAX library's generation styles (zoo.bench.generation.STYLES)
 DISPATCH_ROWS = 24  # timed rows of one dispatch workload (styles of every library, floors)
@@ -121,7 +122,9 @@ class Entry:
             new = int(_value(argv, "--new-tokens") or 32)
             repeat = int(_value(argv, "--repeat") or 3)
             styles = GENERATION_STYLES * n_jax + 2 * ("torch" in impls)
-            return (c["entry"] + GENERATION_STYLES * n_jax * 2 * c["jax"]
+            generate = c["jax"] if self.compile_s is not None and size == "full" else (
+                c["generate"])
+            return (c["entry"] + GENERATION_STYLES * n_jax * 2 * generate
                     + styles * repeat * (new + 1) * c["step"])
         modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
         method = _value(argv, "--method")
