@@ -777,8 +777,8 @@ def gpu_parser() -> ArgumentParser:
                    help="every part with tiny shapes (CPU, a few minutes); records go to a "
                         "temporary folder unless --out is given")
     p.add_argument("--budget-min", type=float, default=None, metavar="M",
-                   help=f"the whole run's time, in minutes (default {BUDGET_MIN:g}; "
-                        f"{DRY_BUDGET_MIN:g} with --dry-run)")
+                   help=f"the whole run's time, in minutes (default {BUDGET_MIN:g}, the "
+                        f"dry run {DRY_BUDGET_MIN:g})")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="records, log, README and plots go to DIR/<device>/ (default "
                         "bench/results)")
