@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo import precision as policy
 from zoo.bench import cli, fairness
 from zoo.bench.archs.convt import LinenConvT
 from zoo.bench.fairness import FairnessError, check_fairness
@@ -77,7 +78,7 @@ def test_tiny_preset_every_impl(arch, tmp_path):
             assert sorted(r["call"] for r in rows) == sorted(available_styles(impl, fused=True))
             assert all(r["steps_per_call"] == (3 if r["call"] == "fused" else 1) for r in rows)
             # fused rows: FLOPs of one step (not of the loop), equal to the single step's
-            flops = [r["flops"] for r in rows if r["flops_source"] == "compiled"]
+            flops = [r["flops"] for r in rows if r["flops_source"] == "lowered"]
             assert impl == "torch" or max(flops) <= 1.01 * min(flops)
     assert {r["call"] for r in record["results"] if r["idiomatic"]} == {
         "filter_jit", "jit", "nnx_jit", "eager"} & {
@@ -114,7 +115,7 @@ def test_fairness_refuses_int_kernel_size():
         check_fairness({"linen-3d": good, "linen-int-kernel": bad})
     message = str(err.value)
     assert "nothing was timed" in message
-    assert "FLOPs (forward): linen-int-kernel compiles to" in message
+    assert "FLOPs (forward): linen-int-kernel counts" in message
     flops = err.value.report["forward"]["flops"]
     ratio = flops["linen-int-kernel"]["ratio"]
     assert 0.1 < ratio < 0.2  # 1/9 of the multiply-adds; the bias adds are the same
@@ -151,7 +152,7 @@ def test_flop_check_survives_a_backend_without_counts(monkeypatch):
     monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", lambda self: None)
     refused("cpu")  # the same HLO counted by the host CPU client
     monkeypatch.setattr(flops, "_cpu_analysis", lambda lowered: [])
-    with pytest.raises(FairnessError, match="no usable count for linen-3d from any source"):
+    with pytest.raises(FairnessError, match="no usable count for linen-3d from lowered or cpu"):
         check_fairness(pair)
 
 
@@ -201,6 +202,37 @@ def test_programs_below_the_useful_flops_are_refused_even_when_they_agree():
         check_fairness(pair, flops_floor={"forward": 2 * counted})
 
 
+def test_the_timed_check_is_one_pass_at_the_timed_precision(monkeypatch):
+    """`strict=False` (`--check timed`, the GPU run's): outputs and FLOPs checked once, at the
+    precision timed, with that format's tolerance (TF32 on a GPU: one compilation per program),
+    and the int-kernel pair is still refused."""
+    from zoo.bench import fairness as fairness_mod
+
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 6))
+    task = Task(x, x, "mse")
+    pair = {"a": _conv_subject((3, 3, 3), "a", task), "b": _conv_subject((3, 3, 3), "b", task)}
+    compiled: list[str] = []
+    real = fairness_mod._check_mode
+    monkeypatch.setattr(fairness_mod, "_check_mode", lambda *a, **k: (
+        compiled.append(a[1]) or real(*a, **k)))
+    as_on_a_gpu = policy.compute_format  # float32 at "default" is TF32 there
+    monkeypatch.setattr(policy, "compute_format", lambda d, p="highest", b=None: as_on_a_gpu(
+        d, p, "gpu"))
+    strict = check_fairness(pair, precision="default")
+    assert compiled == ["forward", "forward"] and strict["check"] == "strict"
+    compiled.clear()
+    report = check_fairness(pair, precision="default", strict=False)
+    assert report["check"] == "timed" and report["precision"] == "default"
+    assert report["output_tolerance"] == policy.tolerance("float32", "default",
+                                                          kind="max_relative", backend="gpu")
+    assert report["output_tolerance"] > strict["output_tolerance"]
+    assert compiled == ["forward"] and report["forward"]["flops"]["b"]["ok"]
+    with pytest.raises(FairnessError, match="linen-int-kernel counts"):
+        check_fairness({"linen-3d": pair["a"],
+                        "linen-int-kernel": _conv_subject(3, "linen-int-kernel", task)},
+                       precision="default", strict=False)
+
+
 def test_loop_flops_count_every_trip():
     """XLA's cost analysis counts a loop body once; `flops.count` adds the other trips of its
     dots (nested loops multiplied through), so a scanned program counts as its unrolled twin."""
@@ -220,23 +252,29 @@ def test_loop_flops_count_every_trip():
     unrolled = counted(lambda a, b: jnp.stack([ai @ b for ai in a]))
     for counts in (scanned, nested):
         # tolerance: FLOP counts, not floats: the loops' index arithmetic adds a few
-        assert counts["compiled"] == pytest.approx(unrolled["compiled"], rel=0.01)
-        assert counts["compiled"] >= matmul
+        for source in ("compiled", "lowered"):  # trips read from each program's own HLO
+            assert counts[source] == pytest.approx(unrolled[source], rel=0.01)
+            assert counts[source] >= matmul
     assert flops.loop_flops("ENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}") == 0
 
 
 def test_fairness_checks_outputs_and_flops_units():
     ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5})
-    assert not problems and ok["b"]["ok"] and ok["b"]["source"] == "compiled"
+    assert not problems and ok["b"]["ok"] and ok["b"]["source"] == "lowered"
     # A program without a usable count is refused, not skipped (it could be anything).
     for missing in (None, -1.0, 0.0, float("nan")):
         ok, problems = fairness.compare_flops({"a": 100.0, "b": 100.5, "c": missing})
-        assert problems == ["FLOPs (forward): no usable count for c from any source (compiled, "
-                            "lowered, cpu): the work cannot be checked"]
-    # Counts are compared on a source every program has.
+        assert problems == ["FLOPs (forward): no usable count for c from lowered or cpu: "
+                            "the work cannot be checked"]
+    # Counts are compared on a pre-optimisation source every program has; the compiled
+    # count is kept as information, never compared.
     ok, problems = fairness.compare_flops({"a": {"compiled": 50.0, "lowered": 100.0},
-                                           "b": {"lowered": 100.2}})
+                                           "b": {"cpu": 100.1, "lowered": 100.2}})
     assert not problems and ok["a"]["source"] == "lowered" and ok["a"]["flops"] == 100.0
+    assert ok["a"]["counts"]["compiled"] == 50.0
+    _, problems = fairness.compare_flops({"a": {"compiled": 100.0}, "b": {"lowered": 100.0}})
+    assert problems == ["FLOPs (forward): no usable count for a from lowered or cpu: the work "
+                        "cannot be checked"]
     _, problems = fairness.compare_flops({"a": 100.0, "b": 102.0})
     assert problems and "1.020x" in problems[0]
     ref = np.linspace(-1, 1, 50)
@@ -353,7 +391,7 @@ def test_torch_alone_gets_flops_from_a_jax_twin(tmp_path):
                      "--repeat", "2", "--warmup", "0", "--json", str(path),
                      "--no-progress"]) == 0
     (row,) = json.loads(path.read_text())["results"]
-    assert row["flops_source"] == "eqx (JAX twin, compiled)" and row["flops"] > 0
+    assert row["flops_source"] == "eqx (JAX twin, lowered)" and row["flops"] > 0
 
 
 def test_bad_arguments_exit_2():

@@ -17,7 +17,7 @@ import pytest
 import zoo
 from zoo import precision as policy
 from zoo.bench import gpu
-from zoo.bench.matrix import Entry, Schedule, Slot, run_slots
+from zoo.bench.matrix import Entry, Slot, run_slots
 from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.styles import idiomatic_style
 from zoo.layers.conv_transpose import METHODS
@@ -38,39 +38,47 @@ class Lines:
 @pytest.mark.full_only
 def test_dry_run_runs_every_part_and_records_what_it_measured(tmp_path):
     """The dry run as a user starts it (a fresh interpreter, no precision setting inherited):
-    every entry of the dry plan leaves a record with its command, part, device, versions and
-    precision; the tests ran; the README, plots and log are written and copied to $OUT."""
+    the plan is printed and written before anything starts; every planned entry leaves a
+    record with its command, part, device, versions and the precision its command names; the
+    tests (the H100 log's replays among them) ran and were counted as they finished; the
+    README, plots and log are written and copied to $OUT."""
     out, copy = tmp_path / "results", tmp_path / "OUT"
     env = {k: v for k, v in os.environ.items() if k != policy.ENV_VAR}
     env.update(OUT=str(copy), PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "zoo.bench", "gpu", "--dry-run", "--out",
                            str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     device = out / "cpu"
     records = {p.name: json.loads(p.read_text()) for p in device.glob("*.json")}
-    plan = [e.command for p in gpu.PARTS for e in p.entries(dry=True)]
-    bench = [r for r in records.values() if r["kind"] in ("model", "dispatch")]
-    assert sorted(r["command"] for r in bench) == sorted(plan)
+    plan = json.loads((device / "gpu-plan.json").read_text())
+    planned = [s["entry"] for s in plan["slots"]]
+    assert len(planned) == sum(len(p.runs) for p in gpu.PARTS)
+    bench = [r for r in records.values() if r["kind"] in ("model", "dispatch", "generation")]
+    assert sorted(r["command"] for r in bench) == sorted(
+        "python -m zoo.bench " + " ".join(e["argv"]) for e in planned)
     for r in bench:
         assert r["gpu_run"]["dry_run"] and r["gpu_run"]["part"] in {p.name for p in gpu.PARTS}
         assert r["device"]["name"] and r["versions"]["jax"] and r["versions"]["torch"]
         assert r["wall_s"] > 0 and "precision_settings" in r
-        if r["kind"] != "model":
-            continue
-        prec = "highest" if "--precision highest" in r["command"] else "default"
-        assert r["config"]["precision"] == prec
+        named = r["command"].split("--precision ")[1].split()[0]
+        assert (r["config"]["precision"] if r["kind"] == "model" else r["precision"]) == named
         assert r["precision_settings"]["jax_default_matmul_precision"] == (
-            "highest" if prec == "highest" else None)
-        if prec == "highest":
-            assert set(r["precision_settings"]["torch"].values()) == {"ieee"}
-        fmt = r["fairness"]["at_precision"]["format"]
-        assert fmt == ("bfloat16" if "--dtype bfloat16" in r["command"] else "float32")
+            None if named == "default" else named)
+        if r["kind"] == "model":
+            fmt = r["fairness"]["at_precision"]["format"]
+            assert fmt == ("bfloat16" if "--dtype bfloat16" in r["command"] else "float32")
+            assert r["fairness"]["check"] == ("timed" if "--check timed" in r["command"]
+                                              else "strict")
+    assert {r["kind"] for r in bench} == {"model", "dispatch", "generation"}
     tests = records["gpu-tests.json"]["summary"]
-    assert tests["passed"] >= 4 and tests["failed"] == tests["errors"] == tests["cut"] == 0
+    assert tests["passed"] >= 10 and tests["failed"] == tests["errors"] == tests["cut"] == 0
+    assert any("test_bench_gpu_log" in line for line in (device / "gpu-tests.jsonl").read_text(
+        ).splitlines())
     assert records["gpu-environment.json"]["missing"] == {}
     log = (device / "gpu-run.log").read_text()
     assert "left" in log and "missing: none" in log and "done in" in log
+    assert log.index("est.") < log.index("the working tree")  # the plan before the parts
     assert max(len(line) for line in log.splitlines()) <= 80
     assert (device / "README.md").is_file() and list((device / "plots").glob("*.png"))
     copied = {p.relative_to(copy / "cpu") for p in (copy / "cpu").rglob("*") if p.is_file()}
@@ -81,65 +89,81 @@ def _parse(argv: tuple[str, ...]):
     return config_from_args(bench_parser().parse_args(list(argv)))
 
 
-def test_the_gpu_plan_parses_and_covers_the_seeds_and_every_precision():
-    """Every command of the full-size plan (and its fallback) is a valid benchmark command;
-    the conv-transpose runs every method in every library and PyTorch, forward and training;
-    the CNN compares NNX with Linen in their fastest and idiomatic styles; each preset runs in
-    TF32, full float32 and bfloat16 on a GPU, with torch.compile preferred."""
+def test_the_gpu_plan_parses_names_its_precision_and_covers_the_questions():
+    """Every form of every entry of the full-size plan (full, fallback, cuts) is a valid
+    command that names its --precision; the conv-transpose runs every method in every library
+    and PyTorch, forward and training, at the seed's shape; the CNN compares NNX with Linen in
+    their fastest and idiomatic styles; each model preset runs in TF32 and bfloat16 on a GPU;
+    GPT-2 decodes (prefill timed too) at batch 1 and 8 in float32 and bfloat16."""
     entries = {p.name: p.entries(dry=False) for p in gpu.PARTS}
     for part, es in entries.items():
         for e in es:
-            if e.argv[0] == "dispatch":
-                continue
-            for argv in filter(None, (e.argv, e.fallback)):
-                _parse(argv)
             assert e.group == part
+            for form in e.forms():
+                assert form.argv[form.argv.index("--precision") + 1] == "default"
+                if form.argv[0] != "dispatch":
+                    _parse(form.argv)
     convt = [_parse(e.argv) for e in entries["convt"]]
-    seed = [c for c in convt if c.preset == "convt-256"]
-    assert {m for c in seed for m in c.modes} == {"forward", "train"}
-    assert all(set(c.methods) == set(METHODS) and set(c.impls) == set(zoo.IMPLS) for c in seed)
-    assert all("compile" in c.calls["torch"] for c in seed)
+    assert {m for c in convt for m in c.modes} == {"forward", "train"}
+    assert all(c.preset == "convt-256" and c.batch == 4 for c in convt)
+    assert all(set(c.methods) == set(METHODS) and set(c.impls) == set(zoo.IMPLS) for c in convt)
+    assert all("compile" in c.calls["torch"] and c.check == "timed" for c in convt)
     cnn = _parse(entries["cnn"][0].argv)
     assert cnn.impls == ("linen", "nnx") and cnn.modes == ("forward", "train")
     assert all(set(cnn.calls[i]) == {"fast", idiomatic_style(i)} for i in cnn.impls)
-    dispatch = entries["dispatch"][0].argv
-    assert "--workload" not in dispatch  # every workload, static10k included
+    assert "--workload" not in entries["dispatch"][0].argv  # every workload, static10k
     formats: dict[str, set[str]] = {}
     for e in entries["presets"]:
         c = _parse(e.argv)
         assert c.modes == ("forward", "train") and set(c.impls) == set(zoo.IMPLS)
         assert "compile" in c.calls["torch"] and "--torch-compile" not in e.fallback
+        assert e.cuts and all(_parse(cut.argv).arch == c.arch for cut in e.cuts)
         formats.setdefault(c.preset, set()).add(
             policy.compute_format(c.dtype, c.precision, backend="gpu"))
-    assert formats == {p: {"tf32", "float32", "bfloat16"} for _, p, _ in gpu.MODEL_PRESETS}
+    assert formats == {p: {"tf32", "bfloat16"} for _, p, _, _ in gpu.MODEL_PRESETS}
+    lm = [bench_parser().parse_args(list(e.argv)) for e in entries["lm"]]
+    assert {(a.mode, a.batch, a.dtype, a.precision) for a in lm} == {
+        ("decode", b, d, "default") for b in (1, 8) for d in ("float32", "bfloat16")}
 
 
-def test_the_seeds_fit_their_shares_of_the_budget():
-    """By the estimates, each seed part's entries fit its share of the 8 minutes (in their
-    cheapest form), so the guesses never skip a seed's question."""
-    windows = gpu.part_windows(gpu.PARTS, 0.0, gpu.BUDGET_MIN * 60)
-    for part in gpu.PARTS:
-        if part.name not in ("convt", "cnn", "dispatch"):
-            continue
-        schedule = Schedule([], "full")
-        need = sum(schedule.cheapest(e) for e in part.entries(dry=False))
-        start, end = windows[part.name]
-        assert need <= end - start, (part.name, need, end - start)
+def test_the_plan_fits_nine_minutes_with_the_seeds_at_full_shape():
+    """By the H100 log's estimates, the plan fits the 9-minute budget with every required
+    entry in some form (only the `extra` part may not fit), the conv-transpose at the seed's
+    full shape, and prints each part's estimate and each entry's form within 80 columns."""
+    planned = gpu.plan(gpu.PARTS, False, gpu.BUDGET_MIN * 60)
+    fixed = sum(p.seconds for p in gpu.PARTS if p.kind != "bench")
+    assert fixed + sum(q.estimate_s for q in planned if q.form) <= gpu.BUDGET_MIN * 60
+    assert all(q.form is not None for q in planned if q.entry.group != "extra")
+    for q in planned:
+        if q.entry.group == "convt":
+            assert _parse(q.form.argv).preset == "convt-256" and "--batch" not in q.form.argv
+    console = Lines()
+    windows = gpu.part_windows(gpu.PARTS, 0.0, gpu.BUDGET_MIN * 60, planned)
+    assert max(end for _, end in windows.values()) == pytest.approx(gpu.BUDGET_MIN * 60)
+    gpu.print_plan(gpu.PARTS, planned, windows, 0.0, console)
+    assert all(len(line) <= 80 for line in console.lines)
+    assert [line.split()[0] for line in console.lines if "est." in line] == [
+        p.name for p in gpu.PARTS]
+    # Measured times (a rerun's records) replace the estimates: a 10 s conv-transpose leaves
+    # room for the presets' full forms.
+    measured = {e.command: 10.0 for e in gpu.PARTS[2].entries(False)}
+    again = gpu.plan(gpu.PARTS, False, gpu.BUDGET_MIN * 60, measured)
+    assert sum(q.estimate_s for q in again if q.entry.group == "convt") == 20.0
 
 
-def test_the_test_part_runs_the_gpu_tests_capped_without_cpu_only():
+def test_the_test_part_runs_one_process_logging_each_outcome():
     part = next(p for p in gpu.PARTS if p.kind == "tests")
-    argv = gpu.pytest_command(part, False, 61.4, "/r/t.xml", 8)
+    argv = gpu.pytest_command(part, False, 61.4, "/r/t.jsonl", "/r/t.xml")
     assert argv[:3] == [sys.executable, "-m", "pytest"]
-    assert argv[argv.index("-m", 3) + 1] == "not cpu_only"
-    assert argv[argv.index("--time-cap") + 1] == "61" and "--junitxml=/r/t.xml" in argv
-    assert argv[argv.index("-n") + 1] == "8" and "--continue-on-collection-errors" in argv
-    files = argv[argv.index("-n") + 2:]
+    assert argv[argv.index("-m", 3) + 1] == "not cpu_only" and "-n" not in argv
+    assert "no:xdist" in argv and "zoo.bench.testlog" in argv and "--quick" in argv
+    assert argv[argv.index("--stop-after") + 1] == "61" and "--test-log=/r/t.jsonl" in argv
+    files = [a for a in argv if a.startswith("tests/")]
     assert files == list(gpu.GPU_TESTS) and all((ROOT / f).is_file() for f in files)
-    assert "tests/test_equivalence.py" in files and "tests/test_converters.py" in files
-    dry = gpu.pytest_command(part, True, 10, "/r/t.xml", None)
-    assert "-n" not in dry and dry[-len(gpu.DRY_TESTS):] == list(gpu.DRY_TESTS)
-    assert "--time-cap" not in gpu.pytest_command(part, False, None, None, None)
+    dry = gpu.pytest_command(part, True, None, "/r/t.jsonl")
+    assert dry[-len(gpu.DRY_TESTS):] == list(gpu.DRY_TESTS) and "--quick" not in dry
+    assert all((ROOT / f).is_file() for f in gpu.DRY_TESTS)
+    assert "--stop-after" not in dry
     assert gpu.shown(dry).startswith("python -m pytest ") and "'not cpu_only'" in gpu.shown(dry)
 
 
@@ -147,7 +171,7 @@ def test_the_time_cap_skips_tests_not_started(monkeypatch):
     from tests import conftest
 
     monkeypatch.setitem(conftest._DEADLINE, "at", time.time() - 1)
-    with pytest.raises(pytest.skip.Exception, match=gpu.TIME_CAP):
+    with pytest.raises(pytest.skip.Exception, match=conftest.TIME_CAP):
         conftest.pytest_runtest_setup(None)
     monkeypatch.setitem(conftest._DEADLINE, "at", time.time() + 60)
     conftest.pytest_runtest_setup(None)
@@ -156,19 +180,40 @@ def test_the_time_cap_skips_tests_not_started(monkeypatch):
     assert node.workerinput["zoo_deadline"] == conftest._DEADLINE["at"]
 
 
-def test_junit_summary_counts_the_cut_tests(tmp_path):
-    path = tmp_path / "j.xml"
-    path.write_text(
-        '<testsuites><testsuite><testcase classname="t" name="a"/>'
-        '<testcase classname="t" name="b"><failure message="assert 1 == 2&#10;more"/>'
-        '</testcase><testcase classname="t" name="c"><skipped message="time cap reached"/>'
-        '</testcase><testcase classname="t" name="d"><skipped message="no torch"/></testcase>'
-        '<testcase classname="t" name="e"><error message="boom"/></testcase>'
-        "</testsuite></testsuites>")
-    s = gpu.junit_summary(str(path))
-    assert {k: s[k] for k in ("tests", "passed", "failed", "errors", "skipped", "cut")} == {
-        "tests": 5, "passed": 1, "failed": 1, "errors": 1, "skipped": 2, "cut": 1}
-    assert s["failures"] == ["t::b: assert 1 == 2", "t::e: boom"]
+TESTS = """
+import time
+def test_a(): pass
+def test_b(): assert 1 == 2, "one is not two"
+def test_c(): time.sleep({sleep})
+def test_d(): pass
+def test_e(): pass
+"""
+
+
+@pytest.mark.parametrize("how", ["cap", "kill"])
+def test_the_test_log_keeps_what_finished(tmp_path, how):
+    """Each outcome is written as its test ends: a cap stops the session after the running
+    test (the rest counted as not run), a kill mid-test loses only that test."""
+    from zoo.bench import testlog
+
+    (tmp_path / "test_t.py").write_text(TESTS.format(sleep=2 if how == "cap" else 300))
+    log = tmp_path / "t.jsonl"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-p", "zoo.bench.testlog", f"--test-log={log}", str(tmp_path / "test_t.py")]
+    if how == "cap":
+        argv += ["--stop-after", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    lines: list[str] = []
+    out = type("Out", (), {"write": lambda self, t: lines.append(t)})()
+    rc, stopped = gpu.run_child(argv, env, tmp_path, 120.0 if how == "cap" else 45.0, out)
+    s = testlog.summary(str(log))
+    assert s["failures"][0].endswith("one is not two")
+    if how == "cap":  # c started before the cap and finished; d and e never started
+        assert not stopped and rc == 2 and "time cap reached" in "".join(lines)
+        assert (s["collected"], s["passed"], s["failed"], s["skipped"], s["cut"]) == (
+            5, 2, 1, 0, 2)
+    else:  # killed in c: a and b reported
+        assert stopped and (s["collected"], s["passed"], s["failed"], s["cut"]) == (5, 1, 1, 3)
 
 
 class Clock:
@@ -223,6 +268,37 @@ def test_the_budget_skips_rather_than_overruns():
     assert ran[0][0] == "python -m zoo.bench a --torch-compile"
 
 
+def test_a_late_entry_is_cut_to_a_smaller_shape_and_says_so():
+    """An entry whose full form would overrun runs its first cut that fits, printed with what
+    changed; one whose every form overruns is skipped with its estimate, never silently."""
+    clock = Clock()
+    took = {"python -m zoo.bench m --preset big": 50.0,
+            "python -m zoo.bench m --preset mid": 25.0,
+            "python -m zoo.bench m --preset small": 10.0}
+    entry = Entry("p", ("m", "--preset", "big"),
+                  cuts=(Entry("p", ("m", "--preset", "mid")),
+                        Entry("p", ("m", "--preset", "small"))))
+    ran: list[str] = []
+
+    def run_one(e: Entry) -> None:
+        ran.append(e.command)
+        clock.now += took[e.command]
+
+    console = Lines()
+    end = clock.now + 40
+    out = run_slots([Slot(entry, "p", end), Slot(entry, "p", end),
+                     Slot(entry, "q", clock.now + 5)],
+                    run_one, console, size="full", clock=clock, measured=took)
+    # the first leaves room for the second's smallest form (10 s): mid (25 s), then small
+    assert ran == ["python -m zoo.bench m --preset mid", "python -m zoo.bench m --preset small"]
+    why = [why for _, why in out.skipped]
+    assert why == ["cut to --preset mid (the full form: estimated 50 s)",
+                   "cut to --preset small (the full form: estimated 50 s)",
+                   "estimated 10 s, 0 s left in part q"]
+    assert any("cut to --preset mid" in line for line in console.lines)
+    assert any(line.startswith("[yellow]skipped (estimated 10 s") for line in console.lines)
+
+
 def test_an_entry_that_fails_is_a_problem_and_the_run_goes_on():
     def run_one(e: Entry) -> None:
         if e.argv[0] == "a":
@@ -242,7 +318,9 @@ def test_a_crashed_worker_restarts_after_its_entry_and_a_hung_one_is_stopped(tmp
     """The orchestrator restarts a crashed worker after the entry it crashed in, stops one
     that runs past the benchmarks' end, and prints the command of every entry not run."""
     calls: list[list[str]] = []
-    slots = gpu.bench_slots(gpu.PARTS, True, time.time(), 480)
+    planned = gpu.plan(gpu.PARTS, True, 480)
+    windows = gpu.part_windows(gpu.PARTS, time.time(), 480, planned)
+    slots = gpu.bench_slots(gpu.PARTS, planned, windows)
 
     def fake_child(argv, env, cwd, timeout_s, out):
         calls.append(argv)
@@ -257,14 +335,25 @@ def test_a_crashed_worker_restarts_after_its_entry_and_a_hung_one_is_stopped(tmp
     console = Lines()
     console.file = None
     run = gpu.Run(True, 480.0, str(tmp_path), gpu.PARTS, time.time(), console, ROOT, {},
-                  str(tmp_path))
+                  str(tmp_path), windows, slots)
     bench = [p for p in gpu.PARTS if p.kind == "bench"]
-    gpu._bench_parts(run, bench, frozenset(), time.time() + 300)
+    gpu._bench_parts(run, bench, time.time() + 300)
     assert [int(a[a.index("--first") + 1]) for a in calls] == [0, 2]
     assert run.problems == ["crashed (exit -11): c1",
                             "benchmarks stopped at their end while running c3"]
     not_run = [line for line in console.lines if line.startswith("[yellow]not run")]
     assert len(not_run) == len(slots) - 4 and slots[-1].entry.command in not_run[-1]
+
+
+def test_the_plan_travels_to_the_worker(tmp_path):
+    """The worker (and a restarted one) runs the slots the orchestrator planned."""
+    planned = gpu.plan(gpu.PARTS, False, 540)
+    windows = gpu.part_windows(gpu.PARTS, 100.0, 540, planned)
+    slots = gpu.bench_slots(gpu.PARTS, planned, windows)
+    path = tmp_path / "plan.json"
+    gpu.write_plan(str(path), slots, {"c": 1.0}, planned)
+    back, measured = gpu.read_plan(str(path))
+    assert back == slots and measured == {"c": 1.0}
 
 
 def test_a_child_past_its_time_is_stopped_with_its_group():

@@ -51,6 +51,7 @@ import optax
 from flax import nnx
 
 import zoo
+from zoo import precision as policy
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
@@ -405,6 +406,9 @@ def dispatch_main(argv: list[str]) -> int:
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--record", action="store_true")
     p.add_argument("--results-dir", default="bench/results", help=argparse.SUPPRESS)
+    p.add_argument("--precision", choices=policy.PRECISIONS, default="default",
+                   help="float32 matmul precision of the MLP workloads (default: the "
+                        "libraries' own, TF32 on a GPU)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     workloads = tuple(w for w in args.workload.split(",") if w)
@@ -413,8 +417,10 @@ def dispatch_main(argv: list[str]) -> int:
         p.error(f"unknown workload {unknown}; choose from {list(WORKLOADS)}")
     console = make_console()
     allocator = configure_allocator("torch" in args.impl)
-    record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
-                          not args.no_progress, args.tiny)
+    with policy.use(args.precision):
+        record = run_dispatch(args.impl, args.rounds, args.budget, workloads, console,
+                              not args.no_progress, args.tiny)
+    record["precision"] = args.precision
     record["allocator"] = allocator
     for w in workloads:
         console.print(to_rich(dispatch_table(record, [w])))

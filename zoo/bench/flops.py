@@ -1,24 +1,32 @@
 """FLOP counts that cannot lie silently.
 
 `compiled.cost_analysis()` has returned no FLOPs, -1, an empty list or a list of dicts on GPUs in
-some JAX versions (jax issues 16008, 20184, 22249). A FLOP check fed such a number would crash or
-pass without checking anything. So every program is counted from up to three sources, each
-recorded with its name:
+some JAX versions (jax issues 16008, 20184, 22249); on an H100 (jax 0.11.2) it counted a
+conv-transpose at 7,775 FLOPs instead of 5.75e10: the optimised GPU program calls cuDNN and
+cuBLAS (custom calls the analysis does not see) and pads each layout its own way (ResNet-50:
+Linen 1.082x Equinox). So every program is counted from up to three sources, each recorded
+with its name, most trusted first:
 
-- ``compiled``: the backend's cost analysis of the optimised program (what runs);
 - ``lowered``: the backend's cost analysis of the pre-optimisation HLO (`Lowered.cost_analysis`;
   PJRT plugins such as CUDA's do not implement it);
 - ``cpu``: the same pre-optimisation HLO analysed by the host CPU client (or, failing that,
-  compiled for it).
+  compiled for it);
+- ``compiled``: the backend's cost analysis of the optimised program (what runs): recorded as
+  information, never compared (`COMPARED`).
+
+The pre-optimisation HLO is the whole computation on every backend, before any library call or
+layout padding: the fairness check compares programs, and checks the useful-FLOP floor, on it.
 
 XLA's cost analysis counts the body of a loop once, whatever its trip count; a program that
 runs its matrix multiplies in a `lax.scan` (the `im2col` conv-transpose) would be undercounted
-by its trip count. `loop_flops` therefore reads the compiled program's HLO and adds, for every
-`while` with a known trip count, the FLOPs of the dots of its body (nested loops, fusions and
-called computations included) times the trips XLA did not count; every source gets that sum.
+by its trip count. `loop_flops` therefore reads each program's HLO text and adds, for every
+`while` whose trip count it knows (XLA's `known_trip_count` in a compiled program; in the
+pre-optimisation HLO, a counter from a constant compared `LT` to a constant), the FLOPs of the
+dots of its body (nested loops, fusions and called computations included) times the trips the
+analysis did not count.
 
-A count is usable when it is a finite number > 0. Comparisons use the first source that every
-compared program has (`common_source`); a program with no usable count at all is refused by the
+A count is usable when it is a finite number > 0. Comparisons use the first compared source
+that every program has (`common_source`); a program with no usable count is refused by the
 fairness check rather than skipped.
 """
 
@@ -32,7 +40,9 @@ from typing import Any
 
 import jax
 
-SOURCES: tuple[str, ...] = ("compiled", "lowered", "cpu")
+SOURCES: tuple[str, ...] = ("lowered", "cpu", "compiled")
+# The sources the fairness check compares (the whole computation on every backend).
+COMPARED: tuple[str, ...] = ("lowered", "cpu")
 
 
 def _unwrap(obj: Any, attr: str) -> Any:
@@ -90,12 +100,18 @@ def _cpu_analysis(lowered: Any) -> Any:
                                     options).cost_analysis()
 
 
-_HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .*\{$")
+_HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+)(?: \((.*)\) -> .*)? \{$")
 _ARRAY = re.compile(r"%?([\w.\-]+): \w+\[([\d,]*)\]")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]\S* ([\w\-]+)\((.*)$")
 _WHILE = re.compile(r" while\(.*?condition=%?([\w.\-]+), body=%?([\w.\-]+)")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _CALLS = re.compile(r"(?:calls|to_apply)=%?([\w.\-]+)")
+_CONSTANT = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = s(?:32|64)\[\]\S* constant\((-?\d+)\)")
+_COMPARE_LT = re.compile(r"^\s*ROOT %?[\w.\-]+ = pred\[\]\S* compare\(%?([\w.\-]+), "
+                         r"%?([\w.\-]+)\), direction=LT")
+_GTE = re.compile(r"^\s*%?([\w.\-]+) = s(?:32|64)\[\]\S* get-tuple-element\(%?[\w.\-]+\), "
+                  r"index=(\d+)")
+_TUPLE = re.compile(r"^\s*%?([\w.\-]+) = \(.*\) tuple\((.*)\)\s*$")
 
 
 def _dims(text: str) -> tuple[int, ...]:
@@ -109,7 +125,8 @@ def _computations(hlo: str) -> Iterator[tuple[str, list[str], dict[str, tuple[in
         header = _HEADER.match(line)
         if header:
             name, lines = header.group(1), []
-            shapes = {m.group(1): _dims(m.group(2)) for m in _ARRAY.finditer(header.group(2))}
+            shapes = {m.group(1): _dims(m.group(2))
+                      for m in _ARRAY.finditer(header.group(2) or "")}
         elif name is not None and line.strip() == "}":
             yield name, lines, shapes
             name = None
@@ -133,10 +150,41 @@ def _dot_flops(line: str, shapes: dict[str, tuple[int, ...]]) -> float:
         lhs[i] for i in _dims(contracting.group(1)))
 
 
+def _constants(lines: list[str]) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for line in lines if (m := _CONSTANT.match(line))}
+
+
+def _counted_trips(line: str, lines: list[str],
+                   comps: dict[str, tuple[list[str], Any]]) -> int | None:
+    """The trip count of the `while` on `line` (of the computation `lines`): XLA's
+    `known_trip_count`, else, in a pre-optimisation program, `(limit - start)` of a counter
+    tuple element compared `LT` to the constant `limit` by the condition, started at the
+    constant `start` of the operand tuple. None when neither is found."""
+    known = _TRIPS.search(line)
+    if known:
+        return int(known.group(1))
+    loop = _WHILE.search(line)
+    cond = comps.get(loop.group(1), ([], {}))[0] if loop else []
+    compare = next((m for c in cond if (m := _COMPARE_LT.match(c))), None)
+    operand = re.search(r" while\(%?([\w.\-]+)\)", line)
+    if compare is None or operand is None:
+        return None
+    limit = _constants(cond).get(compare.group(2))
+    index = next((int(m.group(2)) for c in cond
+                  if (m := _GTE.match(c)) and m.group(1) == compare.group(1)), None)
+    init = next((m.group(2) for c in lines
+                 if (m := _TUPLE.match(c)) and m.group(1) == operand.group(1)), None)
+    if limit is None or index is None or init is None:
+        return None
+    names = [a.strip().lstrip("%") for a in init.split(",")]
+    start = _constants(lines).get(names[index]) if index < len(names) else None
+    return None if start is None else max(0, limit - start)
+
+
 def loop_flops(hlo: str) -> float:
     """The dot FLOPs of loop trips that XLA's cost analysis leaves out (it counts a loop body
-    once): for every `while` with a known trip count `n`, (n - 1) times its body's dot FLOPs,
-    nested loops multiplied through. 0.0 for a program without loops."""
+    once): for every `while` whose trip count `n` is known (`_counted_trips`), (n - 1) times
+    its body's dot FLOPs, nested loops multiplied through. 0.0 for a program without loops."""
     comps = {name: (lines, shapes) for name, lines, shapes in _computations(hlo)}
     entry = next((m.group(1) for line in hlo.splitlines()
                   if line.startswith("ENTRY") and (m := _HEADER.match(line))), None)
@@ -149,8 +197,8 @@ def loop_flops(hlo: str) -> float:
             total += _dot_flops(line, shapes)
             loop = _WHILE.search(line)
             if loop:
-                n = _TRIPS.search(line)
-                total += (int(n.group(1)) if trips and n else 1) * dots(loop.group(2), trips)
+                n = _counted_trips(line, lines, comps) if trips else None
+                total += (n if n is not None else 1) * dots(loop.group(2), trips)
             else:
                 total += sum(dots(callee, trips) for callee in _CALLS.findall(line))
         return total
@@ -158,40 +206,39 @@ def loop_flops(hlo: str) -> float:
     return 0.0 if entry is None else dots(entry, True) - dots(entry, False)
 
 
+def _loop_extra(text: Any) -> float:
+    """`loop_flops` of the HLO text `text()` returns (0.0 when the backend gives none)."""
+    try:
+        return loop_flops(text())
+    except Exception:  # no HLO text from this backend: loops stay counted once
+        return 0.0
+
+
 def count(lowered: Any, compiled: Any = None) -> dict[str, tuple[float, float | None]]:
     """source -> (flops, bytes accessed) for every source that gave a usable FLOP count.
 
-    The compiled program is counted when given; a pre-optimisation count (``lowered``, else
-    ``cpu``) is always added, so that programs whose compiled counts are missing can still be
-    compared with the others on a common source. The loop trips XLA leaves out are read from
-    the compiled program (`loop_flops`).
+    The compiled program is counted when given (information: `COMPARED` leaves it out); a
+    pre-optimisation count (``lowered``, else ``cpu``) is always added. Each source gets the
+    loop trips its analysis leaves out, read from the HLO it analysed (`loop_flops`): the
+    pre-optimisation HLO holds the whole (global, unpartitioned) computation, the compiled one
+    one device's share.
     """
     out: dict[str, tuple[float, float | None]] = {}
     compiled = jax_compiled(compiled)
-    extra, devices = 0.0, 1
     if compiled is not None:
-        devices = program_devices(compiled)
-        try:
-            extra = loop_flops(compiled.as_text())
-        except Exception:  # no HLO text from this backend: loops stay counted once
-            extra = 0.0
         flops, nbytes = _call(compiled.cost_analysis)
         if flops:
-            out["compiled"] = (flops, nbytes)
+            out["compiled"] = (flops + _loop_extra(compiled.as_text), nbytes)
     lowered = _unwrap(lowered, "lowered")
     if lowered is not None:
         flops, nbytes = _call(lowered.cost_analysis)
+        source = "lowered"
+        if not flops:
+            (flops, nbytes), source = _call(lambda: _cpu_analysis(lowered)), "cpu"
         if flops:
-            out["lowered"] = (flops, nbytes)
-        else:
-            flops, nbytes = _call(lambda: _cpu_analysis(lowered))
-            if flops:
-                out["cpu"] = (flops, nbytes)
-    # A partitioned program's loops hold one device's share of the work: the pre-partitioning
-    # sources count the whole program, so they get every device's share (the zoo's strategies
-    # split the loops of its convolutions over the batch, i.e. over every device).
-    return {source: (flops + extra * (1 if source == "compiled" else devices), nbytes)
-            for source, (flops, nbytes) in out.items()}
+            extra = _loop_extra(lambda: lowered.as_text(dialect="hlo"))
+            out[source] = (flops + extra, nbytes)
+    return out
 
 
 def program_devices(compiled: Any) -> int:
@@ -203,16 +250,17 @@ def program_devices(compiled: Any) -> int:
     return max((getattr(s, "num_devices", 1) for s in shardings), default=1)
 
 
-def common_source(counts: dict[str, dict[str, Any]]) -> str | None:
-    """The first source (in `SOURCES` order) that every program in `counts` has."""
-    for source in SOURCES:
+def common_source(counts: dict[str, dict[str, Any]],
+                  sources: tuple[str, ...] = COMPARED) -> str | None:
+    """The first of `sources` that every program in `counts` has."""
+    for source in sources:
         if counts and all(source in c for c in counts.values()):
             return source
     return None
 
 
 def best(counts: dict[str, Any]) -> tuple[str | None, Any]:
-    """(source, value) of the preferred source present in `counts`."""
+    """(source, value) of the preferred source present in `counts` (`SOURCES` order)."""
     for source in SOURCES:
         if source in counts:
             return source, counts[source]

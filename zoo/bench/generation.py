@@ -215,9 +215,10 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
         hf = _hf_model(config, models[reference]) if run.hf else None
         timed += _torch_styles(reference, models[reference], hf, ids, mask, run)
         with torch.no_grad():
-            logits[reference] = models[reference](torch.from_numpy(ids).long())[:, -1].numpy()
+            tokens = torch.from_numpy(ids).long()
+            logits[reference] = models[reference](tokens)[:, -1].float().numpy()
             if hf is not None:
-                logits["transformers"] = hf(torch.from_numpy(ids).long()).logits[:, -1].numpy()
+                logits["transformers"] = hf(tokens).logits[:, -1].float().numpy()
     progress("fairness: logits and greedy tokens")
     outputs = {f"{t.impl} {t.style}": t.output(run.new) for t in timed}
     fairness = _fairness(outputs, logits, reference)

@@ -1,22 +1,27 @@
 """`python -m zoo.bench gpu [--dry-run]`: everything the zoo measures on a GPU, in one run.
 
-The run is a list of parts (`PARTS`: data), each with a share of the time budget (`--budget-min`,
-8 by default): the environment, the GPU part of the test suite (time-capped), the seeds'
-questions (the 3-D conv-transpose at (4, 4, 256^3), the CNN in NNX against Linen, the dispatch
-suite with its 10,000 static leaves), the model presets at realistic sizes in TF32, full float32
-and bfloat16 against PyTorch, and the report. Part i ends by start + budget x (the shares of
-parts 0..i): a part that ends early leaves its time to the next. The benchmark commands are the
-budgeted entries of `zoo.bench.matrix` (one mechanism with `python -m zoo.bench matrix`): an
-entry runs only if its estimate ends within its part (torch.compile only with time to spare;
-else the entry runs without it), otherwise it is skipped and the command that runs it alone is
-printed. They run in one worker process that is stopped at the end of the last benchmark part
-whatever happens (a hang cannot eat the report's time); a crashed worker is restarted after the
-entry that crashed. Records (JSON: device, driver, library versions, precision), the run's log,
-a README and plots go to `--out/<device>/`, and are copied to `$OUT/<device>/` after every part
-when `$OUT` is set (what is done survives a run cut short).
+The run is a list of parts (`PARTS`: data): the environment, the GPU tests (one process, each
+outcome logged as it ends, capped), the seeds' questions (the 3-D conv-transpose at
+(4, 4, 256^3), the CNN in NNX against Linen, the dispatch suite with its 10,000 static leaves),
+ResNet-50, ViT-B/16 and the U-Net in TF32 and bfloat16, GPT-2 prefill and decode, and the
+report. Before anything starts, `plan` fits the budget (`--budget-min`, 9 by default) with the
+estimates the 2026-11-27 H100 run measured (`H100_LOG`): each entry in its first form that
+leaves room for the cheapest form of every later one (full, without torch.compile, then
+smaller shapes: `cuts`), and every part's estimate and end are printed. A part ends by the sum
+of the planned seconds of the parts before it and its own (the slack shared in proportion):
+one that ends early leaves its time to the next; at run time an entry that no longer fits is
+cut further (`zoo.bench.matrix.Schedule`), or skipped with the command that runs it alone.
+Every entry names its `--precision`, and its record states it.
 
-`--dry-run` runs every part's code path with tiny shapes (CPU, under 2 minutes): the command is
-known to work before GPU time is spent.
+The benchmarks run in one worker process that is stopped at the end of the last benchmark part
+whatever happens (a hang cannot eat the report's time); a crashed worker is restarted after the
+entry that crashed. Records (JSON: device, driver, library versions, precision), the plan, the
+run's log, a README and plots go to `--out/<device>/`, and are copied to `$OUT/<device>/` after
+every part when `$OUT` is set (what is done survives a run cut short).
+
+`--dry-run` runs every part's code path with tiny shapes (CPU, a few minutes), its tests
+including the replays of the H100 log (`tests/test_bench_gpu_log.py`): the command is known to
+work before GPU time is spent.
 """
 
 from __future__ import annotations
@@ -36,14 +41,15 @@ import sys
 import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zoo.bench.matrix import (
     Entry,
+    Schedule,
     Slot,
+    arguments,
     fmt_left,
     measured_times,
     print_skipped,
@@ -53,23 +59,24 @@ from zoo.bench.matrix import (
 from zoo.cli import ArgumentParser
 from zoo.layers.conv_transpose import METHODS
 
-BUDGET_MIN = 8.0
+BUDGET_MIN = 9.0
+# The dry run's default budget: its entries take minutes of a small CPU, and their estimates
+# are rough there (it checks code paths, not speed).
+DRY_BUDGET_MIN = 15.0
 COMMAND = "python -m zoo.bench gpu"
-TIME_CAP = "time cap reached"  # tests/conftest.py's skip reason
 TIMING = ("--repeat", "20", "--warmup", "3", "--rounds", "5", "--settle", "50", "--no-progress")
 DRY_TIMING = ("--repeat", "1", "--warmup", "0", "--rounds", "1", "--settle", "0",
               "--no-progress")
-# Seconds the test part leaves between its cap and its hard end (the running tests finish,
-# the workers stop, the JUnit file is written).
-TESTS_GRACE_S = 15.0
-
 
 @dataclass(frozen=True)
 class Bench:
-    """`python -m zoo.bench ARCH [--preset PRESET] ARGS`; the dry run takes the `tiny` preset and
-    `dry_args` (None: `args`). `torch_compile`: adds PyTorch's torch.compile style when there is
-    time to spare (else the entry runs without it). `compile_s`: seconds per JAX compilation at
-    this size, for the estimate (None: `zoo.bench.matrix.COMPILE_S`)."""
+    """`python -m zoo.bench ARCH [--preset PRESET] ARGS --precision PRECISION`; the dry run
+    takes the `tiny` preset and `dry_args` (None: `args`). `torch_compile`: adds PyTorch's
+    torch.compile style when there is time to spare (else the entry runs without it).
+    `compile_s`: seconds per JAX compilation at this size, for the estimate (None:
+    `zoo.bench.matrix.COMPILE_S`); `seconds`: the entry's whole time as the H100 log measured
+    it (`H100_LOG`). `cuts`: smaller shapes of the same question, most wanted first, run when
+    the full form does not fit. `timing`: the timing arguments (None: `TIMING`)."""
 
     arch: str
     preset: str | None = None
@@ -77,44 +84,52 @@ class Bench:
     dry_args: tuple[str, ...] | None = None
     torch_compile: bool = False
     compile_s: float | None = None
+    seconds: float | None = None
+    cuts: tuple[Bench, ...] = ()
+    precision: str = "default"
+    timing: tuple[str, ...] | None = None
 
     def entry(self, group: str, dry: bool) -> Entry:
         preset = ("--preset", "tiny") if dry else (
             ("--preset", self.preset) if self.preset else ())
         args = self.dry_args if dry and self.dry_args is not None else self.args
-        argv = (self.arch, *preset, *args, *(DRY_TIMING if dry else TIMING))
+        timing = DRY_TIMING if dry else (self.timing if self.timing is not None else TIMING)
+        argv = (self.arch, *preset, *args, "--precision", self.precision, *timing)
+        cuts = () if dry else tuple(c.entry(group, dry) for c in self.cuts)
         if self.torch_compile and not dry:  # the dry run leaves Inductor out (CPU time)
             return Entry(group, (*argv, "--torch-compile"), fallback=argv,
-                         compile_s=self.compile_s)
-        return Entry(group, argv, compile_s=self.compile_s)
+                         compile_s=self.compile_s, seconds=self.seconds, cuts=cuts)
+        return Entry(group, argv, compile_s=self.compile_s, seconds=self.seconds, cuts=cuts)
 
 
 @dataclass(frozen=True)
 class Dispatch:
-    """`python -m zoo.bench dispatch ARGS` (the dry run: `dry_args`)."""
+    """`python -m zoo.bench dispatch ARGS --precision default` (the dry run: `dry_args`)."""
 
     args: tuple[str, ...]
     dry_args: tuple[str, ...]
 
     def entry(self, group: str, dry: bool) -> Entry:
-        return Entry(group, ("dispatch", *(self.dry_args if dry else self.args), "--no-progress"))
+        return Entry(group, ("dispatch", *(self.dry_args if dry else self.args),
+                             "--precision", "default", "--no-progress"))
 
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the GPU run: `share` of the budget (shares are relative: they are divided by
-    their sum), what it is (`doc`), its `kind` (env, tests, bench or report), the modules it
-    needs (`needs`; a part whose module is missing is skipped) and, for a bench part, its
-    commands (`runs`), for the tests part its test files (`tests`; the dry run: `dry_tests`)."""
+    """One part of the GPU run: what it is (`doc`), its `kind` (env, tests, bench or report),
+    the modules it needs (`needs`; a part whose module is missing is skipped), its `seconds`
+    (env, tests, report; a bench part's are its entries' estimates) and, for a bench part, its
+    commands (`runs`), for the tests part its test files (`tests`; the dry run:
+    `dry_tests`)."""
 
     name: str
-    share: float
     doc: str
     kind: str = "bench"
     runs: tuple[Bench | Dispatch, ...] = ()
     tests: tuple[str, ...] = ()
     dry_tests: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
+    seconds: float = 0.0
 
     def entries(self, dry: bool) -> list[Entry]:
         return [run.entry(self.name, dry) for run in self.runs]
@@ -122,106 +137,259 @@ class Part:
 
 CORE = ("jax", "flax", "equinox", "optax", "orbax.checkpoint", "safetensors", "numpy", "rich")
 BENCH_NEEDS = (*CORE, "torch")
-# Equivalence, converter and layer tests: every library's device code against PyTorch, most
-# wanted first (the cap cuts the last ones).
+# The GPU tests: every library's device code against PyTorch and the precision policy, in ONE
+# process (the H100 run's 8 xdist workers compiled at once, walked ~1,500 capped skips and were
+# killed with no counts), the quick subset (`--quick`: 110 tests), most wanted first, stopped at
+# `TESTS_CAP_S` (`zoo.bench.testlog`: each outcome written as it finishes).
 GPU_TESTS = tuple(f"tests/test_{name}.py" for name in (
-    "equivalence", "torch_reference", "fast", "precision", "conv_transpose_methods",
-    "conv_layer", "layer_norm", "activations", "pooling", "eqx_layers", "converters",
-    "optimizer_conversion", "interface_models", "layer_rules", "layer_rules_pool_norm",
-    "attention_rules", "resnet", "vit", "unet3d", "intermediates", "model_api"))
-DRY_TESTS = ("tests/test_activations.py",)  # values and gradients against PyTorch
+    "precision", "equivalence", "torch_reference", "fast"))
+TESTS_CAP_S = 60.0
+# Seconds the test part leaves around its cap: start-up (imports, collection) and the test
+# running at the cap.
+TESTS_GRACE_S = 20.0
+# The dry run: values and gradients against PyTorch, and the replays of the H100 log.
+DRY_TESTS = ("tests/test_activations.py", "tests/test_bench_gpu_log.py")
 # The seed's conv-transpose: every formulation by name ("auto" is one of them on a GPU); the dry
 # run two of them (a method comparison all the same).
 CONVT_METHODS = ("--method", ",".join(METHODS))
 DRY_METHODS = ("--method", "lhs_dilation,im2col")
-# The realistic sizes: (subject, preset, seconds per JAX compilation on an H100 host: guesses
-# until measured) for ResNet-50, ViT-B/16 and the 3-D U-Net.
-MODEL_PRESETS: tuple[tuple[str, str, float], ...] = (
-    ("resnet", "resnet50-224", 8.0), ("vit", "vit-b16", 5.0), ("unet3d", "unet3d-128", 8.0))
-# float32 at the libraries' default precision (TF32 on the GPU) first, then bfloat16, then full
-# float32.
-PRECISIONS: tuple[tuple[str, ...], ...] = ((), ("--dtype", "bfloat16"),
-                                           ("--precision", "highest"))
+# One fairness pass per program, at the precision timed (`--check timed`): every compilation
+# costs seconds on the GPU, the strict pass is the test suite's (the tests part, and the CPU).
+CHECK = ("--check", "timed")
+
+# What the 2026-11-27 H100 run measured (../docs/benchmarks_gpu.md, "The first run"), in
+# seconds: each entry's strict fairness pass alone (every entry but the CNN was refused or
+# stopped before timing), and the CNN's whole entry (its record's wall_s).
+H100_LOG = {"convt-256 forward strict pass": 65.0, "convt-256 train strict pass": 55.0,
+            "resnet50-224 strict pass": 86.0, "vit-b16 strict pass (unfinished)": 83.0,
+            "cnn b64 entry": 31.1}
+# Per program of the strict pass (compile + first call + counts + outputs to the host):
+# convt 65 s / 15 programs; ResNet-50 (86 s - 8 s of PyTorch) / 6.
+CONVT_COMPILE_S = round(H100_LOG["convt-256 forward strict pass"] / 15, 1)
+RESNET50_COMPILE_S = round((H100_LOG["resnet50-224 strict pass"] - 8) / 6, 1)
+# The models at realistic sizes, each with its cuts (a smaller shape that compiles faster):
+# (subject, preset, seconds per program, cuts as (preset, extra args, seconds per program)).
+MODEL_PRESETS: tuple[tuple[str, str, float, tuple[tuple[str, tuple[str, ...], float], ...]],
+                     ...] = (
+    ("resnet", "resnet50-224", RESNET50_COMPILE_S,
+     (("resnet18-224", (), RESNET50_COMPILE_S * 18 / 50),
+      ("resnet18-224", ("--mode", "forward"), RESNET50_COMPILE_S * 18 / 50))),
+    # ViT-B/16 did not finish its strict pass in 83 s: more than 83 / 6 s per program; its cut
+    # keeps 4 of the 12 blocks (compilation grows with the blocks unrolled).
+    ("vit", "vit-b16", round(H100_LOG["vit-b16 strict pass (unfinished)"] / 6 + 1, 1),
+     (("vit-b16", ("--config", '{"depth": 4}'), 5.0),
+                              ("vit-b16", ("--config", '{"depth": 2}', "--mode", "forward"),
+                               3.0))),
+    ("unet3d", "unet3d-128", 13.0, (("unet3d-64", (), 8.0),
+                                    ("unet3d-64", ("--mode", "forward"), 8.0))))
+# TF32 (float32 at the libraries' default precision) and bfloat16; full float32 is the
+# fairness pass of the test suite.
+PRECISIONS: tuple[tuple[str, ...], ...] = ((), ("--dtype", "bfloat16"))
 
 
-def preset_runs(presets: tuple[tuple[str, str, float], ...]) -> tuple[Bench, ...]:
-    """Each (subject, preset, compile seconds) in every precision, every library against
-    PyTorch eager (torch.compile with time to spare), in the preset's modes. The dry run times
-    the forward pass of Equinox and PyTorch (as `matrix --quick` does: every library on the
-    tiny presets is the test suite's job; the training step's code path is the conv-transpose
-    entries', every library's the conv-transpose and CNN entries')."""
+def preset_runs(presets: tuple = MODEL_PRESETS) -> tuple[Bench, ...]:
+    """Each model preset in every precision, every library against PyTorch eager
+    (torch.compile with time to spare), forward and training, with its cuts. The dry run
+    times the forward pass of Equinox and PyTorch (as `matrix --quick` does: every library on
+    the tiny presets is the test suite's job)."""
     runs = []
     for precision in PRECISIONS:
-        for arch, preset, compile_s in presets:
-            args = ("--call", "default", *precision)
-            runs.append(Bench(arch, preset, ("--impl", "all", *args),
-                              ("--mode", "forward", "--impl", "eqx,torch", *args),
-                              torch_compile=True, compile_s=compile_s))
+        for arch, preset, compile_s, cuts in presets:
+            args = ("--call", "default", *precision, *CHECK)
+            runs.append(Bench(
+                arch, preset, ("--impl", "all", *args),
+                ("--mode", "forward", "--impl", "eqx,torch", *args), torch_compile=True,
+                compile_s=compile_s,
+                cuts=tuple(Bench(arch, p, ("--impl", "all", *extra, *args), compile_s=c)
+                           for p, extra, c in cuts)))
     return tuple(runs)
 
 
-# The run, most wanted first. Another family of presets (the language models' prefill and
-# decode) joins as one more part: Part("lm", SHARE, DOC, runs=preset_runs((("ARCH",
-# "PRESET", COMPILE_S), ...)), needs=BENCH_NEEDS).
+# Flags of a plan's printout that say how long, not what (left out of its "->" lines).
+TIMING_FLAGS = frozenset(("--prompt", "--new-tokens", "--repeat", "--warmup", "--rounds",
+                          "--settle"))
+# GPT-2 (124M) prefill and decode, every library and PyTorch (transformers' generate too);
+# `--mode decode` times both. Cut: 4 of its 12 layers, then 8 new tokens.
+GENERATION_TIMING = ("--prompt", "32", "--new-tokens", "32", "--repeat", "3", "--no-progress")
+
+
+def generation_runs() -> tuple[Bench, ...]:
+    """GPT-2 at batch 1 and 8, float32 (TF32) and bfloat16, at the default precision."""
+    runs = []
+    for dtype in ("float32", "bfloat16"):
+        for batch in ("1", "8"):
+            args = ("--mode", "decode", "--impl", "all", "--batch", batch, "--dtype", dtype)
+            runs.append(Bench(
+                "gpt2", "gpt2-124m", args, ("--mode", "decode", "--impl", "eqx,torch",
+                                            "--batch", batch, "--dtype", dtype,
+                                            "--no-transformers", "--prompt", "4",
+                                            "--new-tokens", "4"),
+                compile_s=3.0, timing=GENERATION_TIMING,
+                cuts=(Bench("gpt2", "gpt2-124m", (*args, "--config", '{"n_layer": 4}'),
+                            compile_s=1.5, timing=GENERATION_TIMING),
+                      Bench("gpt2", "gpt2-124m", (*args, "--config", '{"n_layer": 2}'),
+                            compile_s=1.0, timing=("--prompt", "16", "--new-tokens", "8",
+                                                   "--repeat", "2", "--no-progress")))))
+    return tuple(runs)
+
+
+# The run, most wanted first (the plan cuts the later entries first).
 PARTS: tuple[Part, ...] = (
-    Part("env", 0.02, "the working tree, the packages every part needs, the GPU", kind="env"),
-    Part("tests", 0.15, "the GPU part of the test suite (cpu_only left out), time-capped",
+    Part("env", "the working tree, the packages every part needs, the GPU", kind="env",
+         seconds=10.0),
+    Part("tests", "the GPU tests in one process, each outcome logged as it ends, capped",
          kind="tests", tests=GPU_TESTS, dry_tests=DRY_TESTS,
          needs=(*BENCH_NEEDS, "pytest", "hypothesis", "chex", "torchvision", "timm",
-                "transformers")),
-    Part("convt", 0.30, "seed: the 3-D conv-transpose at (4, 4, 256^3), every method, the "
-         "three libraries and PyTorch, forward and training; the bf16 weight gradient",
+                "transformers"), seconds=TESTS_CAP_S + TESTS_GRACE_S),
+    Part("convt", "seed: the 3-D conv-transpose at (4, 4, 256^3), every method, the "
+         "three libraries and PyTorch, forward and training",
          runs=(Bench("convt", "convt-256", ("--mode", "forward", "--impl", "all",
-                                            *CONVT_METHODS), ("--mode", "forward", *DRY_METHODS),
-                     torch_compile=True),
-               Bench("convt", "convt-256", ("--mode", "train", "--impl", "all", *CONVT_METHODS),
-                     ("--mode", "train", *DRY_METHODS), torch_compile=True),
-               Bench("convt", "convt-wgrad", ("--mode", "train", "--dtype", "bfloat16",
-                                              "--impl", "all", *CONVT_METHODS),
-                     ("--mode", "train", "--dtype", "bfloat16", *DRY_METHODS))),
+                                            *CONVT_METHODS, *CHECK),
+                     ("--mode", "forward", *DRY_METHODS, *CHECK), torch_compile=True,
+                     compile_s=CONVT_COMPILE_S),
+               Bench("convt", "convt-256", ("--mode", "train", "--impl", "all",
+                                            *CONVT_METHODS, *CHECK),
+                     ("--mode", "train", *DRY_METHODS, *CHECK), torch_compile=True,
+                     compile_s=round(H100_LOG["convt-256 train strict pass"] / 15, 1))),
          needs=BENCH_NEEDS),
-    Part("cnn", 0.06, "seed: the CNN in NNX against Linen, fastest and idiomatic call styles",
+    Part("cnn", "seed: the CNN in NNX against Linen, fastest and idiomatic call styles",
          runs=(Bench("cnn", None, ("--mode", "both", "--impl", "linen,nnx", "--call",
                                    "default,idiomatic"),
                      ("--mode", "forward", "--impl", "linen,nnx", "--call",
-                      "default,idiomatic")),),
+                      "default,idiomatic"), seconds=H100_LOG["cnn b64 entry"]),),
          needs=BENCH_NEEDS),
-    Part("dispatch", 0.08, "seed: the dispatch suite (identity, MLP, MLP training step, and "
+    Part("dispatch", "seed: the dispatch suite (identity, MLP, MLP training step, and "
          "the 10,000 static leaves a call flattens)",
          runs=(Dispatch(("--impl", "all", "--rounds", "20", "--budget", "0.005"),
                         ("--impl", "eqx,torch", "--workload", "static10k,mlp_train",
                          "--rounds", "1", "--budget", "0.0005", "--tiny")),),
          needs=BENCH_NEEDS),
-    Part("presets", 0.33, "ResNet-50 at 224, ViT-B/16, the 3-D U-Net at 128^3: TF32 (the "
-         "default), bfloat16 and full float32, every library against PyTorch eager (and "
-         "torch.compile with time to spare)", runs=preset_runs(MODEL_PRESETS),
+    Part("presets", "ResNet-50 at 224, ViT-B/16, the 3-D U-Net at 128^3: TF32 (the "
+         "default) and bfloat16, every library against PyTorch eager (and torch.compile "
+         "with time to spare)", runs=preset_runs(), needs=BENCH_NEEDS),
+    Part("lm", "GPT-2 (124M) prefill and decode, batch 1 and 8, float32 (TF32) and "
+         "bfloat16, every library against PyTorch and transformers", runs=generation_runs(),
+         needs=(*BENCH_NEEDS, "transformers")),
+    Part("extra", "with time to spare: the bf16 conv-transpose weight gradient "
+         "(convt-wgrad, jax-ml/jax#31662), every method",
+         runs=(Bench("convt", "convt-wgrad", ("--mode", "train", "--dtype", "bfloat16",
+                                              "--impl", "all", *CONVT_METHODS, *CHECK),
+                     ("--mode", "train", "--dtype", "bfloat16", *DRY_METHODS, *CHECK)),),
          needs=BENCH_NEEDS),
-    Part("report", 0.06, "the README and plots of the records; the copy to $OUT", kind="report",
-         needs=("matplotlib",)),
+    Part("report", "the README and plots of the records; the copy to $OUT", kind="report",
+         needs=("matplotlib",), seconds=15.0),
 )
 
 
 # --------------------------------------------------------------------------- the budget
-def part_windows(parts: tuple[Part, ...], start: float, budget_s: float
-                 ) -> dict[str, tuple[float, float]]:
-    """Part name -> (start, end) of its share: part i ends by start + budget x (the shares of
-    parts 0..i) / (the sum of all shares)."""
-    total = sum(p.share for p in parts)
+@dataclass(frozen=True)
+class Planned:
+    """An entry as planned: the form chosen (None: no form fits), its estimate, the entry."""
+
+    entry: Entry
+    form: Entry | None
+    estimate_s: float
+
+
+def plan(parts: tuple[Part, ...], dry: bool, budget_s: float,
+         measured: dict[str, float] | None = None) -> list[Planned]:
+    """The forms that fit `budget_s`: entries in order, each its first form (`Entry.forms`:
+    full, without torch.compile, its cuts) that leaves room for the cheapest form of every
+    later entry, else its cheapest form if that fits; what does not fit is planned as None
+    (printed, never dropped silently). The fixed parts' seconds are taken first."""
+    schedule = Schedule([], "quick" if dry else "full", measured)
+    entries = [e for p in parts if p.kind == "bench" for e in p.entries(dry)]
+    left = budget_s - sum(p.seconds for p in parts if p.kind != "bench")
+    out = []
+    for i, entry in enumerate(entries):
+        reserve = sum(schedule.cheapest(e) for e in entries[i + 1:])
+        forms = [(f, schedule.estimate(f)) for f in entry.forms()]
+        fits = [fe for fe in forms if fe[1] + reserve <= left] or [
+            min(forms, key=lambda fe: fe[1])]
+        form, estimate = fits[0]
+        if estimate > left:
+            out.append(Planned(entry, None, estimate))
+            continue
+        left -= estimate
+        out.append(Planned(entry, form, estimate))
+    return out
+
+
+def planned_entry(p: Planned) -> Entry | None:
+    """The entry the run starts with: the planned form, the cheaper forms after it as its
+    cuts (the run may cut further when it is late)."""
+    if p.form is None:
+        return None
+    forms = p.entry.forms()
+    at = next(i for i, f in enumerate(forms) if f.argv == p.form.argv)
+    return dataclasses.replace(p.form, fallback=None, cuts=tuple(forms[at + 1:]))
+
+
+def part_windows(parts: tuple[Part, ...], start: float, budget_s: float,
+                 planned: list[Planned]) -> dict[str, tuple[float, float]]:
+    """Part name -> (start, end): each part's planned seconds (fixed, or its planned entries'
+    estimates), the budget's slack shared in proportion; part i ends by start + the sum of
+    parts 0..i, so a part that ends early leaves its time to the next."""
+    need = {p.name: p.seconds for p in parts}
+    for q in planned:
+        if q.form is not None:
+            need[q.entry.group] += q.estimate_s
+    scale = budget_s / max(sum(need.values()), 1e-9)
     out, at = {}, start
     for p in parts:
-        end = at + budget_s * p.share / total
+        end = at + need[p.name] * scale
         out[p.name] = (at, end)
         at = end
     return out
 
 
-def bench_slots(parts: tuple[Part, ...], dry: bool, start: float, budget_s: float,
+def bench_slots(parts: tuple[Part, ...], planned: list[Planned],
+                windows: dict[str, tuple[float, float]],
                 exclude: frozenset[str] = frozenset()) -> list[Slot]:
-    """The benchmark entries of the bench parts (but those in `exclude`), each with its part's
-    end as deadline (the windows of every part in `parts`)."""
-    windows = part_windows(parts, start, budget_s)
-    return [Slot(entry, p.name, windows[p.name][1]) for p in parts
-            if p.kind == "bench" and p.name not in exclude for entry in p.entries(dry)]
+    """The planned entries of the bench parts (but those in `exclude`), each with its part's
+    end as deadline; an entry planned as None keeps its cheapest form (the schedule skips it,
+    saying so, unless the run is early)."""
+    slots = []
+    for q in planned:
+        if q.entry.group in exclude:
+            continue
+        entry = planned_entry(q) or dataclasses.replace(
+            q.entry.forms()[-1], fallback=None, cuts=())
+        slots.append(Slot(entry, q.entry.group, windows[q.entry.group][1]))
+    return slots
+
+
+def print_plan(parts: tuple[Part, ...], planned: list[Planned],
+               windows: dict[str, tuple[float, float]], start: float, console: Any) -> None:
+    """Every part's estimate and end, every entry's planned form, before anything starts."""
+    for p in parts:
+        mine = [q for q in planned if q.entry.group == p.name]
+        est = p.seconds + sum(q.estimate_s for q in mine if q.form is not None)
+        console.print(f"{p.name:9} est. {fmt_left(est)}, ends by "
+                      f"{fmt_left(windows[p.name][1] - start)}"
+                      + (f", {len(mine)} entr{'y' if len(mine) == 1 else 'ies'}"
+                         if mine else ""), highlight=False)
+        for q in mine:
+            state = "does not fit" if q.form is None else f"{q.estimate_s:3.0f} s"
+            why = "" if q.form is None else change(q.entry.argv, q.form.argv)
+            console.print(f"  {state} {label(q.entry.argv)}{why}"[:80], highlight=False)
+
+
+def change(full: tuple[str, ...], form: tuple[str, ...]) -> str:
+    """What a planned form changes, shortly: ": no --torch-compile", ": -> --preset P"."""
+    before, after = arguments(full), arguments(form)
+    added = [a for a in after if a not in before and a.split()[0] not in TIMING_FLAGS]
+    if added:
+        return ": -> " + " ".join(added)
+    gone = [a for a in before if a not in after]
+    return ": no " + " ".join(gone) if gone else ""
+
+
+def label(argv: tuple[str, ...]) -> str:
+    """An entry in a few words: the subject and its preset, mode, dtype and batch."""
+    flags = {"--preset": "", "--mode": "", "--dtype": "", "--batch": "b"}
+    return " ".join([argv[0], *(prefix + argv[argv.index(f) + 1]
+                                for f, prefix in flags.items() if f in argv)])
 
 
 def select(only: str | None) -> tuple[Part, ...]:
@@ -237,58 +405,29 @@ def select(only: str | None) -> tuple[Part, ...]:
 
 
 # --------------------------------------------------------------------------- the test part
-def pytest_command(part: Part, dry: bool, cap_s: float | None, junit: str | None,
-                   workers: int | None) -> list[str]:
-    """The test part's command: its files, `cpu_only` tests left out (deselected), the time cap
-    (tests/conftest.py: tests not started within `cap_s` are skipped; None: no cap), a JUnit
-    file for the record, `workers` xdist processes (None: no xdist), failures and errors
-    listed."""
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-            "-m", "not cpu_only", "--continue-on-collection-errors"]
+def pytest_command(part: Part, dry: bool, cap_s: float | None, log: str | None,
+                   junit: str | None = None) -> list[str]:
+    """The test part's command: one process, its files (the quick subset on the GPU),
+    `cpu_only` tests left out, each outcome written to `log` as it finishes
+    (`zoo.bench.testlog`), no test started after `cap_s` (None: no cap), a JUnit file,
+    failures and errors listed."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-p", "zoo.bench.testlog", "-rfE", "-m", "not cpu_only",
+            "--continue-on-collection-errors"]
+    if not dry:
+        argv.append("--quick")
     if cap_s is not None:
-        argv += ["--time-cap", f"{max(0.0, cap_s):.0f}"]
+        argv += ["--stop-after", f"{max(0.0, cap_s):.0f}"]
+    if log is not None:
+        argv.append(f"--test-log={log}")
     if junit is not None:
         argv.append(f"--junitxml={junit}")
-    if workers is not None:
-        argv += ["-n", str(workers)]
     return argv + list(part.dry_tests if dry else part.tests)
-
-
-def xdist_workers(dry: bool) -> int | None:
-    """xdist processes for the test part: half the cores, at most 8 (each holds a JAX and a
-    PyTorch context on the GPU); None (one process) in the dry run or without pytest-xdist."""
-    if dry or importlib.util.find_spec("xdist") is None:
-        return None
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def shown(argv: list[str]) -> str:
     """A child's command line as the user would type it."""
     return shlex.join(["python", *argv[1:]])
-
-
-def junit_summary(path: str) -> dict[str, Any]:
-    """Counts of a pytest JUnit file: passed, failed, errors, skipped, cut (skipped by the time
-    cap), with the failed tests' ids and first message lines."""
-    root = ET.parse(path).getroot()
-    counts = {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0, "cut": 0}
-    failures = []
-    for case in root.iter("testcase"):
-        counts["tests"] += 1
-        name = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag: child for child in case}
-        if "failure" in kinds or "error" in kinds:
-            key = "failed" if "failure" in kinds else "errors"
-            counts[key] += 1
-            message = (kinds.get("failure", kinds.get("error")).get("message") or "").strip()
-            failures.append(f"{name}: {message.splitlines()[0][:200] if message else key}")
-        elif "skipped" in kinds:
-            counts["skipped"] += 1
-            if TIME_CAP in (kinds["skipped"].get("message") or ""):
-                counts["cut"] += 1
-        else:
-            counts["passed"] += 1
-    return {**counts, "failures": failures}
 
 
 # --------------------------------------------------------------------------- the environment
@@ -398,17 +537,13 @@ def worker_main(args: Any) -> int:
     cache = None
     if args.dry_run:  # code paths, not speed: compile as the test suite does (~40% less time)
         jax.config.update("jax_disable_most_optimizations", True)
-    else:  # a program compiled again (the strict pass of every precision) is read back
+    else:  # a program compiled again (a rerun on the same machine) is read back
         cache = os.path.join(tempfile.gettempdir(), "zoo-gpu-jax-cache")
         jax.config.update("jax_compilation_cache_dir", cache)
-    from zoo.bench.peaks import device_slug
 
     console = make_console()
-    parts = select(args.only)
-    skipped = frozenset(p for ps in missing_modules(parts).values() for p in ps)
-    slots = bench_slots(parts, args.dry_run, args.start, args.budget_min * 60, skipped)
+    slots, measured = read_plan(args.plan)
     end = args.start + args.budget_min * 60
-    measured = {} if args.dry_run else measured_times(os.path.join(args.out, device_slug()))
     extra = {"gpu_run": {"command": COMMAND + (" --dry-run" if args.dry_run else ""),
                          "dry_run": args.dry_run, "budget_min": args.budget_min,
                          "compilation_cache": cache}}
@@ -433,6 +568,27 @@ def worker_main(args: Any) -> int:
                         first=args.first)
     print_skipped(outcome, args.out, console)
     return 3 if outcome.problems else 0
+
+
+def write_plan(path: str, slots: list[Slot], measured: dict[str, float],
+               planned: list[Planned]) -> None:
+    """The run's plan (`gpu-plan.json`): the slots the worker runs (a restarted worker runs
+    the same ones), the measured times it budgets with, and every entry's planned form."""
+    with open(path, "w") as f:
+        json.dump({"slots": [{"entry": s.entry.to_dict(), "part": s.part,
+                              "deadline": s.deadline} for s in slots],
+                   "measured": measured,
+                   "planned": [{"command": q.entry.command,
+                                "form": q.form.command if q.form else None,
+                                "estimate_s": q.estimate_s} for q in planned]}, f, indent=1)
+
+
+def read_plan(path: str) -> tuple[list[Slot], dict[str, float]]:
+    """(slots, measured times) of a plan written by `write_plan`."""
+    with open(path) as f:
+        data = json.load(f)
+    return ([Slot(Entry.from_dict(s["entry"]), s["part"], s["deadline"])
+             for s in data["slots"]], data["measured"])
 
 
 def read_progress(path: str) -> list[dict[str, Any]]:
@@ -461,6 +617,8 @@ class Run:
     root: Path
     env: dict[str, str]
     device_dir: str = ""
+    windows: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    slots: list[Slot] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
     summary: list[str] = dataclasses.field(default_factory=list)
 
@@ -506,63 +664,67 @@ def _env_part(run: Run, missing: dict[str, list[str]]) -> None:
     run.console.print(line, style="bold red" if missing else "green")
     record.update({"missing": missing, "zoo_root": str(run.root), "dry_run": run.dry,
                    "budget_min": run.budget_s / 60,
-                   "parts": [{"name": p.name, "share": p.share, "doc": p.doc}
+                   "parts": [{"name": p.name, "doc": p.doc,
+                              "window_s": [w - run.start for w in run.windows[p.name]]}
                              for p in run.parts]})
     write_json(record, os.path.join(run.device_dir, "gpu-environment.json"))
 
 
 def _tests_part(run: Run, part: Part, window: tuple[float, float]) -> None:
+    from zoo.bench import testlog
     from zoo.bench.records import record_base, write_json
 
+    log = os.path.join(run.device_dir, "gpu-tests.jsonl")
     junit = os.path.join(run.device_dir, "gpu-tests.junit.xml")
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(junit)
+    for path in (log, junit):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
     hard = window[1] - time.time()
-    workers = xdist_workers(run.dry)
-    argv = pytest_command(part, run.dry, hard - TESTS_GRACE_S, junit, workers)
+    cap = min(TESTS_CAP_S, hard - TESTS_GRACE_S)
+    argv = pytest_command(part, run.dry, None if run.dry else cap, log, junit)
     run.console.print(shown(argv), highlight=False)
     started = time.time()
     rc, stopped = run_child(argv, run.env, run.root, hard, run.console.file)
     record = record_base("tests")
     record.update({"command": shown(argv), "wall_s": time.time() - started, "exit_status": rc,
                    "stopped_at_part_end": stopped, "dry_run": run.dry})
-    summary = junit_summary(junit) if os.path.exists(junit) else None
+    summary = testlog.summary(log) if os.path.exists(log) else None
     if summary is not None:
         record["summary"] = summary
         text = (f"tests: {summary['passed']} passed, {summary['failed']} failed, "
-                f"{summary['errors']} errors, {summary['skipped'] - summary['cut']} skipped, "
-                f"{summary['cut']} cut by the time cap")
+                f"{summary['errors']} errors, {summary['skipped']} skipped, "
+                f"{summary['cut']} of {summary['collected']} not run (cap)")
     else:
-        text = f"tests: stopped at the part's end (exit {rc}), no JUnit file"
+        text = f"tests: stopped before collecting (exit {rc}), no test log"
     run.summary.append(text)
     run.console.print(text)
-    if stopped or (summary and summary["cut"]):
+    if summary and summary["cut"]:
         run.console.print("[yellow]all of them, without the cap: "
-                          + shown(pytest_command(part, run.dry, None, None, workers)) + "[/]")
-    if rc not in (0, 5) or stopped:
+                          + shown(pytest_command(part, run.dry, None, None)) + "[/]")
+    # 2: pytest's status when the cap stopped the session; 5: nothing collected.
+    failed = bool(summary and (summary["failed"] or summary["errors"]))
+    if failed or summary is None or (rc not in (0, 2, 5) and not stopped):
         run.problems.append(text)
+    elif stopped:
+        run.problems.append(f"tests: stopped at the part's end ({text[7:]})")
     write_json(record, os.path.join(run.device_dir, "gpu-tests.json"))
 
 
-def _bench_parts(run: Run, parts: list[Part], exclude: frozenset[str], end: float) -> None:
-    """The bench parts' entries in one worker process, stopped at `end`; a crashed worker
-    restarts after the entry that crashed."""
+def _bench_parts(run: Run, parts: list[Part], end: float) -> None:
+    """The bench parts' planned entries in one worker process, stopped at `end`; a crashed
+    worker restarts after the entry that crashed."""
     progress = os.path.join(run.device_dir, "gpu-progress.jsonl")
     with contextlib.suppress(FileNotFoundError):
         os.remove(progress)
-    slots = bench_slots(run.parts, run.dry, run.start, run.budget_s, exclude)
-    windows = part_windows(run.parts, run.start, run.budget_s)
-    for part in parts:
-        n = sum(1 for s in slots if s.part == part.name)
-        until = fmt_left(windows[part.name][1] - run.start)
-        run.console.print(f"{part.name} ({n} {'entry' if n == 1 else 'entries'}, until "
-                          f"{until}): {part.doc}", style="dim")
-    first = 0
-    while first < len(slots) and time.time() < end - 1:
+    names = {p.name for p in parts}
+    slots = [s for s in run.slots if s.part in names]
+    plan_path = os.path.join(run.device_dir, "gpu-plan.json")
+    first = next((i for i, s in enumerate(run.slots) if s.part in names), len(run.slots))
+    while first < len(run.slots) and time.time() < end - 1:
         argv = [sys.executable, "-m", "zoo.bench", "gpu", "--worker", "--out", run.out,
                 "--start", repr(run.start), "--budget-min", repr(run.budget_s / 60),
-                "--progress", progress, "--first", str(first),
-                "--only", ",".join(p.name for p in run.parts), *(["--dry-run"] if run.dry else [])]
+                "--progress", progress, "--first", str(first), "--plan", plan_path,
+                *(["--dry-run"] if run.dry else [])]
         rc, stopped = run_child(argv, run.env, run.root, end - time.time(), run.console.file)
         events = read_progress(progress)
         started = {e["slot"]: e["command"] for e in events if e["event"] == "start"}
@@ -584,13 +746,13 @@ def _bench_parts(run: Run, parts: list[Part], exclude: frozenset[str], end: floa
     events = read_progress(progress)
     run.problems += [e["problem"] for e in events if e.get("problem")]
     seen = {e["slot"] for e in events}
-    not_run = [s for i, s in enumerate(slots) if i not in seen]
+    not_run = [s for i, s in enumerate(run.slots) if i not in seen and s.part in names]
     for slot in not_run:
         run.console.print(f"[yellow]not run (time), run it alone: {slot.entry.command} "
                           f"--record --results-dir {run.out}[/]")
     ran = sum(1 for e in events if e["event"] == "end")
     skipped = sum(1 for e in events if e["event"] == "skip") + len(not_run)
-    run.summary.append(f"benchmarks: {ran} entries run, {skipped} skipped, "
+    run.summary.append(f"benchmarks: {ran} of {len(slots)} entries run, {skipped} skipped, "
                        f"{sum(1 for e in events if e.get('problem'))} with a problem")
 
 
@@ -608,25 +770,26 @@ def _report_part(run: Run) -> None:
 def gpu_parser() -> ArgumentParser:
     p = ArgumentParser(prog=COMMAND, description="Everything the zoo measures on a GPU, in one "
                        "budgeted run (docs/benchmarks_gpu.md).",
-                       epilog="parts: " + ", ".join(f"{p.name} ({p.share:.0%})" for p in PARTS)
+                       epilog="parts: " + ", ".join(p.name for p in PARTS)
                               + ". Exit status: 0 ok, 2 bad arguments or no GPU, 3 a problem "
                                 "(a failed test, a refused or crashed entry).")
     p.add_argument("--dry-run", action="store_true",
-                   help="every part with tiny shapes (CPU, under 2 minutes); records go to a "
+                   help="every part with tiny shapes (CPU, a few minutes); records go to a "
                         "temporary folder unless --out is given")
-    p.add_argument("--budget-min", type=float, default=BUDGET_MIN, metavar="M",
-                   help=f"the whole run's time, in minutes (default {BUDGET_MIN:g})")
+    p.add_argument("--budget-min", type=float, default=None, metavar="M",
+                   help=f"the whole run's time, in minutes (default {BUDGET_MIN:g}, the "
+                        f"dry run {DRY_BUDGET_MIN:g})")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="records, log, README and plots go to DIR/<device>/ (default "
                         "bench/results)")
     p.add_argument("--only", default=None, metavar="PARTS",
-                   help="comma list of parts to run (the budget shared among them in the "
-                        "same proportions)")
+                   help="comma list of parts to run (the plan fits them to the budget)")
     # The benchmark worker the command starts (not for users).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--start", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--progress", default=None, help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--plan", default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -644,6 +807,8 @@ def require_backend(dry: bool, parser: ArgumentParser) -> None:
 def gpu_main(argv: list[str]) -> int:
     parser = gpu_parser()
     args = parser.parse_args(argv)
+    if args.budget_min is None:
+        args.budget_min = DRY_BUDGET_MIN if args.dry_run else BUDGET_MIN
     if args.budget_min <= 0:
         parser.error(f"--budget-min must be positive, got {args.budget_min:g}")
     try:
@@ -669,11 +834,16 @@ def gpu_main(argv: list[str]) -> int:
     console = Console(file=Tee(sys.stdout, log), width=make_console().width)
     run = Run(args.dry_run, args.budget_min * 60, out, parts, start, console, root,
               child_env(root, env), device_dir)
-    windows = part_windows(parts, start, run.budget_s)
-    console.print(f"{COMMAND}{' --dry-run' if run.dry else ''}: {len(parts)} parts in "
-                  f"{fmt_left(run.budget_s)} (m:ss); records in {device_dir}/")
     missing = missing_modules(parts)
     unable = frozenset(p for ps in missing.values() for p in ps)
+    measured = {} if run.dry else measured_times(device_dir)
+    planned = plan(parts, run.dry, run.budget_s, measured)
+    run.windows = windows = part_windows(parts, start, run.budget_s, planned)
+    run.slots = bench_slots(parts, planned, windows, unable)
+    write_plan(os.path.join(device_dir, "gpu-plan.json"), run.slots, measured, planned)
+    console.print(f"{COMMAND}{' --dry-run' if run.dry else ''}: {len(parts)} parts in "
+                  f"{fmt_left(run.budget_s)} (m:ss); records in {device_dir}/")
+    print_plan(parts, planned, windows, start, console)
 
     def unable_to_run(part: Part) -> bool:
         if part.name in unable:
@@ -688,7 +858,7 @@ def gpu_main(argv: list[str]) -> int:
             if bench:  # consecutive bench parts: one worker process
                 _header(run, "benchmarks", windows[group[-1].name][1])
                 if not all([unable_to_run(p) for p in group]):
-                    _bench_parts(run, group, unable, windows[group[-1].name][1])
+                    _bench_parts(run, group, windows[group[-1].name][1])
             for part in () if bench else group:
                 _header(run, part.name, windows[part.name][1], part.doc)
                 if unable_to_run(part):

@@ -23,26 +23,31 @@ time and says what is left. `--quick` runs the same kinds of entry on the tiny p
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import zoo
+from zoo import precision as policy
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
 from zoo.libraries import IMPLS, JAX_IMPLS
 
-# Rough seconds per compilation, for the printed estimate and the budget: guesses for an H100
-# host (XLA autotunes convolutions; torch.compile runs Inductor) until GPU records give the
-# measured compile times (`compile` in every result row) and, per command, the entry's whole
-# time (`wall_s`, which `measured_times` reads back as the estimate). `step`: seconds per timed
-# or warm-up step; `dispatch`: compilations and warm-up of one dispatch workload.
+# Rough seconds per compilation, for the printed estimate and the budget. "full": an H100 host
+# (XLA autotunes convolutions; torch.compile runs Inductor): `jax` from the 2026-11-27 H100
+# run, whose CNN entry took 31.1 s for 12 compilations (each with its first call and its FLOP
+# counts) and its timing; the rest guesses until GPU records give, per command, the entry's
+# whole time (`wall_s`, which `measured_times` reads back as the estimate). `step`: seconds per
+# timed or warm-up step; `dispatch`: compilations and warm-up of one dispatch workload;
+# `generate`: one generation program (quick: a tiny GPT-2's, ~3 s on the 2-core machine).
 COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0, "dispatch": 1.0,
-                       "step": 0.002},
-             "full": {"jax": 1.5, "torch_compile": 15.0, "entry": 3.0, "dispatch": 3.0,
-                      "step": 0.005}}
+                       "step": 0.002, "generate": 3.0},
+             "full": {"jax": 2.1, "torch_compile": 15.0, "entry": 3.0, "dispatch": 3.0,
+                      "step": 0.005, "generate": 2.1}}
 JAX_STYLES_ALL = 10  # call styles of the three JAX libraries with --call all
+GENERATION_STYLES = 3  # a JAX library's generation styles (zoo.bench.generation.STYLES)
 DISPATCH_ROWS = 24  # timed rows of one dispatch workload (styles of every library, floors)
 
 
@@ -51,14 +56,19 @@ class Entry:
     """One command of a budgeted plan: `argv` for `python -m zoo.bench`.
 
     `fallback`: a cheaper form of the same measurement (e.g. without `--torch-compile`), run
-    instead when `argv` no longer fits. `compile_s`: this entry's seconds per JAX compilation
-    at full size, where its model compiles much slower than `COMPILE_S` says (realistic sizes).
+    instead when `argv` no longer fits. `cuts`: smaller shapes of the same question (e.g. a
+    smaller preset), most wanted first, run when neither fits: cut, never skipped silently.
+    `compile_s`: this entry's seconds per JAX compilation at full size, where its model
+    compiles much slower than `COMPILE_S` says (realistic sizes). `seconds`: the entry's whole
+    time at full size as measured on a GPU (a log's), preferred to the formula.
     """
 
     group: str
     argv: tuple[str, ...]
     fallback: tuple[str, ...] | None = None
     compile_s: float | None = None
+    seconds: float | None = None
+    cuts: tuple[Entry, ...] = ()
 
     @property
     def command(self) -> str:
@@ -68,10 +78,32 @@ class Entry:
         """The fallback form as an entry of its own (None without one)."""
         if self.fallback is None:
             return None
-        return dataclasses.replace(self, argv=self.fallback, fallback=None)
+        return dataclasses.replace(self, argv=self.fallback, fallback=None, seconds=None,
+                                   cuts=())
+
+    def forms(self) -> list[Entry]:
+        """The entry, its fallback and its cuts: what may run for it, most wanted first."""
+        fallback = self.cheaper()
+        return [dataclasses.replace(self, cuts=()), *([fallback] if fallback else []),
+                *self.cuts]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "argv": list(self.argv),
+                "fallback": list(self.fallback) if self.fallback else None,
+                "compile_s": self.compile_s, "seconds": self.seconds,
+                "cuts": [c.to_dict() for c in self.cuts]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Entry:
+        return cls(d["group"], tuple(d["argv"]),
+                   tuple(d["fallback"]) if d.get("fallback") else None, d.get("compile_s"),
+                   d.get("seconds"), tuple(cls.from_dict(c) for c in d.get("cuts") or ()))
 
     def estimate_s(self, size: str) -> float:
-        """Compilations x their rough cost (`COMPILE_S`), plus the timed and settling steps."""
+        """The measured `seconds` (full size), else compilations x their rough cost
+        (`COMPILE_S`), plus the timed and settling steps."""
+        if self.seconds is not None and size == "full":
+            return self.seconds
         c = dict(COMPILE_S[size])
         if self.compile_s is not None and size == "full":
             c["jax"] = self.compile_s
@@ -81,21 +113,33 @@ class Entry:
             rounds = int(_value(argv, "--rounds") or 100)
             budget = float(_value(argv, "--budget") or 0.01)
             return c["entry"] + workloads * (c["dispatch"] + DISPATCH_ROWS * rounds * 2 * budget)
-        modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
-        method = _value(argv, "--method")
-        methods = len(CHOICES) if method == "all" else max(1, len(method.split(",")))
         impl = _value(argv, "--impl") or "all"
         impls = IMPLS if impl == "all" else tuple(impl.split(","))
         n_jax = sum(1 for i in impls if i in JAX_IMPLS)
+        if _value(argv, "--mode") in ("prefill", "decode"):
+            # Each JAX library's generation styles compile a whole generate of 1 and of `new`
+            # tokens; every style (and PyTorch's two) runs `repeat` generates of each.
+            new = int(_value(argv, "--new-tokens") or 32)
+            repeat = int(_value(argv, "--repeat") or 3)
+            styles = GENERATION_STYLES * n_jax + 2 * ("torch" in impls)
+            generate = c["jax"] if self.compile_s is not None and size == "full" else (
+                c["generate"])
+            return (c["entry"] + GENERATION_STYLES * n_jax * 2 * generate
+                    + styles * repeat * (new + 1) * c["step"])
+        modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
+        method = _value(argv, "--method")
+        methods = len(CHOICES) if method == "all" else max(1, len(method.split(",")))
         call = _value(argv, "--call") or "default"
         per_lib = (JAX_STYLES_ALL / len(JAX_IMPLS) if call == "all" else
                    1 if call == "default" else len(call.split(",")))
         jax_styles = methods * n_jax * per_lib
         # The fairness check compiles the fast path strictly (full float32), then again at the
-        # timed precision where that computes in another format (float32 on a GPU: TF32); the
-        # fast style reuses the last pass's program, every other style compiles its own.
+        # timed precision where that computes in another format (float32 on a GPU: TF32), or
+        # only at the timed precision (`--check timed`); the fast style reuses the last pass's
+        # program, every other style compiles its own.
         passes = 2 if (size == "full" and _value(argv, "--dtype") != "bfloat16"
-                       and _value(argv, "--precision") != "highest") else 1
+                       and _value(argv, "--precision") != "highest"
+                       and _value(argv, "--check") != "timed") else 1
         jax_compiles = modes * methods * n_jax * (per_lib - 1 + passes)
         torch_compiled = "--torch-compile" in argv and "torch" in impls
         if self.compile_s is not None and size == "full":  # Inductor slows down alike
@@ -141,11 +185,12 @@ def fmt_left(seconds: float) -> str:
 
 class Schedule:
     """Picks, at the time an entry would start, what runs: an entry that ends by its deadline
-    by its estimate; for an entry with a fallback, the full form only if the cheapest form of
-    every later entry of its part still fits after it (extras such as torch.compile come after
-    the essentials), else the fallback; otherwise nothing: the entry is skipped, never started
-    late. Estimates: the measured time of the same command (`measured`, from earlier records
-    on this device), else `Entry.estimate_s(size)`."""
+    by its estimate; for an entry with other forms (`Entry.forms`: a fallback, smaller cuts),
+    the first form that fits with the cheapest form of every later entry of its part still
+    fitting after it (extras such as torch.compile come after the essentials), else the first
+    cheaper form that fits alone; otherwise nothing: the entry is skipped (and says so), never
+    started late. Estimates: the measured time of the same command (`measured`, from earlier
+    records on this device), else `Entry.estimate_s(size)`."""
 
     def __init__(self, slots: list[Slot], size: str,
                  measured: dict[str, float] | None = None) -> None:
@@ -155,26 +200,47 @@ class Schedule:
         return self.measured.get(entry.command) or entry.estimate_s(self.size)
 
     def cheapest(self, entry: Entry) -> float:
-        fallback = entry.cheaper()
-        return min(self.estimate(entry), self.estimate(fallback) if fallback else float("inf"))
+        return min(self.estimate(form) for form in entry.forms())
 
     def pick(self, i: int, now: float) -> tuple[Entry | None, str]:
-        """(what to run for slot `i` at `now`, why not the entry itself): the entry, its
-        fallback or None."""
+        """(what to run for slot `i` at `now`, why not the entry itself): the entry, one of
+        its cheaper forms or None."""
         slot = self.slots[i]
         if slot.deadline is None:
             return slot.entry, ""
-        fallback = slot.entry.cheaper()
+        forms = slot.entry.forms()
         reserve = 0.0
-        if fallback is not None:
+        if len(forms) > 1:
             reserve = sum(self.cheapest(s.entry) for s in self.slots[i + 1:]
                           if s.part == slot.part and s.deadline == slot.deadline)
-        if now + self.estimate(slot.entry) + reserve <= slot.deadline:
-            return slot.entry, ""
-        if fallback is not None and now + self.estimate(fallback) <= slot.deadline:
-            return fallback, f"no time for {_dropped(slot.entry.argv, fallback.argv)}"
-        return None, (f"estimated {self.estimate(slot.entry):.0f} s, "
-                      f"{max(0.0, slot.deadline - now):.0f} s left in part {slot.part}")
+        fits = [f for f in forms if now + self.estimate(f) + reserve <= slot.deadline] or [
+            f for f in forms[1:] if now + self.estimate(f) <= slot.deadline]
+        if not fits:
+            return None, (f"estimated {self.estimate(forms[-1]):.0f} s, "
+                          f"{max(0.0, slot.deadline - now):.0f} s left in part {slot.part}")
+        if fits[0] is forms[0]:
+            return fits[0], ""
+        return fits[0], cut_reason(forms[0], fits[0], self.estimate(forms[0]))
+
+
+def cut_reason(entry: Entry, form: Entry, estimate: float) -> str:
+    """Why `form` runs instead of `entry`: an extra dropped, or a cut to a smaller shape."""
+    full, cut = arguments(entry.argv), arguments(form.argv)
+    added = " ".join(p for p in cut if p not in full)
+    if not added:
+        return f"no time for {' '.join(p for p in full if p not in cut) or '(nothing)'}"
+    return f"cut to {added} (the full form: estimated {estimate:.0f} s)"
+
+
+def arguments(argv: tuple[str, ...]) -> list[str]:
+    """`argv` as its arguments: each flag with its value ("--mode forward"), or alone."""
+    out: list[str] = []
+    for a in argv:
+        if out and out[-1].startswith("--") and " " not in out[-1] and not a.startswith("--"):
+            out[-1] += f" {a}"
+        else:
+            out.append(a)
+    return out
 
 
 def _dropped(argv: tuple[str, ...], fallback: tuple[str, ...]) -> str:
@@ -280,18 +346,37 @@ def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any],
     from zoo.bench.dispatch import WORKLOADS, run_dispatch
     from zoo.bench.fairness import FairnessError
     from zoo.bench.options import bench_parser, config_from_args, parse_impls
-    from zoo.bench.records import save
+    from zoo.bench.records import save, write_json
     from zoo.bench.runner import run
     from zoo.bench.tables import print_model_record
 
     start = time.perf_counter()
+    path = None
+    # Every entry runs at the precision its command names, and its record says which.
+    precision = _value(entry.argv, "--precision") or "default"
     if entry.argv[0] == "dispatch":
         argv = entry.argv
         workloads = tuple(_value(argv, "--workload").split(",")) if "--workload" in argv else (
             tuple(WORKLOADS))
-        record = run_dispatch(parse_impls(_value(argv, "--impl")), int(_value(argv, "--rounds")),
-                              float(_value(argv, "--budget") or 0.01), workloads, console,
-                              progress=False, tiny="--tiny" in argv)
+        with policy.use(precision):
+            record = run_dispatch(parse_impls(_value(argv, "--impl")),
+                                  int(_value(argv, "--rounds")),
+                                  float(_value(argv, "--budget") or 0.01), workloads, console,
+                                  progress=False, tiny="--tiny" in argv)
+        record["precision"] = precision
+    elif _value(entry.argv, "--mode") in ("prefill", "decode"):  # zoo.bench.generation
+        from zoo.bench.generation import run_from_args, run_generation, table
+
+        run_ = run_from_args(bench_parser().parse_args(list(entry.argv)))
+        try:
+            with policy.use(precision):
+                record = run_generation(run_)
+        except FairnessError as e:
+            return f"{entry.command}: {e}"
+        record["precision"] = precision
+        for line in table(record):
+            console.print(line, highlight=False, soft_wrap=True)
+        path = run_.name
     else:
         cfg = config_from_args(bench_parser().parse_args(list(entry.argv)))
         try:
@@ -303,7 +388,12 @@ def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any],
     record["command"] = entry.command
     record["wall_s"] = time.perf_counter() - start
     record.update(extra or {})
-    save(record, None, out, console)
+    if path is None:
+        save(record, None, out, console)
+    else:
+        path = os.path.join(out, record["device"]["slug"], path)
+        write_json(record, path)
+        console.print(f"wrote {path}")
     return None
 
 

@@ -28,7 +28,7 @@ other commands (python -m zoo.bench COMMAND --help):
   dispatch [--impl ...] [--json PATH]  per-call overhead suite
   report [--results DIR]               render bench/README.md and bench/plots/
   matrix --out DIR [--quick]           every architecture, library, mode, dtype
-  gpu [--dry-run]                      everything a GPU measures, in 8 minutes
+  gpu [--dry-run]                      everything a GPU measures, in 9 minutes
   presets                              list the named shapes
   xla-flags                            XLA:CPU flag presets, probed on this XLA
   breakdown ARCH --preset P            step time per op category
@@ -132,6 +132,9 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="float32 matmul/conv precision timed: default (the libraries' own: TF32 "
                         "on recent GPUs), high, highest (full float32); outputs are first "
                         "checked strictly at highest, then at this precision")
+    p.add_argument("--check", choices=("strict", "timed"), default="strict",
+                   help="fairness passes: strict (at highest, then at --precision) or timed "
+                        "(at --precision only: one compilation per program, the GPU run's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=non_negative_int, default=3)
     p.add_argument("--repeat", type=positive_int, default=20, help="timed steps per call style")
@@ -208,8 +211,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         repeat=args.repeat, rounds=args.rounds, settle_s=args.settle / 1e3, seed=args.seed,
         torch_compile=args.torch_compile,
         torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
-        steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags, mesh=shape,
-        strategy=args.strategy or "fsdp", not_sharded=not_sharded)
+        check=args.check, steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags,
+        mesh=shape, strategy=args.strategy or "fsdp", not_sharded=not_sharded)
 
 
 def mesh_impls(impls: tuple[str, ...], args: argparse.Namespace

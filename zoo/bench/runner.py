@@ -15,7 +15,6 @@ import zoo
 from zoo import precision as policy
 from zoo import sharding
 from zoo.bench import accel
-from zoo.bench import flops as flops_mod
 from zoo.bench import mesh as mesh_mod
 from zoo.bench import styles as styles_mod
 from zoo.bench.fairness import check_fairness
@@ -43,8 +42,6 @@ from zoo.libraries import JAX_IMPLS, interface, library
 from zoo.progress import progress as progress_display
 
 ALL_METHODS: tuple[str, ...] = CHOICES
-# On a mesh, FLOPs are compared before partitioning (the compiled count is one device's share).
-GLOBAL_FLOPS = tuple(s for s in flops_mod.SOURCES if s != "compiled")
 PROFILE_STEPS = 5  # profiled calls per row on a mesh (the collectives' share of time)
 BASELINE_METHOD = "lhs_dilation"
 
@@ -83,6 +80,7 @@ class BenchConfig:
     torch_threads: int | None = None
     profile: str | None = None
     precision: str = "default"
+    check: str = "strict"  # fairness passes: "strict" (highest, then precision) or "timed"
     steps_per_call: int = 1  # K of the "fused" call style (train: K steps per call)
     xla_cpu_flags: str | None = None  # as given (preset name or string); applied by the CLI
     mesh: tuple[int, ...] | None = None  # (data,) or (data, model) devices: the sharded step
@@ -356,9 +354,9 @@ def _run(cfg: BenchConfig, console: Any, progress: bool, mesh: Mesh | None) -> d
         check = bar.add_task("checking outputs and FLOP counts", total=None)
         fairness = check_fairness(
             {n: subjects[n] for n in order}, cfg.modes, dtype=cfg.dtype, precision=cfg.precision,
+            strict=cfg.check == "strict",
             flops_groups={n: m for n, m in method_of.items() if m} if multi else None,
-            flops_floor=_flops_floors(config, cfg, rooflines),
-            flops_sources=GLOBAL_FLOPS if mesh is not None else flops_mod.SOURCES)
+            flops_floor=_flops_floors(config, cfg, rooflines))
         bar.remove_task(check)
         phases["fairness"] = clock()
         twin = _twin_flops(subjects, order, cfg, config, task)

@@ -287,12 +287,14 @@ def agreement(record: dict[str, Any]) -> str:
     at_text = (f"; at precision {at['precision']} ({at['format']}) within "
                f"{at['output_tolerance']:g}" if at.get("output_tolerance") else "")
     params = sorted(set(f["parameters"].values()))
-    # On a mesh the counts compared are those of the program before partitioning.
+    first = ("full float32" if f.get("precision", "highest") == "highest"
+             else f"at precision {f['precision']} only")
+    # Records before issue 46 compared compiled counts; since, the pre-optimisation HLO's.
     before = "" if "compiled" in f.get("flops_sources", ("compiled",)) else (
-        " (programs before partitioning)")
+        " (programs before optimisation)")
     return (f"fairness check passed: {', '.join(f'{n:,}' for n in params)} parameters; "
             f"max relative difference to {f['reference']}: {measured} (tolerance "
-            f"{f['output_tolerance']:g}, full float32{at_text}); FLOPs within "
+            f"{f['output_tolerance']:g}, {first}{at_text}); FLOPs within "
             f"{f['flops_tolerance']:.0%}{before}.")
 
 
