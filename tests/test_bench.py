@@ -251,8 +251,8 @@ def test_loop_flops_count_every_trip():
         None, a)[1])
     unrolled = counted(lambda a, b: jnp.stack([ai @ b for ai in a]))
     for counts in (scanned, nested):
-        # tolerance: FLOP counts, not floats: the loops' index arithmetic adds a few
         for source in ("compiled", "lowered"):  # trips read from each program's own HLO
+            # tolerance: FLOP counts, not floats: the loops' index arithmetic adds a few
             assert counts[source] == pytest.approx(unrolled[source], rel=0.01)
             assert counts[source] >= matmul
     assert flops.loop_flops("ENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}") == 0

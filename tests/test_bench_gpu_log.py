@@ -57,6 +57,7 @@ def test_the_seed_floor_is_the_logs():
     config = _seed_config()
     for mode, useful in SEED_USEFUL.items():
         roof = model_roofline(config, 4, "float32", mode)
+        # tolerance: the log prints the floor to four significant digits
         assert roof.flops == pytest.approx(useful, rel=1e-3)
 
 
