@@ -24,7 +24,7 @@ def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
 
 class SelfAttention(nn.Module):
     """Causal self-attention (grouped key/value heads, rotary positions when the spec has
-    them, a sliding window through the mask); a layout's `setup` makes its projections and
+    them, a sliding window through the mask); a layout adds its projections in `setup` and
     defines `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
 
     spec: DecoderSpec
@@ -58,10 +58,10 @@ class FusedAttention(SelfAttention):
     """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
 
     def setup(self) -> None:
+        super().setup()
         dt, e = dtype_of(self.param_dtype), self.spec.hidden_size
         self.c_attn = Conv1D(3 * e, param_dtype=dt)
         self.c_proj = Conv1D(e, param_dtype=dt)
-        super().setup()
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         n, length, _ = x.shape
@@ -77,6 +77,7 @@ class Attention(SelfAttention):
     `k_norm` over `head_dim`."""
 
     def setup(self) -> None:
+        super().setup()
         a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
         self.q_proj = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
         self.k_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
@@ -84,7 +85,6 @@ class Attention(SelfAttention):
         self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
         self.q_norm = make_norm(self.spec, dt) if a.qk_norm else None
         self.k_norm = make_norm(self.spec, dt) if a.qk_norm else None
-        super().setup()
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         a, (n, length, _) = self.spec.attention, x.shape

@@ -25,9 +25,8 @@ def make_norm(spec: DecoderSpec, size: int, dtype: jnp.dtype, rngs: nnx.Rngs) ->
 
 class SelfAttention(nnx.Module):
     """Causal self-attention (grouped key/value heads, rotary positions when the spec has
-    them, a sliding window through the mask); a layout makes its projections, then calls
-    `__init__` here, and defines `project` (queries, keys, values `(N, L, heads, D)`) and
-    `output`."""
+    them, a sliding window through the mask); a layout adds its projections and defines
+    `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         self.spec = spec
@@ -57,10 +56,10 @@ class FusedAttention(SelfAttention):
     """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
         e = spec.hidden_size
         self.c_attn = Conv1D(e, 3 * e, param_dtype=param_dtype, rngs=rngs)
         self.c_proj = Conv1D(e, e, param_dtype=param_dtype, rngs=rngs)
-        super().__init__(spec)
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         n, length, _ = x.shape
@@ -76,6 +75,7 @@ class Attention(SelfAttention):
     `k_norm` over `head_dim`."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
         a, e, dt = spec.attention, spec.hidden_size, param_dtype
         q, kv, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
         self.q_proj = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
@@ -84,7 +84,6 @@ class Attention(SelfAttention):
         self.o_proj = nnx.Linear(q, e, use_bias=a.out_bias, param_dtype=dt, rngs=rngs)
         self.q_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
         self.k_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
-        super().__init__(spec)
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         a, (n, length, _) = self.spec.attention, x.shape

@@ -35,10 +35,11 @@ def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
 
 class SelfAttention(nn.Module):
     """Causal self-attention (transformers' eager attention, grouped key/value heads, rotary
-    positions when the spec has them); a layout makes its projections, then calls `setup`
-    here, and defines `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+    positions when the spec has them); a layout adds its projections and defines `project`
+    (queries, keys, values `(N, L, heads, D)`) and `output`."""
 
-    def setup(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
         self.spec = spec
         self.dropout = nn.Dropout(spec.attention.dropout)
 
@@ -63,11 +64,10 @@ class FusedAttention(SelfAttention):
     """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__()
+        super().__init__(spec)
         e = spec.hidden_size
         self.c_attn = Conv1D(3 * e, e)
         self.c_proj = Conv1D(e, e)
-        self.setup(spec)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, length, e = x.shape
@@ -83,7 +83,7 @@ class Attention(SelfAttention):
     `k_norm` over `head_dim`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__()
+        super().__init__(spec)
         a, e = spec.attention, spec.hidden_size
         q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
         self.q_proj = nn.Linear(e, q, bias=a.qkv_bias)
@@ -92,7 +92,6 @@ class Attention(SelfAttention):
         self.o_proj = nn.Linear(q, e, bias=a.out_bias)
         self.q_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
         self.k_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
-        self.setup(spec)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, (n, length, _) = self.spec.attention, x.shape
