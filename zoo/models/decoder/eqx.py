@@ -52,14 +52,8 @@ class SelfAttention(eqx.Module):
     the spec has them, a sliding window through the mask); a layout holds its projections and
     defines `project` (queries, keys, values `(L, heads, D)`) and `output`."""
 
-    spec: eqx.AbstractVar[DecoderSpec]
-    dropout: eqx.AbstractVar[eqx.nn.Dropout]
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        raise NotImplementedError
-
-    def output(self, h: Array) -> Array:
-        raise NotImplementedError
+    dropout: eqx.nn.Dropout
+    spec: DecoderSpec = eqx.field(static=True)
 
     def __call__(self, x: Array, positions: Array, mask: Array, kv: KV | None = None,
                  index: Array | int = 0, *, key: Key = None) -> tuple[Array, KV | None]:
@@ -81,8 +75,6 @@ class FusedAttention(SelfAttention):
 
     c_attn: Conv1D
     c_proj: Conv1D
-    dropout: eqx.nn.Dropout
-    spec: DecoderSpec = eqx.field(static=True)
 
     def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
         k1, k2 = jax.random.split(key)
@@ -110,8 +102,6 @@ class Attention(SelfAttention):
     o_proj: Linear
     q_norm: eqx.Module | None
     k_norm: eqx.Module | None
-    dropout: eqx.nn.Dropout
-    spec: DecoderSpec = eqx.field(static=True)
 
     def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
         kq, kk, kv, ko = jax.random.split(key, 4)

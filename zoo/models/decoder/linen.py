@@ -34,12 +34,6 @@ class SelfAttention(nn.Module):
     def setup(self) -> None:
         self.dropout = nn.Dropout(self.spec.attention.dropout)
 
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        raise NotImplementedError
-
-    def output(self, h: jax.Array) -> jax.Array:
-        raise NotImplementedError
-
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, train: bool,
                  index: jax.Array | int = 0) -> jax.Array:

@@ -34,12 +34,6 @@ class SelfAttention(nnx.Module):
         self.cached_key: nnx.Cache | None = nnx.data(None)  # init_kv_cache
         self.cached_value: nnx.Cache | None = nnx.data(None)
 
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        raise NotImplementedError
-
-    def output(self, h: jax.Array) -> jax.Array:
-        raise NotImplementedError
-
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, rngs: Rngs = None,
                  index: jax.Array | int = 0) -> jax.Array:
         s, (n, length, _) = self.spec, x.shape

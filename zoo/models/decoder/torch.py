@@ -43,12 +43,6 @@ class SelfAttention(nn.Module):
         self.spec = spec
         self.dropout = nn.Dropout(spec.attention.dropout)
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 cache: LayerCache | None = None) -> torch.Tensor:
         s = self.spec
