@@ -24,6 +24,7 @@ import numpy as np
 
 from canonical.ties import Tie
 from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.models.decoder.spec import DecoderSpec
 
 DEFAULT_LENGTH = 128  # the examples' length when the config does not set `seq_len`
 INITIALIZER_RANGE = 0.02  # transformers' `initializer_range` of GPT-2 and the Llama family
@@ -40,8 +41,9 @@ def normal_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator
 @dataclass(frozen=True)
 class LanguageModelConfig(Config):
     """The input, output, loss and tied head of a decoder-only language model; a subclass
-    declares the fields `vocab_size`, `seq_len` (int or None) and `tie_word_embeddings` and
-    names its token embedding's canonical key (`EMBEDDING`)."""
+    declares the fields `vocab_size`, `seq_len` (int or None) and `tie_word_embeddings`, names
+    its token embedding's canonical key (`EMBEDDING`) and configures the shared decoder body
+    (`decoder`, `zoo.models.decoder`)."""
 
     CHANNELS: ClassVar[bool] = False
     INPUT_DTYPE: ClassVar[str] = "int32"
@@ -52,6 +54,12 @@ class LanguageModelConfig(Config):
         ("linear", "hf_conv1d", "embedding"), normal_init)
     EMBEDDING: ClassVar[str]  # the token embedding's canonical key
     HEAD: ClassVar[str] = "lm_head.weight"  # the output head's, when untied
+
+    @property
+    def decoder(self) -> DecoderSpec:
+        """The options and module names of the shared decoder body (each library's
+        `zoo.models.decoder` module builds the model from them)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no decoder body")
 
     @property
     def max_length(self) -> int | None:

@@ -7,11 +7,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from zoo.configs import ConfigError, positive
+from zoo.models.decoder import AttentionSpec, DecoderSpec, MLPSpec, Names
 from zoo.models.language import LanguageModelConfig
 
 # OpenAI's four sizes as transformers' `openai-community/gpt2*` config.json files give them
 # (fixtures in tests/fixtures/hf_configs/; `gpt2` itself is the defaults).
 _SIZES = {"gpt2-medium": (1024, 24, 16), "gpt2-large": (1280, 36, 20), "gpt2-xl": (1600, 48, 25)}
+NAMES = Names(body="transformer", embedding="wte", positions="wpe", layers="h",
+              norm="ln_f", block=(("ln_1", "attention_norm"), ("attn", "attention"),
+                                  ("ln_2", "mlp_norm"), ("mlp", "mlp")))
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,16 @@ class GPT2Config(LanguageModelConfig):
     def dropout(self) -> float:
         """The largest dropout rate (a training step draws a dropout key when positive)."""
         return max(self.embd_pdrop, self.attn_pdrop, self.resid_pdrop)
+
+    @property
+    def decoder(self) -> DecoderSpec:
+        """The shared decoder body's options: LayerNorm, fused `c_attn`, GELU MLP `c_fc`,
+        learned positions, dropout."""
+        return DecoderSpec(
+            NAMES, self.vocab_size, self.n_embd, self.n_layer, "layer_norm",
+            self.layer_norm_epsilon,
+            AttentionSpec("c_attn", self.n_head, self.n_head, self.head_dim, qkv_bias=True,
+                          out_bias=True, dropout=self.attn_pdrop),
+            MLPSpec("c_fc", self.inner, self.activation_function, bias=True),
+            max_positions=self.n_positions, embedding_dropout=self.embd_pdrop,
+            residual_dropout=self.resid_pdrop, tie_word_embeddings=self.tie_word_embeddings)

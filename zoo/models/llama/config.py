@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from zoo.configs import ConfigError, positive
+from zoo.models.decoder import AttentionSpec, DecoderSpec, MLPSpec, Names
 from zoo.models.language import LanguageModelConfig
 
 _LLAMA3_ROPE = {"rope_theta": 500000.0, "rope_type": "llama3", "rope_factor": 32.0,
@@ -55,6 +56,10 @@ NAMED_MODELS: dict[str, dict[str, Any]] = {
     "qwen3-8b": {**_QWEN3, **_sizes(4096, 12288, 36, 32, 8)},
 }
 
+NAMES = Names(body="model", embedding="embed_tokens", layers="layers", norm="norm",
+              block=(("self_attn", "attention"), ("mlp", "mlp"),
+                     ("input_layernorm", "attention_norm"),
+                     ("post_attention_layernorm", "mlp_norm")))
 
 _INDEX = "model.safetensors.index.json"  # a sharded release
 # The releases on the Hub (zoo.create("qwen3-0.6b.base", impl, pretrained=True)); meta-llama's
@@ -192,6 +197,20 @@ class LlamaConfig(LanguageModelConfig):
             self.dim, self.rope_theta, self.rope_type, self.rope_factor,
             self.rope_low_freq_factor, self.rope_high_freq_factor,
             self.rope_original_max_position_embeddings)
+
+    @property
+    def decoder(self) -> DecoderSpec:
+        """The shared decoder body's options: RMSNorm, `q/k/v/o_proj` with grouped key/value
+        heads (biases, q/k norm, sliding window), SwiGLU MLP, rotary positions."""
+        return DecoderSpec(
+            NAMES, self.vocab_size, self.hidden_size, self.num_hidden_layers, "rms_norm",
+            self.rms_norm_eps,
+            AttentionSpec("qkvo", self.num_attention_heads, self.kv_heads, self.dim,
+                          qkv_bias=self.qkv_biased, out_bias=self.attention_bias,
+                          qk_norm=self.qk_norm, sliding_window=self.sliding_window),
+            MLPSpec("gated", self.intermediate_size, "silu", bias=self.mlp_bias),
+            rope=tuple(float(f) for f in self.rope()),
+            tie_word_embeddings=self.tie_word_embeddings)
 
 
 _LLAMA3_FIELDS = [f for f in dataclasses.fields(LlamaConfig)

@@ -1,0 +1,301 @@
+"""The decoder body in Equinox, one sequence `(L,)` per call (batched with vmap): the modules a
+`DecoderSpec` declares, named as its `Names` say (`Block` and `Decoder` take their fields from
+the names: `named`). A tied head is `h @ embedding.weight.T` (no array of its own). Decoding
+threads an explicit `KVCache` through the call (`init_cache`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PRNGKeyArray
+
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, write_cache
+from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, RMSNorm
+from zoo.models.common import activation, dtype_of
+from zoo.models.decoder.spec import DecoderSpec
+
+KV = tuple[Array, Array]  # one layer's cached keys and values
+Key = PRNGKeyArray | None
+
+
+def _keys(key: Key, n: int) -> list[Key]:
+    return [None] * n if key is None else list(jax.random.split(key, n))
+
+
+def _tokenwise(layer: eqx.Module, x: Array) -> Array:
+    return jax.vmap(layer)(x)
+
+
+NORMS: dict[str, Callable[..., eqx.Module]] = {
+    "layer_norm": LayerNorm, "rms_norm": functools.partial(RMSNorm, use_bias=False)}
+
+
+def make_norm(spec: DecoderSpec, size: int, dtype: Any) -> eqx.Module:
+    return NORMS[spec.norm](size, eps=spec.norm_eps, dtype=dtype)
+
+
+@functools.cache
+def named(base: type[eqx.Module], fields: tuple[str, ...]) -> type[eqx.Module]:
+    """`base` with one field per name of `fields`, in that order (transformers' names and
+    definition order: the model's key paths)."""
+    return type(base.__name__, (base,), {"__annotations__": dict.fromkeys(fields, Any),
+                                          "__module__": base.__module__})
+
+
+class SelfAttention(eqx.Module):
+    """Causal self-attention over one sequence (grouped key/value heads, rotary positions when
+    the spec has them, a sliding window through the mask); a layout holds its projections and
+    defines `project` (queries, keys, values `(L, heads, D)`) and `output`."""
+
+    dropout: eqx.nn.Dropout
+    spec: DecoderSpec = eqx.field(static=True)
+
+    def __call__(self, x: Array, positions: Array, mask: Array, kv: KV | None = None,
+                 index: Array | int = 0, *, key: Key = None) -> tuple[Array, KV | None]:
+        """The attention's output and, given the cached `kv`, the cache with this call's keys
+        and values written at `index`."""
+        s = self.spec
+        q, k, v = self.project(x)
+        if s.rope is not None:
+            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if kv is not None:
+            kv = k, v = write_cache(kv[0], k, index, 0), write_cache(kv[1], v, index, 0)
+        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
+                     functools.partial(self.dropout, key=key))
+        return self.output(out.reshape(x.shape[0], -1)), kv
+
+
+class FusedAttention(SelfAttention):
+    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
+
+    c_attn: Conv1D
+    c_proj: Conv1D
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        e = spec.hidden_size
+        self.c_attn = Conv1D(e, 3 * e, key=k1, dtype=dtype)
+        self.c_proj = Conv1D(e, e, key=k2, dtype=dtype)
+        self.dropout = eqx.nn.Dropout(spec.attention.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        return tuple(t.reshape(x.shape[0], self.spec.attention.heads, -1)
+                     for t in jnp.split(_tokenwise(self.c_attn, x), 3, axis=-1))
+
+    def output(self, h: Array) -> Array:
+        return _tokenwise(self.c_proj, h)
+
+
+class Attention(SelfAttention):
+    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
+    `k_norm` over `head_dim`."""
+
+    q_proj: Linear
+    k_proj: Linear
+    v_proj: Linear
+    o_proj: Linear
+    q_norm: eqx.Module | None
+    k_norm: eqx.Module | None
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        a, e = spec.attention, spec.hidden_size
+        q, g, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
+        self.q_proj = Linear(e, q, use_bias=b, key=kq, dtype=dtype)
+        self.k_proj = Linear(e, g, use_bias=b, key=kk, dtype=dtype)
+        self.v_proj = Linear(e, g, use_bias=b, key=kv, dtype=dtype)
+        self.o_proj = Linear(q, e, use_bias=a.out_bias, key=ko, dtype=dtype)
+        self.q_norm = make_norm(spec, a.head_dim, dtype) if a.qk_norm else None
+        self.k_norm = make_norm(spec, a.head_dim, dtype) if a.qk_norm else None
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        a, length = self.spec.attention, x.shape[0]
+        q = _tokenwise(self.q_proj, x).reshape(length, a.heads, a.head_dim)
+        k = _tokenwise(self.k_proj, x).reshape(length, a.kv_heads, a.head_dim)
+        v = _tokenwise(self.v_proj, x).reshape(length, a.kv_heads, a.head_dim)
+        if self.q_norm is not None:  # per head, over head_dim
+            q, k = jax.vmap(jax.vmap(self.q_norm))(q), jax.vmap(jax.vmap(self.k_norm))(k)
+        return q, k, v
+
+    def output(self, h: Array) -> Array:
+        return _tokenwise(self.o_proj, h)
+
+
+class MLP(eqx.Module):
+    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s), over a sequence."""
+
+    c_fc: Conv1D
+    c_proj: Conv1D
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        e, m = spec.hidden_size, spec.mlp.width
+        self.c_fc = Conv1D(e, m, key=k1, dtype=dtype)
+        self.c_proj = Conv1D(m, e, key=k2, dtype=dtype)
+        self.activation = spec.mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        return _tokenwise(self.c_proj, activation(self.activation)(_tokenwise(self.c_fc, x)))
+
+
+class GatedMLP(eqx.Module):
+    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`), over a sequence."""
+
+    gate_proj: Linear
+    up_proj: Linear
+    down_proj: Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2, k3 = jax.random.split(key, 3)
+        e, m, b = spec.hidden_size, spec.mlp.width, spec.mlp.bias
+        self.gate_proj = Linear(e, m, use_bias=b, key=k1, dtype=dtype)
+        self.up_proj = Linear(e, m, use_bias=b, key=k2, dtype=dtype)
+        self.down_proj = Linear(m, e, use_bias=b, key=k3, dtype=dtype)
+        self.activation = spec.mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        act = activation(self.activation)
+        return jax.vmap(lambda t: self.down_proj(act(self.gate_proj(t)) * self.up_proj(t)))(x)
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
+MLPS: dict[str, type[eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+
+
+class Block(eqx.Module):
+    """Pre-norm residual block; `named(Block, names)` gives it its modules' fields."""
+
+    residual_dropout: eqx.nn.Dropout
+    spec: DecoderSpec = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        e = spec.hidden_size
+        make = {"attention_norm": lambda: make_norm(spec, e, dtype),
+                "mlp_norm": lambda: make_norm(spec, e, dtype),
+                "attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
+                                                                       dtype=dtype),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k2, dtype=dtype)}
+        for name, role in spec.names.block:
+            setattr(self, name, make[role]())
+        self.residual_dropout = eqx.nn.Dropout(spec.residual_dropout)
+        self.spec = spec
+
+    def part(self, role: str) -> eqx.Module:
+        return getattr(self, self.spec.role(role))
+
+    def __call__(self, x: Array, positions: Array, mask: Array, kv: KV | None = None,
+                 index: Array | int = 0, *, key: Key = None) -> tuple[Array, KV | None]:
+        k1, k2, k3 = _keys(key, 3)
+        part = self.part
+        h, kv = part("attention")(_tokenwise(part("attention_norm"), x), positions, mask, kv,
+                                  index, key=k1)
+        x = x + self.residual_dropout(h, key=k2)
+        h = part("mlp")(_tokenwise(part("mlp_norm"), x))
+        return x + self.residual_dropout(h, key=k3), kv
+
+
+def make_block(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Block:
+    return named(Block, tuple(name for name, _ in spec.names.block))(spec, key=key, dtype=dtype)
+
+
+class Decoder(eqx.Module):
+    """Embedding (and learned positions) -> dropout -> blocks -> final norm; `named(Decoder,
+    names)` gives it its modules' fields."""
+
+    embedding_dropout: eqx.nn.Dropout
+    spec: DecoderSpec = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        names, e = spec.names, spec.hidden_size
+        k1, k2, *kb = jax.random.split(key, 2 + spec.num_layers)
+        setattr(self, names.embedding, eqx.nn.Embedding(spec.vocab_size, e, key=k1,
+                                                        dtype=dtype))
+        if names.positions is not None:
+            setattr(self, names.positions, eqx.nn.Embedding(spec.max_positions, e, key=k2,
+                                                            dtype=dtype))
+        self.embedding_dropout = eqx.nn.Dropout(spec.embedding_dropout)
+        setattr(self, names.layers, tuple(make_block(spec, key=k, dtype=dtype) for k in kb))
+        setattr(self, names.norm, make_norm(spec, e, dtype))
+        self.spec = spec
+
+    def embedding(self) -> eqx.nn.Embedding:
+        return getattr(self, self.spec.names.embedding)
+
+    def __call__(self, input_ids: Array, attention_mask: Array | None,
+                 position_ids: Array | None, cache: KVCache | None, key: Key
+                 ) -> tuple[Array, list[KV | None]]:
+        """The hidden states after the final norm `(L, hidden_size)` and each layer's
+        cached keys and values (None without a `cache`)."""
+        s, names, length = self.spec, self.spec.names, input_ids.shape[0]
+        blocks = getattr(self, names.layers)
+        k_embed, *k_blocks = _keys(key, 1 + len(blocks))
+        index = 0 if cache is None else cache.index
+        positions = index + default_positions(length) if position_ids is None else position_ids
+        h = _tokenwise(self.embedding(), input_ids)
+        if names.positions is not None:
+            h = h + _tokenwise(getattr(self, names.positions), positions)
+        h = self.embedding_dropout(h, key=k_embed)
+        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
+                             None if cache is None else cache.max_length)
+        written = []
+        for i, (block, k) in enumerate(zip(blocks, k_blocks, strict=True)):
+            h, kv = block(h, positions, mask, None if cache is None else cache.layer(i), index,
+                          key=k)
+            written.append(kv)
+        return _tokenwise(getattr(self, names.norm), h), written
+
+
+def make_decoder(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Decoder:
+    n = spec.names
+    fields = (n.embedding, *([n.positions] if n.positions else []), n.layers, n.norm)
+    return named(Decoder, fields)(spec, key=key, dtype=dtype)
+
+
+class CausalLM(eqx.Module):
+    """The body and the head, tied (None) or `lm_head`; a model declares them as fields by
+    their names (`spec.names.body`, `lm_head`) and its `config` (static)."""
+
+    def __init__(self, config: Any, *, key: PRNGKeyArray, dtype: Any = None) -> None:
+        dt, spec = dtype_of(dtype), config.decoder
+        k1, k2 = jax.random.split(key)
+        setattr(self, spec.names.body, make_decoder(spec, key=k1, dtype=dt))
+        self.lm_head = (None if spec.tie_word_embeddings else
+                        Linear(spec.hidden_size, spec.vocab_size, use_bias=False, key=k2,
+                               dtype=dt))
+        self.config = config
+
+    def body(self) -> Decoder:
+        return getattr(self, self.config.decoder.names.body)
+
+    def __call__(self, input_ids: Array, *, attention_mask: Array | None = None,
+                 position_ids: Array | None = None, key: Key = None,
+                 cache: KVCache | None = None) -> Array | tuple[Array, KVCache]:
+        """Logits `(L, vocab)` of one sequence of token ids `(L,)`; `attention_mask` `(L,)`
+        (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'.
+
+        With a `cache` (`init_cache`) the tokens take its next slots, `attention_mask`
+        `(max_length,)` covers every slot, and the call returns `(logits, cache)`."""
+        self.config.check_input(input_ids.shape, batched=False)
+        body = self.body()
+        h, written = body(input_ids, attention_mask, position_ids, cache, key)
+        logits = (h @ body.embedding().weight.T if self.lm_head is None
+                  else _tokenwise(self.lm_head, h))
+        return logits if cache is None else (logits, cache.updated(written, len(input_ids)))
+
+    def init_cache(self, max_length: int, dtype: Any = None) -> KVCache:
+        """An empty cache of one sequence of up to `max_length` tokens (`dtype`: the
+        weights')."""
+        spec, a = self.config.decoder, self.config.decoder.attention
+        dtype = self.body().embedding().weight.dtype if dtype is None else dtype
+        return KVCache.empty(spec.num_layers, max_length, a.kv_heads, a.head_dim, dtype)

@@ -1,0 +1,227 @@
+"""The decoder body in Flax Linen, batched `(N, L)`: the modules a `DecoderSpec` declares,
+named as its `Names` say. A tied head is `embedding.attend` (no array of its own).
+`decode=True` keeps a KV cache in the "cache" collection, as Flax's attention does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.linen import Conv1D, LayerNorm, RMSNorm, cache_index, cached_kv
+from zoo.models.common import activation, dtype_of
+from zoo.models.decoder.spec import DecoderSpec
+
+NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+
+
+def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
+    return NORMS[spec.norm](epsilon=spec.norm_eps, param_dtype=dtype)
+
+
+class SelfAttention(nn.Module):
+    """Causal self-attention (grouped key/value heads, rotary positions when the spec has
+    them, a sliding window through the mask); a layout adds its projections in `setup` and
+    defines `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+    decode: bool = False
+
+    def setup(self) -> None:
+        self.dropout = nn.Dropout(self.spec.attention.dropout)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, train: bool,
+                 index: jax.Array | int = 0) -> jax.Array:
+        s, (n, length, _) = self.spec, x.shape
+        q, k, v = self.project(x)
+        if s.rope is not None:
+            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if self.decode:
+            k, v = cached_kv(self, k, v, index)
+        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
+                     lambda w: self.dropout(w, deterministic=not train))
+        return self.output(out.reshape(n, length, -1))
+
+
+class FusedAttention(SelfAttention):
+    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
+
+    def setup(self) -> None:
+        super().setup()
+        dt, e = dtype_of(self.param_dtype), self.spec.hidden_size
+        self.c_attn = Conv1D(3 * e, param_dtype=dt)
+        self.c_proj = Conv1D(e, param_dtype=dt)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        n, length, _ = x.shape
+        return tuple(t.reshape(n, length, self.spec.attention.heads, -1)
+                     for t in jnp.split(self.c_attn(x), 3, axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.c_proj(h)
+
+
+class Attention(SelfAttention):
+    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
+    `k_norm` over `head_dim`."""
+
+    def setup(self) -> None:
+        super().setup()
+        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
+        self.q_proj = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.k_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.v_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
+        self.q_norm = make_norm(self.spec, dt) if a.qk_norm else None
+        self.k_norm = make_norm(self.spec, dt) if a.qk_norm else None
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q = self.q_proj(x).reshape(n, length, a.heads, a.head_dim)
+        k = self.k_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
+        v = self.v_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
+class MLP(nn.Module):
+    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        dt = dtype_of(self.param_dtype)
+        self.c_fc = Conv1D(self.spec.mlp.width, param_dtype=dt)
+        self.c_proj = Conv1D(self.spec.hidden_size, param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.c_proj(activation(self.spec.mlp.activation)(self.c_fc(x)))
+
+
+class GatedMLP(nn.Module):
+    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.spec.mlp, dtype_of(self.param_dtype)
+        self.gate_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
+        self.up_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
+        self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = activation(self.spec.mlp.activation)
+        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+    decode: bool = False
+
+    def setup(self) -> None:
+        s, dt = self.spec, dtype_of(self.param_dtype)
+        make = {"attention_norm": lambda: make_norm(s, dt), "mlp_norm": lambda: make_norm(s, dt),
+                "attention": lambda: ATTENTIONS[s.attention.layout](
+                    s, self.param_dtype, self.decode),
+                "mlp": lambda: MLPS[s.mlp.kind](s, self.param_dtype)}
+        for name, role in s.names.block:  # transformers' definition order
+            setattr(self, name, make[role]())
+        self.residual_dropout = nn.Dropout(s.residual_dropout)
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, train: bool,
+                 index: jax.Array | int = 0) -> jax.Array:
+        part = lambda role: getattr(self, self.spec.role(role))
+        drop = lambda h: self.residual_dropout(h, deterministic=not train)
+        h = part("attention")(part("attention_norm")(x), positions, mask, train, index)
+        x = x + drop(h)
+        return x + drop(part("mlp")(part("mlp_norm")(x)))
+
+
+class Decoder(nn.Module):
+    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+    decode: bool = False
+
+    def setup(self) -> None:
+        s, names, dt = self.spec, self.spec.names, dtype_of(self.param_dtype)
+        init = nn.initializers.normal(1.0)
+        setattr(self, names.embedding, nn.Embed(s.vocab_size, s.hidden_size, param_dtype=dt,
+                                                embedding_init=init))
+        if names.positions is not None:
+            setattr(self, names.positions, nn.Embed(s.max_positions, s.hidden_size,
+                                                    param_dtype=dt, embedding_init=init))
+        self.embedding_dropout = nn.Dropout(s.embedding_dropout)
+        setattr(self, names.layers, [Block(s, self.param_dtype, self.decode)
+                                     for _ in range(s.num_layers)])
+        setattr(self, names.norm, make_norm(s, dt))
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
+                 position_ids: jax.Array | None, train: bool) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+        s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
+        index = cache_index(self, length) if self.decode else 0
+        positions = (index + default_positions(length)[None] if position_ids is None
+                     else position_ids)
+        positions = jnp.broadcast_to(positions, (n, length))
+        h = getattr(self, names.embedding)(input_ids)
+        if names.positions is not None:
+            h = h + getattr(self, names.positions)(positions)
+        h = self.embedding_dropout(h, deterministic=not train)
+        kv_length = None if attention_mask is None else attention_mask.shape[-1]
+        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
+                             kv_length)
+        for block in getattr(self, names.layers):
+            h = block(h, positions, mask, train, index)
+        return getattr(self, names.norm)(h)
+
+    def attend(self, h: jax.Array) -> jax.Array:
+        """The tied head's logits: `h @ embedding.T` (`nn.Embed.attend`)."""
+        return getattr(self, self.spec.names.embedding).attend(h)
+
+
+class CausalLM(nn.Module):
+    """The body (`spec.names.body`) and the head, tied or `lm_head`. `decode=True`: a KV cache
+    in the "cache" collection, Flax's idiom. `init` with a full-length batch
+    `(N, max_length)` creates it (empty); each call then takes the next slots, its
+    `attention_mask` `(N, max_length)` covering every slot, `mutable=["cache"]`."""
+
+    config: Any  # a LanguageModelConfig: its `decoder` spec
+    param_dtype: str = "float32"
+    decode: bool = False
+
+    def setup(self) -> None:
+        s = self.config.decoder
+        setattr(self, s.names.body, Decoder(s, self.param_dtype, self.decode))
+        self.lm_head = (None if s.tie_word_embeddings else
+                        nn.Dense(s.vocab_size, use_bias=False,
+                                 param_dtype=dtype_of(self.param_dtype)))
+
+    def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+                 position_ids: jax.Array | None = None, train: bool = False) -> jax.Array:
+        """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        self.config.check_input(input_ids.shape)
+        body = getattr(self, self.config.decoder.names.body)
+        h = body(input_ids, attention_mask, position_ids, train)
+        return body.attend(h) if self.lm_head is None else self.lm_head(h)

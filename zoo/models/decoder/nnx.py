@@ -1,0 +1,236 @@
+"""The decoder body in Flax NNX, batched `(N, L)`: the modules a `DecoderSpec` declares,
+named as its `Names` say. A tied head is `embedding.attend` (no array of its own).
+`init_cache` gives the model a KV cache of `nnx.Cache` variables, as Flax's attention does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.nnx import Conv1D, LayerNorm, RMSNorm, cached_kv, init_kv_cache
+from zoo.models.common import activation, dtype_of
+from zoo.models.decoder.spec import DecoderSpec
+
+Rngs = nnx.Rngs | jax.Array | None
+NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+
+
+def make_norm(spec: DecoderSpec, size: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Module:
+    return NORMS[spec.norm](size, epsilon=spec.norm_eps, param_dtype=dtype, rngs=rngs)
+
+
+class SelfAttention(nnx.Module):
+    """Causal self-attention (grouped key/value heads, rotary positions when the spec has
+    them, a sliding window through the mask); a layout adds its projections and defines
+    `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        self.spec = spec
+        self.dropout = nnx.Dropout(spec.attention.dropout)
+        self.cached_key: nnx.Cache | None = nnx.data(None)  # init_kv_cache
+        self.cached_value: nnx.Cache | None = nnx.data(None)
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, rngs: Rngs = None,
+                 index: jax.Array | int = 0) -> jax.Array:
+        s, (n, length, _) = self.spec, x.shape
+        q, k, v = self.project(x)
+        if s.rope is not None:
+            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        k, v = cached_kv(self, k, v, index)
+        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
+                     lambda w: self.dropout(w, rngs=rngs))
+        return self.output(out.reshape(n, length, -1))
+
+
+class FusedAttention(SelfAttention):
+    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        e = spec.hidden_size
+        self.c_attn = Conv1D(e, 3 * e, param_dtype=param_dtype, rngs=rngs)
+        self.c_proj = Conv1D(e, e, param_dtype=param_dtype, rngs=rngs)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        n, length, _ = x.shape
+        return tuple(t.reshape(n, length, self.spec.attention.heads, -1)
+                     for t in jnp.split(self.c_attn(x), 3, axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.c_proj(h)
+
+
+class Attention(SelfAttention):
+    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
+    `k_norm` over `head_dim`."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        a, e, dt = spec.attention, spec.hidden_size, param_dtype
+        q, kv, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
+        self.q_proj = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.k_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.v_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.o_proj = nnx.Linear(q, e, use_bias=a.out_bias, param_dtype=dt, rngs=rngs)
+        self.q_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
+        self.k_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q = self.q_proj(x).reshape(n, length, a.heads, a.head_dim)
+        k = self.k_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
+        v = self.v_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
+class MLP(nnx.Module):
+    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        e, m = spec.hidden_size, spec.mlp.width
+        self.activation = spec.mlp.activation
+        self.c_fc = Conv1D(e, m, param_dtype=param_dtype, rngs=rngs)
+        self.c_proj = Conv1D(m, e, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.c_proj(activation(self.activation)(self.c_fc(x)))
+
+
+class GatedMLP(nnx.Module):
+    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        e, m, b, dt = spec.hidden_size, spec.mlp.width, spec.mlp.bias, param_dtype
+        self.activation = spec.mlp.activation
+        self.gate_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.up_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = activation(self.activation)
+        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
+MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        e, dt = spec.hidden_size, param_dtype
+        make = {"attention_norm": lambda: make_norm(spec, e, dt, rngs),
+                "mlp_norm": lambda: make_norm(spec, e, dt, rngs),
+                "attention": lambda: ATTENTIONS[spec.attention.layout](
+                    spec, rngs=rngs, param_dtype=dt),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt)}
+        for name, role in spec.names.block:  # transformers' definition order
+            setattr(self, name, make[role]())
+        self.spec = spec
+        self.residual_dropout = nnx.Dropout(spec.residual_dropout)
+
+    def part(self, role: str) -> nnx.Module:
+        return getattr(self, self.spec.role(role))
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, rngs: Rngs = None,
+                 index: jax.Array | int = 0) -> jax.Array:
+        part, drop = self.part, lambda h: self.residual_dropout(h, rngs=rngs)
+        x = x + drop(part("attention")(part("attention_norm")(x), positions, mask, rngs, index))
+        return x + drop(part("mlp")(part("mlp_norm")(x)))
+
+
+class Decoder(nnx.Module):
+    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        names, e, dt = spec.names, spec.hidden_size, param_dtype
+        init = nnx.initializers.normal(1.0)
+        setattr(self, names.embedding, nnx.Embed(spec.vocab_size, e, param_dtype=dt,
+                                                 embedding_init=init, rngs=rngs))
+        if names.positions is not None:
+            setattr(self, names.positions, nnx.Embed(spec.max_positions, e, param_dtype=dt,
+                                                     embedding_init=init, rngs=rngs))
+        self.embedding_dropout = nnx.Dropout(spec.embedding_dropout)
+        setattr(self, names.layers, nnx.List([Block(spec, rngs=rngs, param_dtype=dt)
+                                              for _ in range(spec.num_layers)]))
+        setattr(self, names.norm, make_norm(spec, e, dt, rngs))
+        self.spec = spec
+        self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
+
+    def blocks(self) -> list[Block]:
+        return list(getattr(self, self.spec.names.layers))
+
+    def init_cache(self, batch: int, max_length: int, dtype: Any) -> None:
+        a = self.spec.attention
+        for block in self.blocks():
+            init_kv_cache(block.part("attention"), batch, max_length, a.kv_heads, a.head_dim,
+                          dtype)
+        self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
+
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
+                 position_ids: jax.Array | None, rngs: Rngs = None) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+        s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
+        index, kv_length = 0, None
+        if self.cache_index is not None:
+            index = self.cache_index[...]
+            kv_length = self.blocks()[0].part("attention").cached_key.shape[1]
+            self.cache_index[...] = index + length
+        positions = (index + default_positions(length)[None] if position_ids is None
+                     else position_ids)
+        positions = jnp.broadcast_to(positions, (n, length))
+        h = getattr(self, names.embedding)(input_ids)
+        if names.positions is not None:
+            h = h + getattr(self, names.positions)(positions)
+        h = self.embedding_dropout(h, rngs=rngs)
+        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
+                             kv_length)
+        for block in self.blocks():
+            h = block(h, positions, mask, rngs, index)
+        return getattr(self, names.norm)(h)
+
+    def attend(self, h: jax.Array) -> jax.Array:
+        """The tied head's logits: `h @ embedding.T` (`nnx.Embed.attend`)."""
+        return getattr(self, self.spec.names.embedding).attend(h)
+
+
+class CausalLM(nnx.Module):
+    """The body (`spec.names.body`) and the head, tied or `lm_head`."""
+
+    def __init__(self, config: Any, *, rngs: nnx.Rngs, param_dtype: Any = None) -> None:
+        dt, spec = dtype_of(param_dtype), config.decoder
+        self.config = config
+        setattr(self, spec.names.body, Decoder(spec, rngs=rngs, param_dtype=dt))
+        self.lm_head = (None if spec.tie_word_embeddings else
+                        nnx.Linear(spec.hidden_size, spec.vocab_size, use_bias=False,
+                                   param_dtype=dt, rngs=rngs))
+
+    def body(self) -> Decoder:
+        return getattr(self, self.config.decoder.names.body)
+
+    def init_cache(self, batch: int, max_length: int, dtype: Any = None) -> None:
+        """Give the model a KV cache of `batch` sequences of up to `max_length` tokens
+        (`nnx.Cache` variables; `dtype`: the weights'). From then on each call takes the next
+        slots, its `attention_mask` `(N, max_length)` covering every slot."""
+        body = self.body()
+        embedding = getattr(body, body.spec.names.embedding).embedding
+        body.init_cache(batch, max_length, embedding.dtype if dtype is None else dtype)
+
+    def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+                 position_ids: jax.Array | None = None, rngs: Rngs = None) -> jax.Array:
+        """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        self.config.check_input(input_ids.shape)
+        body = self.body()
+        h = body(input_ids, attention_mask, position_ids, rngs)
+        return body.attend(h) if self.lm_head is None else self.lm_head(h)

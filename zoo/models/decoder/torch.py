@@ -1,0 +1,230 @@
+"""The decoder body in PyTorch, the reference: transformers' module names (as the spec's
+`Names` say) and arithmetic, batched `(N, L)` token ids. A tied head has no module: the logits
+are `norm(h) @ embedding.weight.T`, so `state_dict()` holds the shared array once. Decoding
+passes a `KVCache` (`init_cache`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.layers.torch import Conv1D, KVCache, LayerCache, RMSNorm, attend, causal_mask, rotary
+from zoo.models.decoder.spec import DecoderSpec
+
+
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """transformers' `NewGELUActivation` (GPT-2's `gelu_new`), written as it writes it."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                       * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu_new": gelu_new, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+NORMS: dict[str, type[nn.Module]] = {"layer_norm": nn.LayerNorm, "rms_norm": RMSNorm}
+
+
+def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
+    return NORMS[spec.norm](size, eps=spec.norm_eps)
+
+
+class SelfAttention(nn.Module):
+    """Causal self-attention (transformers' eager attention, grouped key/value heads, rotary
+    positions when the spec has them); a layout adds its projections and defines `project`
+    (queries, keys, values `(N, L, heads, D)`) and `output`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.dropout = nn.Dropout(spec.attention.dropout)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        s = self.spec
+        q, k, v = (t.transpose(1, 2) for t in self.project(x))  # (N, heads, L, D)
+        if s.rope is not None:
+            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if cache is not None:
+            k, v = cache.write(k, v)
+        return self.output(attend(q, k, v, mask, s.attention.head_dim ** -0.5, self.dropout))
+
+
+class FusedAttention(SelfAttention):
+    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        e = spec.hidden_size
+        self.c_attn = Conv1D(3 * e, e)
+        self.c_proj = Conv1D(e, e)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n, length, e = x.shape
+        return tuple(t.view(n, length, self.spec.attention.heads, -1)
+                     for t in self.c_attn(x).split(e, dim=2))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(h)
+
+
+class Attention(SelfAttention):
+    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
+    `k_norm` over `head_dim`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        a, e = spec.attention, spec.hidden_size
+        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        self.q_proj = nn.Linear(e, q, bias=a.qkv_bias)
+        self.k_proj = nn.Linear(e, kv, bias=a.qkv_bias)
+        self.v_proj = nn.Linear(e, kv, bias=a.qkv_bias)
+        self.o_proj = nn.Linear(q, e, bias=a.out_bias)
+        self.q_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
+        self.k_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q = self.q_proj(x).view(n, length, a.heads, a.head_dim)
+        k = self.k_proj(x).view(n, length, a.kv_heads, a.head_dim)
+        v = self.v_proj(x).view(n, length, a.kv_heads, a.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(h)
+
+
+class MLP(nn.Module):
+    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        self.c_fc = Conv1D(spec.mlp.width, spec.hidden_size)
+        self.c_proj = Conv1D(spec.hidden_size, spec.mlp.width)
+        self.act = ACTIVATIONS[spec.mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class GatedMLP(nn.Module):
+    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        e, m, b = spec.hidden_size, spec.mlp.width, spec.mlp.bias
+        self.gate_proj = nn.Linear(e, m, bias=b)
+        self.up_proj = nn.Linear(e, m, bias=b)
+        self.down_proj = nn.Linear(m, e, bias=b)
+        self.act = ACTIVATIONS[spec.mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        make = {"attention_norm": lambda: make_norm(spec, spec.hidden_size),
+                "mlp_norm": lambda: make_norm(spec, spec.hidden_size),
+                "attention": lambda: ATTENTIONS[spec.attention.layout](spec),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec)}
+        for name, role in spec.names.block:  # transformers' definition order
+            self.add_module(name, make[role]())
+        self.spec = spec
+        self.residual_dropout = nn.Dropout(spec.residual_dropout)
+
+    def part(self, role: str) -> nn.Module:
+        return self.get_submodule(self.spec.role(role))
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        part = self.part
+        h = part("attention")(part("attention_norm")(x), positions, mask, cache)
+        x = x + self.residual_dropout(h)
+        return x + self.residual_dropout(part("mlp")(part("mlp_norm")(x)))
+
+
+class Decoder(nn.Module):
+    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        names, e = spec.names, spec.hidden_size
+        self.add_module(names.embedding, nn.Embedding(spec.vocab_size, e))
+        if names.positions is not None:
+            self.add_module(names.positions, nn.Embedding(spec.max_positions, e))
+        self.embedding_dropout = nn.Dropout(spec.embedding_dropout)
+        self.add_module(names.layers, nn.ModuleList([Block(spec)
+                                                     for _ in range(spec.num_layers)]))
+        self.add_module(names.norm, make_norm(spec, e))
+        self.spec = spec
+
+    def embedding(self) -> nn.Embedding:
+        return self.get_submodule(self.spec.names.embedding)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                position_ids: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
+        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+        s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
+        index = 0 if cache is None else cache.index
+        if position_ids is None:
+            position_ids = index + torch.arange(length, device=input_ids.device)[None]
+        positions = position_ids.expand(n, length)
+        h = self.embedding()(input_ids)
+        if names.positions is not None:
+            h = h + self.get_submodule(names.positions)(positions)
+        h = self.embedding_dropout(h)
+        mask = causal_mask(length, attention_mask, s.attention.sliding_window, index,
+                           None if cache is None else cache.max_length).to(h.device)
+        for i, block in enumerate(self.get_submodule(names.layers)):
+            h = block(h, positions, mask, None if cache is None else cache.layer(i))
+        if cache is not None:
+            cache.index += length
+        return self.get_submodule(names.norm)(h)
+
+
+class CausalLM(nn.Module):
+    """The body (`spec.names.body`) and the head, tied (no module) or `lm_head`."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        spec = config.decoder
+        self.config = config
+        self.add_module(spec.names.body, Decoder(spec))
+        self.lm_head = (None if spec.tie_word_embeddings
+                        else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False))
+
+    def body(self) -> Decoder:
+        return self.get_submodule(self.config.decoder.names.body)
+
+    def init_cache(self, batch: int, max_length: int) -> KVCache:
+        """An empty cache of `batch` sequences of up to `max_length` tokens."""
+        spec, w = self.config.decoder, self.body().embedding().weight
+        a = spec.attention
+        return KVCache(spec.num_layers, batch, max_length, a.kv_heads, a.head_dim, w.dtype,
+                       w.device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With a `cache`
+        (`init_cache`) the tokens take its next slots and `attention_mask` `(N, max_length)`
+        covers every slot."""
+        self.config.check_input(input_ids.shape)
+        body = self.body()
+        h = body(input_ids, attention_mask, position_ids, cache)
+        return h @ body.embedding().weight.T if self.lm_head is None else self.lm_head(h)
