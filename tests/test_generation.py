@@ -9,6 +9,7 @@
   call styles give the same tokens; `zoo.generate` compiles nothing more over calls with new
   prompts of one bucket, other contents and seeds (tokens still `transformers`');
 - Equinox's compiled decode step copies no Linear weight transposed (`zoo.layers.dense`);
+- bfloat16 weights and cache: greedy tokens equal to `transformers`' in bfloat16;
 - bad input gets a one-line ValueError naming the argument.
 """
 
@@ -258,3 +259,28 @@ def test_equinox_decode_step_copies_no_weight() -> None:
     assert " transpose(" not in compiled
     np.testing.assert_allclose(contract(x, embedding), x @ np.asarray(embedding).T, rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bfloat16_greedy_equals_transformers_in_bfloat16(impl: str) -> None:
+    """bfloat16 weights (and so cache) in every library, a left-padded batch, 32 tokens."""
+    import jax.numpy as jnp
+
+    hf = _reference(QUICK)
+    hf16 = type(hf)(hf.config).to(torch.bfloat16).eval()
+    hf16.load_state_dict(hf.state_dict())
+    ids, mask = _prompts(QUICK)
+    with torch.no_grad():
+        want = hf16.generate(torch.from_numpy(ids).long(),
+                             attention_mask=torch.from_numpy(mask).long(), max_new_tokens=NEW,
+                             do_sample=False, eos_token_id=None, pad_token_id=0).numpy()
+    state = {k: v.float().numpy() for k, v in hf.state_dict().items()}
+    if impl == "torch":
+        model = converters.from_canonical(state, CONFIGS[QUICK], impl).to(torch.bfloat16)
+    else:
+        state = {k: jnp.asarray(v, jnp.bfloat16) for k, v in state.items()}
+        model = converters.from_canonical(state, CONFIGS[QUICK], impl)
+    got = np.asarray(zoo.generate(model, impl, ids, mask, max_new_tokens=NEW))
+    first = np.argwhere(got != want)[:1].tolist()
+    assert not first, f"first difference (row, position) {first}: {got[tuple(first[0])]} " \
+                      f"against transformers' {want[tuple(first[0])]}"
