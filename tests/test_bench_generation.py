@@ -104,7 +104,7 @@ def test_default_prompt_fits_a_tiny_preset_and_a_bad_one_gets_one_line(capsys) -
     with pytest.raises(SystemExit):
         main(["gpt2", "--preset", "tiny", "--mode", "decode", "--prompt", "40"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert "--prompt 40 and --new-tokens" in err[-1] and "16 positions" in err[-1]
+    assert "--prompt 40: 41 tokens" in err[-1] and "16 positions" in err[-1]
     assert not any("Traceback" in line for line in err)
     assert generation.styles("all") == tuple(generation.STYLES)
     with pytest.raises(ValueError, match="--call fast"):

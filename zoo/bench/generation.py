@@ -112,13 +112,14 @@ def _nbytes(tree: Any) -> int:
 
 
 def _hf_model(config: Any, torch_model: Any) -> Any:
-    """`transformers`' model of `config` holding the zoo reference's weights."""
+    """`transformers`' model of `config` holding the zoo reference's weights, in their dtype."""
     import transformers
 
     transformers.logging.set_verbosity_error()
     hf_config = transformers.AutoConfig.for_model(**hub_config(config))
     model = transformers.AutoModelForCausalLM.from_config(hf_config,
                                                           attn_implementation="eager")
+    model = model.to(next(torch_model.parameters()).dtype)  # bfloat16 runs too
     missing, unexpected = model.load_state_dict(torch_model.state_dict(), strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise FairnessError([f"transformers' model does not take the zoo's weights: missing "
@@ -254,7 +255,8 @@ def _run_generation(run: GenerationRun, progress: Callable[[str], None]) -> dict
         if library(impl).is_jax:
             styles, sizes, programs[impl] = _jax_styles(impl, models[impl], ids, mask, run)
             timed += styles
-            logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids))[:, -1]
+            logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids)[:, -1],
+                                      np.float32)
     hf = None
     reference = next((i for i in run.impls if library(i).reference), None)
     if reference is not None:  # PyTorch's: the zoo's reference and transformers
@@ -263,9 +265,10 @@ def _run_generation(run: GenerationRun, progress: Callable[[str], None]) -> dict
         hf = _hf_model(config, models[reference]) if run.hf else None
         timed += _torch_styles(reference, models[reference], hf, ids, mask, run)
         with torch.no_grad():
-            logits[reference] = models[reference](torch.from_numpy(ids).long())[:, -1].numpy()
+            tids = torch.from_numpy(ids).long()
+            logits[reference] = models[reference](tids)[:, -1].float().numpy()
             if hf is not None:
-                logits["transformers"] = hf(torch.from_numpy(ids).long()).logits[:, -1].numpy()
+                logits["transformers"] = hf(tids).logits[:, -1].float().numpy()
     progress(f"fairness: logits and greedy tokens of {len(timed)} calls (compiling)")
     outputs = {f"{t.impl} {t.style}": t.output(run.new) for t in timed}
     bound = logits_bound(run.dtype, run.precision)
@@ -351,8 +354,9 @@ def run_from_args(args: Any) -> GenerationRun:
     prompt = args.prompt or (PROMPT if limit is None else min(PROMPT, limit // 2))
     new = args.new_tokens or (NEW if limit is None else max(1, min(NEW, limit - prompt)))
     if limit is not None and prompt + new > limit:
-        raise ValueError(f"--prompt {prompt} and --new-tokens {new}: {prompt + new} tokens "
-                         f"exceed the model's {limit} positions")
+        asked = f"--prompt {prompt}" + (f" and --new-tokens {new}" if args.new_tokens else "")
+        raise ValueError(f"{asked}: {prompt + new} tokens (prompt and new) exceed the model's "
+                         f"{limit} positions")
     return GenerationRun(arch, parse_impls(args.impl), overrides, batch=args.batch or 1,
                          prompt=prompt, new=new, repeat=args.repeat or 3, seed=args.seed,
                          dtype=args.dtype or "float32", hf=not args.no_transformers,
