@@ -1,7 +1,10 @@
 """The language models' `prefill` and `decode` benchmark modes run on a tiny config: the
 fairness check passes (same prompt logits, same greedy tokens in every library and in
 `transformers`), every call style is timed against the floor measured in the run, the table
-fits 80 columns, and the command line writes the record."""
+fits 80 columns, and the command line writes the record. `--precision` reaches the decode
+step's program and sets the logits' bound by the compute format (a TF32-sized difference
+passes at "default" on a GPU, not at "highest"); the default prompt fits a tiny preset and a
+prompt too long for the model gets one line."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ pytest.importorskip("transformers")
 
 def test_decode_mode_runs_every_style_against_the_floor() -> None:
     tiny = dict(zoo.architecture("llama").config.TINY)
-    run = generation.GenerationRun("llama", ("eqx", "torch"), tiny, prompt=4, new=3, repeat=1)
+    run = generation.GenerationRun("llama", ("eqx", "torch"), tiny, prompt=4, new=3, repeat=1,
+                                   styles=tuple(generation.STYLES))
     record = generation.run_generation(run)
     assert record["fairness"]["same_tokens"]
     assert set(record["fairness"]["logits_relative"]) == {"eqx", "torch", "transformers"}
@@ -56,3 +60,52 @@ def test_cli_prefill_mode_writes_the_record(tmp_path, capsys) -> None:
     record = json.loads(out.read_text())
     assert {r["impl"] for r in record["results"]} == {"linen", "nnx", "torch"}
     assert all(len(line) <= 80 for line in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_precision_reaches_the_decode_program(precision: str) -> None:
+    """(The suite runs at "highest" globally: "default" would leave that.)"""
+    tiny = dict(zoo.architecture("llama").config.TINY)
+    run = generation.GenerationRun("llama", ("nnx",), tiny, prompt=4, new=2, repeat=1,
+                                   hf=False, precision=precision)
+    record = generation.run_generation(run)
+    dots = [precision.upper()]
+    assert record["fairness"]["precision"]["decode_step_dots"] == {"nnx": dots}
+    assert record["config"]["precision"] == precision
+    assert record["precision_settings"]["jax_default_matmul_precision"] == precision
+    assert record["fairness"]["bound"] == generation.logits_bound("float32", precision)
+
+
+def test_logits_bound_follows_the_compute_format() -> None:
+    """The H100 run's 9.1e-4 (TF32 against full float32) passes at "default" on a GPU backend
+    and is refused at "highest"; on the CPU both are full float32."""
+    import numpy as np
+
+    ref = np.linspace(-10, 10, 64, dtype=np.float32)[None]
+    tf32 = ref + 9.1e-4 * 10 * np.cos(np.arange(64, dtype=np.float32))
+    tokens = {"a": np.zeros((1, 5), int)}
+    bound = generation.logits_bound("float32", "default", backend="gpu")
+    report = generation._fairness(tokens, {"torch": ref, "eqx": tf32}, "torch", bound)
+    assert 9e-4 < report["logits_relative"]["eqx"] < bound
+    for strict in (generation.logits_bound("float32", "highest", backend="gpu"),
+                   generation.logits_bound("float32", "default", backend="cpu")):
+        with pytest.raises(FairnessError, match=r"prompt logits 9\.1e-04"):
+            generation._fairness(tokens, {"torch": ref, "eqx": tf32}, "torch", strict)
+    assert generation.logits_bound("bfloat16", "highest") > 1e-2
+
+
+def test_default_prompt_fits_a_tiny_preset_and_a_bad_one_gets_one_line(capsys) -> None:
+    from zoo.bench.options import bench_parser
+
+    args = bench_parser().parse_args(["gpt2", "--preset", "tiny", "--mode", "decode"])
+    run = generation.run_from_args(args)
+    assert run.prompt + run.new <= 16 and run.new > 1 and run.styles == generation.FASTEST
+    assert run.repeat == 3
+    with pytest.raises(SystemExit):
+        main(["gpt2", "--preset", "tiny", "--mode", "decode", "--prompt", "40"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "--prompt 40: 41 tokens" in err[-1] and "16 positions" in err[-1]
+    assert not any("Traceback" in line for line in err)
+    assert generation.styles("all") == tuple(generation.STYLES)
+    with pytest.raises(ValueError, match="--call fast"):
+        generation.styles("fast")

@@ -6,7 +6,10 @@
 - sampling with one seed draws the same tokens in the three JAX libraries;
 - every library's cached decoding gives the full forward's logits at every position;
 - the decode step compiles once (the Python-loop style and the whole loop), and the three
-  call styles give the same tokens;
+  call styles give the same tokens; `zoo.generate` compiles nothing more over calls with new
+  prompts of one bucket, other contents and seeds (tokens still `transformers`');
+- Equinox's compiled decode step copies no Linear weight transposed (`zoo.layers.dense`);
+- bfloat16 weights and cache: greedy tokens equal to `transformers`' in bfloat16;
 - bad input gets a one-line ValueError naming the argument.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import jax
 import numpy as np
@@ -23,7 +27,8 @@ import converters
 import zoo
 from tests.lm_reference import QUICK, VARIANTS, hf_model_of, padded_batch, relative
 from zoo.generation import Settings
-from zoo.generation.loop import Generator
+from zoo.generation.loop import Generator, bucket
+from zoo.layers.dense import contract
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -183,3 +188,99 @@ def test_bad_input_gets_one_line(impl: str) -> None:
         with pytest.raises(ValueError, match=message) as raised:
             zoo.generate(model, impl, ids, **kwargs)
         assert "\n" not in str(raised.value)
+
+
+def _backend_compiles(fn) -> int:
+    """How many programs XLA compiles while `fn()` runs."""
+    events = []
+
+    def listen(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        fn()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return len(events)
+
+
+@pytest.mark.parametrize("impl", ("eqx", "linen", "nnx"))
+def test_generate_compiles_once_across_prompts(impl: str) -> None:
+    """After a first call, prompts of other lengths in its bucket (8), other contents and
+    another sampling seed compile nothing; the greedy tokens stay `transformers`'."""
+    ids, mask = _prompts(QUICK)
+    model = _model(QUICK, impl)
+    got = np.asarray(zoo.generate(model, impl, ids, mask, max_new_tokens=NEW))
+    np.testing.assert_array_equal(got, _hf_generate(QUICK, ids, mask))
+    other = np.random.default_rng(5).integers(0, CONFIGS[QUICK].vocab_size, (3, 8), np.int32)
+    prompts = [(ids[:, -4:], mask[:, -4:]), (ids[:, 1:], mask[:, 1:]),
+               (other, np.ones_like(other))]
+    assert {bucket(p.shape[1]) for p, _ in prompts} == {bucket(PROMPT)}
+    outputs = []
+    calls = lambda: outputs.extend(np.asarray(zoo.generate(model, impl, p, m, max_new_tokens=NEW))
+                                   for p, m in prompts)
+    assert _backend_compiles(calls) == 0
+    for (p, m), got in zip(prompts, outputs, strict=True):
+        np.testing.assert_array_equal(got, _hf_generate(QUICK, p, m))
+    kw = {"max_new_tokens": 8, "temperature": 0.7, "top_k": 20}
+    first = np.asarray(zoo.generate(model, impl, ids, mask, seed=1, **kw))
+    assert _backend_compiles(lambda: zoo.generate(model, impl, ids[:, 1:], mask[:, 1:], seed=2,
+                                                  **kw)) == 0
+    again = np.asarray(zoo.generate(model, impl, ids, mask, seed=1, **kw))
+    np.testing.assert_array_equal(again, first)  # the seed is an argument, not a constant
+
+
+def _transposed_2d(hlo: str) -> set[tuple[int, int]]:
+    """The result shapes of the 2-D transposes in an HLO text."""
+    return {(int(a), int(b)) for a, b in
+            re.findall(r"\w+\[(\d+),(\d+)\]\{[\d,]*\} transpose\(", hlo)}
+
+
+def test_equinox_decode_step_copies_no_weight() -> None:
+    """The compiled decode step of GPT-2 in Equinox holds no transposed Linear weight: its
+    `Linear` contracts each weight where it lies (`x @ weight.T` copied every weight, per
+    token). The same contraction on a tied head's embedding copies nothing either."""
+    model = _model("gpt2", "eqx")
+    weights = {leaf.weight.shape for leaf in jax.tree.leaves(
+        model, is_leaf=lambda x: isinstance(x, zoo.layers.eqx.Linear))
+        if isinstance(leaf, zoo.layers.eqx.Linear)}
+    assert len(weights) >= 3
+    prepared = zoo.interface("eqx").decoding(model, 2, 16)
+    gen = Generator(prepared, Settings.of(max_new_tokens=4))
+    ids, mask = np.zeros((2, 4), np.int32), np.ones((2, 4), np.int32)
+    state = gen.run(ids, mask, "python")
+    hlo = gen.step.lower(prepared.weights, state).compile().as_text()
+    assert not _transposed_2d(hlo) & {(i, o) for o, i in weights}, "a weight is transposed"
+    embedding = model.transformer.wte.weight
+    x = np.random.default_rng(0).standard_normal((2, 3, embedding.shape[1]), np.float32)
+    compiled = jax.jit(contract).lower(x, embedding).compile().as_text()
+    assert " transpose(" not in compiled
+    np.testing.assert_allclose(contract(x, embedding), x @ np.asarray(embedding).T, rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bfloat16_greedy_equals_transformers_in_bfloat16(impl: str) -> None:
+    """bfloat16 weights (and so cache) in every library, a left-padded batch, 32 tokens."""
+    import jax.numpy as jnp
+
+    hf = _reference(QUICK)
+    hf16 = type(hf)(hf.config).to(torch.bfloat16).eval()
+    hf16.load_state_dict(hf.state_dict())
+    ids, mask = _prompts(QUICK)
+    with torch.no_grad():
+        want = hf16.generate(torch.from_numpy(ids).long(),
+                             attention_mask=torch.from_numpy(mask).long(), max_new_tokens=NEW,
+                             do_sample=False, eos_token_id=None, pad_token_id=0).numpy()
+    state = {k: v.float().numpy() for k, v in hf.state_dict().items()}
+    if impl == "torch":
+        model = converters.from_canonical(state, CONFIGS[QUICK], impl).to(torch.bfloat16)
+    else:
+        state = {k: jnp.asarray(v, jnp.bfloat16) for k, v in state.items()}
+        model = converters.from_canonical(state, CONFIGS[QUICK], impl)
+    got = np.asarray(zoo.generate(model, impl, ids, mask, max_new_tokens=NEW))
+    first = np.argwhere(got != want)[:1].tolist()
+    assert not first, f"first difference (row, position) {first}: {got[tuple(first[0])]} " \
+                      f"against transformers' {want[tuple(first[0])]}"

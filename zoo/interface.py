@@ -132,12 +132,13 @@ class Interface:
                  style: str = "compiled") -> Any:
         """The sequences `model` generates after the prompt `ids`, `mask` `(N, L)` under
         `settings` (`zoo.generation.Settings`), through the library's `decoding` step in the
-        decode loop's call `style`."""
-        from zoo.generation.loop import Generator
+        decode loop's call `style` (compiled once per model structure, settings and prompt
+        bucket: `zoo.generation.loop.generate`)."""
+        from zoo.generation.loop import generate
 
         limit = getattr(_config_of(model), "max_length", None)
-        length = settings.cache_length(ids.shape[1], limit)
-        return Generator(self.decoding(model, ids.shape[0], length), settings)(ids, mask, style)
+        return generate(lambda batch, length: self.decoding(model, batch, length), ids, mask,
+                        settings, limit, style)
 
 
 def _given(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +214,7 @@ class EqxInterface(Interface):
             return jax.vmap(call, in_axes=(0, axes, 0, 0), out_axes=(0, axes))(
                 ids, cache, mask, positions)
 
-        return Prepared(apply, params, cache, max_length)
+        return Prepared(apply, params, cache, max_length, jax.tree.structure(static))
 
 
 class LinenInterface(Interface):
@@ -264,7 +265,7 @@ class LinenInterface(Interface):
                                            mutable=["cache"])
             return logits, updated["cache"]
 
-        return Prepared(apply, variables["params"], cache, max_length)
+        return Prepared(apply, variables["params"], cache, max_length, module)
 
 
 class NNXInterface(Interface):
@@ -327,7 +328,7 @@ class NNXInterface(Interface):
             logits = m(ids, attention_mask=mask, position_ids=positions)
             return logits, nnx.state(m, nnx.Cache)
 
-        return Prepared(apply, weights, cache, max_length)
+        return Prepared(apply, weights, cache, max_length, graphdef)
 
 
 class TorchInterface(Interface):

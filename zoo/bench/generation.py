@@ -2,8 +2,11 @@
 milliseconds per new token, per library and call style, against PyTorch eager (the zoo's
 reference and `transformers`' own `generate`, same weights) and the memory-bandwidth floor.
 
-- **Fairness first**: the prompt's last logits of every library within `RELATIVE` of the
-  reference's, and the same greedy tokens everywhere (`transformers` included); else
+- **Precision**: the run computes at `--precision` (`zoo.precision.use`; the record states it
+  and the dots' precision in the timed decode step's program).
+- **Fairness first**: the prompt's last logits of every library within `logits_bound` of the
+  reference's (the policy's bound for the format the arithmetic runs in: full float32, TF32 or
+  bfloat16), and the same greedy tokens everywhere (`transformers` included); else
   `FairnessError`, nothing timed.
 - **Timing**: a whole `generate` of 1 and of `new` greedy tokens (no EOS), medians of
   `repeat` runs each after a warm-up call; prefill is the first (`batch * prompt` tokens),
@@ -13,13 +16,17 @@ reference and `transformers`' own `generate`, same weights) and the memory-bandw
   run (`copy_bandwidth`, read plus write traffic of a large copy, the faster of one before and
   one after the timing) is the time no style beats.
 
-Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled),
-`python` (a jitted step per token), `flat` (the same on the weights' flat leaves).
+Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled,
+`zoo.generate`'s default, timed by default: the fastest for Equinox and within 10% of the
+fastest for Linen and NNX in the GPT-2 124M record),
+`python` (a jitted step per token), `flat` (the same on the weights' flat leaves); `--call all`
+times the three.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +36,7 @@ import jax
 import numpy as np
 
 import zoo
+from zoo import precision as policy
 from zoo.bench.fairness import FairnessError
 from zoo.bench.records import record_base
 from zoo.bench.subjects import build_config, build_models
@@ -39,13 +47,15 @@ from zoo.weights import hub_config
 
 MODES = ("prefill", "decode")
 STYLES = {"loop": "compiled", "python": "python", "flat": "flat"}
-RELATIVE = 1e-4  # the prompt's logits: largest difference over the largest logit
+FASTEST = ("loop",)  # the style timed by default (`--call all`: every one)
+PROMPT, NEW = 32, 32  # default tokens, when the model's positions hold them
 COPY_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
 class GenerationRun:
-    """One run's shape: `prompt` tokens of `batch` sequences, `new` greedy tokens."""
+    """One run's shape: `prompt` tokens of `batch` sequences, `new` greedy tokens; the JAX
+    call `styles` timed, at `precision`."""
 
     arch: str
     impls: tuple[str, ...]
@@ -58,12 +68,15 @@ class GenerationRun:
     dtype: str = "float32"
     hf: bool = True  # also time transformers' generate
     preset: str | None = None
+    styles: tuple[str, ...] = FASTEST
+    precision: str = "default"
 
     @property
     def name(self) -> str:
         """The record's file name."""
+        prec = "" if self.precision == "default" else f"-{self.precision}"
         return (f"{self.arch}-{self.preset or f'b{self.batch}'}-b{self.batch}-{self.dtype}-"
-                f"p{self.prompt}-n{self.new}-generation.json")
+                f"p{self.prompt}-n{self.new}{prec}-generation.json")
 
 
 def copy_bandwidth(nbytes: int = COPY_BYTES, repeat: int = 5) -> float:
@@ -99,13 +112,14 @@ def _nbytes(tree: Any) -> int:
 
 
 def _hf_model(config: Any, torch_model: Any) -> Any:
-    """`transformers`' model of `config` holding the zoo reference's weights."""
+    """`transformers`' model of `config` holding the zoo reference's weights, in their dtype."""
     import transformers
 
     transformers.logging.set_verbosity_error()
     hf_config = transformers.AutoConfig.for_model(**hub_config(config))
     model = transformers.AutoModelForCausalLM.from_config(hf_config,
                                                           attn_implementation="eager")
+    model = model.to(next(torch_model.parameters()).dtype)  # bfloat16 runs too
     missing, unexpected = model.load_state_dict(torch_model.state_dict(), strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise FairnessError([f"transformers' model does not take the zoo's weights: missing "
@@ -141,18 +155,44 @@ class _Timed:
                 "generate_s": times[run.new],
                 "decode_s": (times[run.new] - times[1]) / max(run.new - 1, 1),
                 "compile_s": max(first[1] - times[1], 0) + max(first[run.new] - times[run.new], 0),
-                "prefill_tokens_per_s": run.batch * run.prompt / times[1]}
+                "prefill_tokens_per_s": run.batch * run.prompt / times[1],
+                "decode_tokens_per_s": (run.batch * (run.new - 1) / (times[run.new] - times[1])
+                                        if times[run.new] > times[1] else None)}
 
 
 def _jax_styles(impl: str, model: Any, ids: np.ndarray, mask: np.ndarray,
-                run: GenerationRun) -> tuple[list[_Timed], dict[str, Any]]:
+                run: GenerationRun) -> tuple[list[_Timed], dict[str, Any], list[str]]:
+    """The timed styles, the weights' and cache's bytes, and the precisions of the dots in
+    the decode step's program."""
     api = zoo.interface(impl)
     gens = {n: Generator(api.decoding(model, run.batch, run.prompt + run.new),
                          Settings(max_new_tokens=n)) for n in (1, run.new)}
-    timed = [_Timed(impl, name, lambda n, s=style: gens[n](ids, mask, s))
-             for name, style in STYLES.items()]
-    p = gens[run.new].prepared
-    return timed, {"weights": _nbytes(p.weights), "cache": _nbytes(p.cache)}
+    timed = [_Timed(impl, name, lambda n, s=STYLES[name]: gens[n](ids, mask, s))
+             for name in run.styles]
+    gen = gens[run.new]
+    p = gen.prepared
+    slots = np.zeros((run.batch, p.max_length), np.int32)
+    state = jax.eval_shape(gen._prefill, p.weights, p.cache, ids, slots, jax.random.key(0))
+    return (timed, {"weights": _nbytes(p.weights), "cache": _nbytes(p.cache)},
+            dot_precisions(gen.step.lower(p.weights, state).as_text()))
+
+
+def dot_precisions(stablehlo: str) -> list[str]:
+    """The precisions of the dots in a lowered program's text (`DEFAULT` where none is
+    given), sorted: what `--precision` made of it."""
+    found = set()
+    for line in stablehlo.splitlines():
+        if "dot_general" in line:
+            config = re.search(r"precision = \[(\w+), (\w+)\]", line)
+            found.update(config.groups() if config else ("DEFAULT",))
+    return sorted(found)
+
+
+def logits_bound(dtype: str, precision: str, backend: str | None = None) -> float:
+    """The largest prompt-logits difference allowed (max |a - b| / max |reference|): the
+    precision policy's for the format `dtype` computes in at `precision` on `backend`
+    (default: JAX's)."""
+    return policy.tolerance(dtype, precision, kind="max_relative", backend=backend)
 
 
 def _torch_styles(impl: str, model: Any, hf: Any, ids: np.ndarray, mask: np.ndarray,
@@ -172,18 +212,20 @@ def _torch_styles(impl: str, model: Any, hf: Any, ids: np.ndarray, mask: np.ndar
 
 
 def _fairness(outputs: dict[str, np.ndarray], logits: dict[str, np.ndarray],
-              reference: str | None = None) -> dict[str, Any]:
-    """Same greedy tokens everywhere, prompt logits within `RELATIVE` of the `reference`'s
-    (default: the first)."""
+              reference: str | None = None, bound: float = logits_bound("float32", "highest")
+              ) -> dict[str, Any]:
+    """Same greedy tokens everywhere, prompt logits within `bound` (`logits_bound`) of the
+    `reference`'s (default: the first)."""
     ref_name = reference if reference in logits else next(iter(logits))
     ref = logits[ref_name]
     rel = {k: float(np.max(np.abs(v - ref)) / np.max(np.abs(ref))) for k, v in logits.items()}
     first = next(iter(outputs.values()))
     problems = [f"{k}: greedy tokens differ from {next(iter(outputs))}'s"
                 for k, v in outputs.items() if v.shape != first.shape or (v != first).any()]
-    problems += [f"{k}: prompt logits {r:.1e} from {ref_name}'s (bound {RELATIVE:g})"
-                 for k, r in rel.items() if r > RELATIVE]
-    report = {"logits_relative": rel, "reference": ref_name, "same_tokens": not problems}
+    problems += [f"{k}: prompt logits {r:.1e} from {ref_name}'s (bound {bound:.1e})"
+                 for k, r in rel.items() if r > bound]
+    report = {"logits_relative": rel, "reference": ref_name, "bound": bound,
+              "same_tokens": not problems}
     if problems:
         raise FairnessError(problems, report)
     return report
@@ -191,9 +233,15 @@ def _fairness(outputs: dict[str, np.ndarray], logits: dict[str, np.ndarray],
 
 def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda s: None
                    ) -> dict[str, Any]:
-    """Build, check, time; the run's JSON record (`FairnessError` when the libraries do not
-    compute the same thing)."""
+    """Build, check, time at `run.precision`; the run's JSON record (`FairnessError` when the
+    libraries do not compute the same thing)."""
+    with policy.use(run.precision):
+        return _run_generation(run, progress)
+
+
+def _run_generation(run: GenerationRun, progress: Callable[[str], None]) -> dict[str, Any]:
     load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    progress(f"building {', '.join(run.impls)} ({run.arch}, {run.dtype})")
     config = build_config(run.arch, run.overrides, "auto")
     models = build_models(config, run.impls, run.seed, run.dtype)
     rng = np.random.default_rng(run.seed)
@@ -202,11 +250,13 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
     timed: list[_Timed] = []
     sizes: dict[str, Any] = {}
     logits: dict[str, np.ndarray] = {}
+    programs: dict[str, list[str]] = {}
     for impl in run.impls:
         if library(impl).is_jax:
-            styles, sizes = _jax_styles(impl, models[impl], ids, mask, run)
+            styles, sizes, programs[impl] = _jax_styles(impl, models[impl], ids, mask, run)
             timed += styles
-            logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids))[:, -1]
+            logits[impl] = np.asarray(zoo.interface(impl).forward(models[impl], ids)[:, -1],
+                                      np.float32)
     hf = None
     reference = next((i for i in run.impls if library(i).reference), None)
     if reference is not None:  # PyTorch's: the zoo's reference and transformers
@@ -215,18 +265,21 @@ def run_generation(run: GenerationRun, progress: Callable[[str], None] = lambda 
         hf = _hf_model(config, models[reference]) if run.hf else None
         timed += _torch_styles(reference, models[reference], hf, ids, mask, run)
         with torch.no_grad():
-            tokens = torch.from_numpy(ids).long()
-            logits[reference] = models[reference](tokens)[:, -1].float().numpy()
+            tids = torch.from_numpy(ids).long()
+            logits[reference] = models[reference](tids)[:, -1].float().numpy()
             if hf is not None:
-                logits["transformers"] = hf(tokens).logits[:, -1].float().numpy()
-    progress("fairness: logits and greedy tokens")
+                logits["transformers"] = hf(tids).logits[:, -1].float().numpy()
+    progress(f"fairness: logits and greedy tokens of {len(timed)} calls (compiling)")
     outputs = {f"{t.impl} {t.style}": t.output(run.new) for t in timed}
-    fairness = _fairness(outputs, logits, reference)
+    bound = logits_bound(run.dtype, run.precision)
+    fairness = _fairness(outputs, logits, reference, bound)
+    fairness["precision"] = {"asked": run.precision, "decode_step_dots": programs,
+                             "format": policy.compute_format(run.dtype, run.precision)}
     progress("copy bandwidth")
     bandwidth = copy_bandwidth()
     results = []
-    for t in timed:
-        progress(f"timing {t.impl} {t.style}")
+    for i, t in enumerate(timed):
+        progress(f"[{i + 1}/{len(timed)}] timing {t.impl} {t.style}")
         results.append(t.measure(run))
     bandwidth = max(bandwidth, copy_bandwidth())  # before and after: the less disturbed
     if not sizes:  # no JAX library: the reference's sizes
@@ -258,25 +311,33 @@ def table(record: dict[str, Any]) -> list[str]:
     """The run in lines of at most 80 columns."""
     cfg, floor = record["config"], record["floor"]
     load = record.get("host_load_avg")
+    prec = cfg.get("precision", "default")
     lines = [f"{cfg['arch']} batch {cfg['batch']}, prompt {cfg['prompt']}, {cfg['new']} new "
-             f"tokens, {cfg['dtype']}" + (f", load {load[0]:.1f}" if load else ""),
-             f"floor {floor['decode_s'] * 1e3:.2f} ms/token: {floor['weights'] / 1e6:.0f} MB "
+             f"tokens, {cfg['dtype']}" + ("" if prec == "default" else f" at {prec}")
+             + (f", load {load[0]:.1f}" if load else ""),
+             f"floor {floor['decode_s'] * 1e3:.2f} ms/step: {floor['weights'] / 1e6:.0f} MB "
              f"weights + cache at {record['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (copy)",
-             f"{'library':8} {'style':12} {'prefill tok/s':>13} {'decode ms/tok':>13} "
-             f"{'x floor':>8} {'x torch':>8} {'compile s':>9}"]
+             f"{'library':7} {'style':11} {'prefill tok/s':>13} {'ms/step':>8} "
+             f"{'tok/s':>8} {'x floor':>7} {'x torch':>7} {'compile s':>9}"]
     torch_ms = min((r["decode_s"] for r in record["results"]
                     if library(r["impl"]).reference and r["style"] == "eager"), default=None)
     for r in record["results"]:
-        ratio = f"{r['decode_s'] / torch_ms:8.2f}" if torch_ms else f"{'':8}"
-        lines.append(f"{r['impl']:8} {r['style']:12} {r['prefill_tokens_per_s']:13.0f} "
-                     f"{r['decode_s'] * 1e3:13.2f} {r['floor_ratio'] or 0:8.2f} {ratio} "
-                     f"{r['compile_s']:9.2f}")
+        ratio = f"{r['decode_s'] / torch_ms:7.2f}" if torch_ms else f"{'':7}"
+        lines.append(f"{r['impl']:7} {r['style']:11} {r['prefill_tokens_per_s']:13.0f} "
+                     f"{r['decode_s'] * 1e3:8.2f} {_number(r['decode_tokens_per_s'], 8)} "
+                     f"{r['floor_ratio'] or 0:7.2f} {ratio} {r['compile_s']:9.2f}")
     return lines
+
+
+def _number(value: float | None, width: int) -> str:
+    """`value` in `width` columns, "-" for None (a decode step lost in the noise)."""
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.1f}"
 
 
 def run_from_args(args: Any) -> GenerationRun:
     """The run the command line asks for (`PresetError`, `ValueError`, `ArgumentTypeError`
-    for bad values: the caller's one-line error)."""
+    for bad values: the caller's one-line error). The default prompt and new tokens fit the
+    model's positions."""
     import json
 
     from zoo.bench.options import parse_impls
@@ -289,10 +350,32 @@ def run_from_args(args: Any) -> GenerationRun:
     overrides = dict(preset.config) if preset else {}
     if args.config:
         overrides.update(json.loads(args.config))
+    limit = getattr(build_config(arch, overrides, "auto"), "max_length", None)
+    prompt = args.prompt or (PROMPT if limit is None else min(PROMPT, limit // 2))
+    new = args.new_tokens or (NEW if limit is None else max(1, min(NEW, limit - prompt)))
+    if limit is not None and prompt + new > limit:
+        asked = f"--prompt {prompt}" + (f" and --new-tokens {new}" if args.new_tokens else "")
+        raise ValueError(f"{asked}: {prompt + new} tokens (prompt and new) exceed the model's "
+                         f"{limit} positions")
     return GenerationRun(arch, parse_impls(args.impl), overrides, batch=args.batch or 1,
-                         prompt=args.prompt, new=args.new_tokens, repeat=args.repeat,
-                         seed=args.seed, dtype=args.dtype or "float32",
-                         hf=not args.no_transformers, preset=preset.name if preset else None)
+                         prompt=prompt, new=new, repeat=args.repeat or 3, seed=args.seed,
+                         dtype=args.dtype or "float32", hf=not args.no_transformers,
+                         preset=preset.name if preset else None, styles=styles(args.call),
+                         precision=args.precision)
+
+
+def styles(call: str) -> tuple[str, ...]:
+    """The JAX call styles `--call` names: "default" (`FASTEST`), "all" or a comma list."""
+    if call in ("default", "idiomatic"):
+        return FASTEST
+    if call == "all":
+        return tuple(STYLES)
+    names = tuple(dict.fromkeys(c.strip() for c in call.split(",")))
+    unknown = [n for n in names if n not in STYLES]
+    if unknown:
+        raise ValueError(f"--call {call}: prefill/decode styles are {', '.join(STYLES)}, "
+                         "default or all")
+    return names
 
 
 def generation_main(run: GenerationRun, args: Any, console: Any) -> int:

@@ -111,10 +111,12 @@ def bench_parser() -> argparse.ArgumentParser:
                         "or both (default: the preset's modes, else both); language models: "
                         "prefill or decode (zoo.generate: both are timed, batch 1 unless "
                         "--batch)")
-    p.add_argument("--prompt", type=positive_int, default=32,
-                   help="prefill/decode: the prompt's tokens (default 32)")
-    p.add_argument("--new-tokens", type=positive_int, default=32,
-                   help="prefill/decode: greedy tokens generated (default 32)")
+    p.add_argument("--prompt", type=positive_int, default=None,
+                   help="prefill/decode: the prompt's tokens (default 32, at most half the "
+                        "model's positions)")
+    p.add_argument("--new-tokens", type=positive_int, default=None,
+                   help="prefill/decode: greedy tokens generated (default 32, at most the "
+                        "positions the prompt leaves)")
     p.add_argument("--no-transformers", action="store_true",
                    help="prefill/decode: leave transformers' generate out")
     p.add_argument("--call", default="default",
@@ -137,7 +139,9 @@ def bench_parser() -> argparse.ArgumentParser:
                         "(at --precision only: one compilation per program, the GPU run's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=non_negative_int, default=3)
-    p.add_argument("--repeat", type=positive_int, default=20, help="timed steps per call style")
+    p.add_argument("--repeat", type=positive_int, default=None,
+                   help="timed steps per call style (default 20; prefill/decode: generations, "
+                        "default 3)")
     p.add_argument("--rounds", type=positive_int, default=5,
                    help="the timed steps run in this many rounds, interleaved across styles")
     p.add_argument("--settle", type=non_negative_float, default=50.0, metavar="MS",
@@ -208,7 +212,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         modes=tuple(modes), batch=args.batch or (preset.batch if preset else DEFAULT_BATCH[arch]),
         dtype=args.dtype or (preset.dtype if preset else "float32"), model_config=overrides,
         preset=preset.name if preset else None, method=args.method, warmup=args.warmup,
-        repeat=args.repeat, rounds=args.rounds, settle_s=args.settle / 1e3, seed=args.seed,
+        repeat=args.repeat or 20, rounds=args.rounds, settle_s=args.settle / 1e3, seed=args.seed,
         torch_compile=args.torch_compile,
         torch_threads=args.torch_threads, profile=args.profile, precision=args.precision,
         check=args.check, steps_per_call=args.steps_per_call, xla_cpu_flags=args.xla_cpu_flags,

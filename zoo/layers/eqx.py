@@ -20,6 +20,7 @@ import canonical
 from zoo.layers.batch_norm import BatchNorm
 from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
+from zoo.layers.dense import contract
 from zoo.layers.drop_path import check_rate, drop_path, sample_keep
 from zoo.layers.norm import global_response_norm, layer_norm, rms_norm
 from zoo.layers.pooling import max_pool_axes
@@ -117,14 +118,17 @@ class MaxPool3d(eqx.nn.MaxPool3d):
 
 
 class Linear(eqx.nn.Linear):
-    """`eqx.nn.Linear` computing `x @ weight.T + bias` instead of `weight @ x + bias`.
+    """`eqx.nn.Linear` contracting `x`'s features with the weight's axis 1 where it lies
+    (`zoo.layers.dense.contract`) instead of `weight @ x + bias`.
 
     The same function, fields and parameter layout (converters and checkpoints treat both
     alike). Under `vmap` (tokens, batch) `weight @ x` puts the batch dimensions after the
     features, `(out, tokens, batch)`, and XLA:CPU transposes every such output and its
     cotangent back to the row-major layout of the ops around it; `x @ weight.T` keeps them
-    leading, as a batched Flax Dense (docs/investigations/cpu_training_step.md,
-    "Equinox's layout transposes").
+    leading but XLA:CPU materialises `weight.T`, a copy of the whole weight at every call (a
+    decode step's largest cost). `contract` keeps the batch leading and copies nothing
+    (docs/investigations/cpu_training_step.md, "Equinox's layout transposes";
+    docs/language_models.md, the decode record).
     """
 
     @classmethod
@@ -139,7 +143,7 @@ class Linear(eqx.nn.Linear):
         """Apply to one input of shape `(in_features,)` (or `()` for "scalar")."""
         if "scalar" in (self.in_features, self.out_features):
             return super().__call__(x, key=key)
-        y = x @ self.weight.T
+        y = contract(x, self.weight)
         return y if self.bias is None else y + self.bias
 
 
