@@ -12,7 +12,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.drop_path import block_keys
-from zoo.layers.eqx import BatchNorm, EqxDropPath, Linear, with_new_head
+from zoo.layers.eqx import BatchNorm, EqxDropPath, Linear
+from zoo.models.classifier.eqx import Classifier
 from zoo.models.common import activation, dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
@@ -182,11 +183,13 @@ def run_stage(stages: tuple[tuple[Block, ...], ...], i: int, x: Array, state: St
     return x, state
 
 
-class MBConvNet(eqx.Module):
+class MBConvNet(Classifier):
     """timm's `EfficientNet` / `MobileNetV3` of one image, as its config says: conv_stem bn1
     act, `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
-    with bias, act, dropout, classifier)."""
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
 
     has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
 
@@ -219,13 +222,6 @@ class MBConvNet(eqx.Module):
         (x, _), state = self.forward_intermediates(x, state, indices=1, key=key)
         head_key = None if key is None else block_keys(key, sum(map(len, self.blocks)))
         return self.forward_head(x, key=head_key), state
-
-    def forward_features(self, x: Array, state: State) -> tuple[Array, State]:
-        """The feature map `(C', H', W')` of one image before pooling (timm's): the head
-        conv's (after bn2 and the activation), or the last stage's before an efficient
-        head."""
-        (x, _), state = self.forward_intermediates(x, state, indices=1)
-        return x, state
 
     def forward_intermediates(
             self, x: Array, state: State, indices: int | Sequence[int] | None = None,
@@ -261,19 +257,12 @@ class MBConvNet(eqx.Module):
             x = act(x)
         return (x, taps), state
 
-    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> MBConvNet:
-        """A new model whose classifier is a fresh Equinox Linear for `num_classes` (and whose
-        config says so); this one is not changed."""
-        return with_new_head(self, "classifier", self.config.features, num_classes, key=key)
-
-    def forward_head(self, x: Array, pre_logits: bool = False, *,
-                     key: PRNGKeyArray | None = None) -> Array:
-        """Logits of a feature map: global average pool (then an efficient head's conv_head
-        and act), dropout, classifier (`pre_logits`: before the classifier)."""
+    def pre_logits(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (`key`: its mask, in training)."""
         if self.config.EFFICIENT_HEAD:
             x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
             x = activation(self.config.act)(x).reshape(-1)
         else:
             x = jnp.mean(x, axis=(1, 2))
-        x = self.dropout(x, key=key)
-        return x if pre_logits else self.classifier(x)
+        return self.dropout(x, key=key)

@@ -4,7 +4,6 @@ stage lists `blocks_0_1`; the converters read `blocks.0.1`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ import jax.numpy as jnp
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import LinenDropPath
+from zoo.models.classifier.linen import Classifier
 from zoo.models.common import activation, dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
@@ -161,11 +161,13 @@ def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
     return x
 
 
-class MBConvNet(nn.Module):
+class MBConvNet(Classifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
-    with bias, act, dropout, classifier)."""
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
 
     config: MBConvNetConfig
     param_dtype: str = "float32"
@@ -186,12 +188,6 @@ class MBConvNet(nn.Module):
         Equinox and NNX models draw from it) or the "dropout" stream, as the dropout does."""
         x = self.forward_intermediates(x, indices=1, train=train, key=key)[0]
         return self.forward_head(x, train=train)
-
-    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        """The feature map `(N, H', W', C')` before pooling (timm's): the head conv's (after
-        bn2 and the activation), or the last stage's before an efficient head; call it with
-        `module.apply(variables, x, method="forward_features")`."""
-        return self.forward_intermediates(x, indices=1, train=train)[0]
 
     def forward_intermediates(
             self, x: jax.Array, indices: int | Sequence[int] | None = None,
@@ -225,24 +221,12 @@ class MBConvNet(nn.Module):
             x = act(self.bn2(self.conv_head(x), use_running_average=ura))
         return x, taps
 
-    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
-                         ) -> tuple[nn.Module, Any]:
-        """`(module, variables)` whose classifier is a fresh Flax Dense for `num_classes`
-        (and whose config says so); this module and `variables` are not changed."""
-        config = dataclasses.replace(self.config, num_classes=num_classes)
-        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
-        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
-        params = {**variables["params"], "classifier": new["params"]}
-        return self.clone(config=config), {**variables, "params": params}
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False, *,
-                     train: bool = False) -> jax.Array:
-        """Logits of a feature map: global average pool (then an efficient head's conv_head
-        and act), dropout, classifier (`pre_logits`: before the classifier)."""
+    def pre_logits(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training)."""
         if self.config.EFFICIENT_HEAD:
             x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
             x = activation(self.config.act)(x).reshape(x.shape[0], -1)
         else:
             x = jnp.mean(x, axis=(1, 2))
-        x = self.dropout(x, deterministic=not train)
-        return x if pre_logits else self.classifier(x)
+        return self.dropout(x, deterministic=not train)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +12,7 @@ from flax import nnx
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import NNXDropPath
+from zoo.models.classifier.nnx import Classifier
 from zoo.models.common import activation, dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
@@ -161,11 +161,13 @@ def run_stage(stages: nnx.List, i: int, x: jax.Array, keys: jax.Array | None) ->
     return x
 
 
-class MBConvNet(nnx.Module):
+class MBConvNet(Classifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
-    with bias, act, dropout, classifier)."""
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
 
     def __init__(self, config: MBConvNetConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt, efficient = dtype_of(param_dtype), config.EFFICIENT_HEAD
@@ -187,11 +189,6 @@ class MBConvNet(nnx.Module):
         if isinstance(rngs, jax.Array):
             rngs = block_keys(rngs, sum(map(len, self.blocks)))
         return self.forward_head(x, rngs=rngs)
-
-    def forward_features(self, x: jax.Array) -> jax.Array:
-        """The feature map `(N, H', W', C')` before pooling (timm's): the head conv's (after
-        bn2 and the activation), or the last stage's before an efficient head."""
-        return self.forward_intermediates(x, indices=1)[0]
 
     def forward_intermediates(
             self, x: jax.Array, indices: int | Sequence[int] | None = None,
@@ -224,21 +221,13 @@ class MBConvNet(nnx.Module):
             x = act(self.bn2(self.conv_head(x)))
         return x, taps
 
-    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
-        """A new classifier for `num_classes`, initialised by NNX (in place, as timm's; the
-        config follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        self.classifier = nnx.Linear(self.config.features, num_classes,
-                                     param_dtype=self.classifier.kernel.dtype, rngs=rngs)
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False, *,
-                     rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
-        """Logits of a feature map: global average pool (then an efficient head's conv_head
-        and act), dropout, classifier (`pre_logits`: before the classifier)."""
+    def pre_logits(self, x: jax.Array, *,
+                   rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training, from `rngs`)."""
         if self.config.EFFICIENT_HEAD:
             x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
             x = activation(self.config.act)(x).reshape(x.shape[0], -1)
         else:
             x = jnp.mean(x, axis=(1, 2))
-        x = self.dropout(x, rngs=rngs)
-        return x if pre_logits else self.classifier(x)
+        return self.dropout(x, rngs=rngs)

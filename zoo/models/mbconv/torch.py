@@ -6,7 +6,6 @@ bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce conv_expand), built f
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath
+from zoo.models.classifier.torch import Classifier
 from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
@@ -131,12 +131,14 @@ def blocks(config: MBConvNetConfig) -> nn.Sequential:
                            for stage in config.stages()))
 
 
-class MBConvNet(nn.Module):
+class MBConvNet(Classifier):
     """timm's `EfficientNet` / `MobileNetV3` (the reference implementation, batched
     `(N, C, H, W)`), as its config says: conv_stem bn1 act, `blocks.i.j`, then EfficientNet's
     head (conv_head bn2 act on the feature map, pool, dropout, classifier) or, with
     `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head with bias, act, dropout,
-    classifier)."""
+    classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
 
     def __init__(self, config: MBConvNetConfig) -> None:
         super().__init__()
@@ -148,14 +150,6 @@ class MBConvNet(nn.Module):
         self.conv_head = conv(config, config.block_chs, config.head_chs, 1, bias=efficient)
         self.bn2 = None if efficient else batch_norm(config, config.head_chs)
         self.classifier = nn.Linear(config.features, config.num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The feature map `(N, C', H', W')` before pooling (timm's): the head conv's (after
-        bn2 and the activation), or the last stage's before an efficient head."""
-        return self.forward_intermediates(x, indices=1)[0]
 
     def forward_intermediates(
             self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
@@ -187,21 +181,12 @@ class MBConvNet(nn.Module):
             x = act(self.bn2(self.conv_head(x)))
         return x, taps
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new classifier for `num_classes`, initialised by PyTorch (in place, as timm's;
-        the config follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        self.classifier = nn.Linear(self.config.features, num_classes,
-                                    dtype=self.classifier.weight.dtype,
-                                    device=self.classifier.weight.device)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Logits of a feature map: global average pool (then an efficient head's conv_head
-        and act), dropout, classifier (`pre_logits`: before the classifier)."""
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training)."""
         if self.config.EFFICIENT_HEAD:
             x = self.conv_head(x.mean(dim=(2, 3), keepdim=True))
             x = ACTIVATIONS[self.config.act](x).flatten(1)
         else:
             x = x.mean(dim=(2, 3))
-        x = F.dropout(x, self.config.drop_rate, self.training)
-        return x if pre_logits else self.classifier(x)
+        return F.dropout(x, self.config.drop_rate, self.training)
