@@ -11,10 +11,8 @@ libraries draw the same from the same key, `zoo.layers.drop_path`).
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -24,6 +22,7 @@ from jaxtyping import Array, PRNGKeyArray
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.eqx import EqxDropPath, GlobalResponseNorm, LayerNorm, LayerNorm2d, Linear
+from zoo.models.classifier.eqx import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
@@ -114,7 +113,9 @@ class Head(eqx.Module):
     fc: Linear
 
 
-class ConvNeXt(eqx.Module):
+class ConvNeXt(Classifier):
+    CLASSIFIER: ClassVar[str] = "head.fc"
+
     stem: tuple[eqx.nn.Conv2d, LayerNorm2d]
     stages: tuple[Stage, ...]
     head: Head
@@ -136,10 +137,6 @@ class ConvNeXt(eqx.Module):
         """Logits of one image `x` of shape `(C, H, W)`; `key`: its drop path key (training
         with `drop_path_rate > 0`)."""
         return self.forward_head(self.forward_features(x, key=key))
-
-    def forward_features(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
-        """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
-        return self.forward_intermediates(x, indices=1, key=key)[0]
 
     def forward_intermediates(
             self, x: Array, indices: int | Sequence[int] | None = None, norm: bool = False,
@@ -170,17 +167,6 @@ class ConvNeXt(eqx.Module):
         taps = [t.transpose(perm) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ConvNeXt:
-        """A new model whose `head.fc` is a fresh Equinox Linear for `num_classes` (and whose
-        config says so); this one is not changed."""
-        fc = Linear(self.config.features, num_classes, key=key, dtype=self.head.fc.weight.dtype)
-        new = copy.copy(eqx.tree_at(lambda m: m.head.fc, self, fc))
-        object.__setattr__(new, "config", dataclasses.replace(self.config,
-                                                              num_classes=num_classes))
-        return new
-
-    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
-        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
-        the normalised pooled features)."""
-        pooled = self.head.norm(jnp.mean(x, axis=(1, 2)))
-        return pooled if pre_logits else self.head.fc(pooled)
+    def pre_logits(self, x: Array) -> Array:
+        """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""
+        return self.head.norm(jnp.mean(x, axis=(1, 2)))

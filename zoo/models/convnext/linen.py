@@ -10,9 +10,8 @@ model draws from each sample's key (`zoo.layers.drop_path`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -21,6 +20,7 @@ import jax.numpy as jnp
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import GlobalResponseNorm, LayerNorm, LinenDropPath
+from zoo.models.classifier.linen import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
@@ -119,7 +119,9 @@ class Head(nn.Module):
         return pooled if pre_logits else self.fc(pooled)
 
 
-class ConvNeXt(nn.Module):
+class ConvNeXt(Classifier):
+    CLASSIFIER: ClassVar[str] = "head.fc"
+
     config: ConvNeXtConfig
     param_dtype: str = "float32"
 
@@ -131,11 +133,6 @@ class ConvNeXt(nn.Module):
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         return self.forward_head(self.forward_features(x, train=train))
-
-    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
-        `module.apply(variables, x, method="forward_features")`."""
-        return self.forward_intermediates(x, indices=1, train=train)[0]
 
     def _block_keys(self, batch: int, train: bool) -> list[list[jax.Array | None]]:
         """Each stage's blocks' keys (one per sample): from the "dropout" stream in training
@@ -172,18 +169,6 @@ class ConvNeXt(nn.Module):
         taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
-                         ) -> tuple[nn.Module, Any]:
-        """`(module, variables)` whose `head.fc` is a fresh Flax Dense for `num_classes` (and
-        whose config says so); this module and `variables` are not changed."""
-        config = dataclasses.replace(self.config, num_classes=num_classes)
-        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
-        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
-        params = dict(variables["params"])
-        params["head"] = {**params["head"], "fc": new["params"]}
-        return self.clone(config=config), {**variables, "params": params}
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
-        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
-        the normalised pooled features)."""
-        return self.head(x, pre_logits=pre_logits)
+    def pre_logits(self, x: jax.Array) -> jax.Array:
+        """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""
+        return self.head(x, pre_logits=True)

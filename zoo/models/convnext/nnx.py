@@ -10,9 +10,8 @@ sample's key (`zoo.layers.drop_path`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ from flax import nnx
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import GlobalResponseNorm, LayerNorm, NNXDropPath
+from zoo.models.classifier.nnx import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
@@ -100,7 +100,9 @@ class Head(nnx.Module):
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dtype, rngs=rngs)
 
 
-class ConvNeXt(nnx.Module):
+class ConvNeXt(Classifier):
+    CLASSIFIER: ClassVar[str] = "head.fc"
+
     def __init__(self, config: ConvNeXtConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt = dtype_of(param_dtype)
         self.config = config
@@ -113,10 +115,6 @@ class ConvNeXt(nnx.Module):
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         """Logits; `rngs`: drop path's randomness (training with `drop_path_rate > 0`)."""
         return self.forward_head(self.forward_features(x, rngs=rngs))
-
-    def forward_features(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
-        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's)."""
-        return self.forward_intermediates(x, indices=1, rngs=rngs)[0]
 
     def forward_intermediates(
             self, x: jax.Array, indices: int | Sequence[int] | None = None,
@@ -150,15 +148,6 @@ class ConvNeXt(nnx.Module):
         taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
-        """A new `head.fc` for `num_classes`, initialised by NNX (in place, as timm's; the
-        config follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        self.head.fc = nnx.Linear(self.config.features, num_classes,
-                                  param_dtype=self.head.fc.kernel.dtype, rngs=rngs)
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
-        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
-        the normalised pooled features)."""
-        pooled = self.head.norm(jnp.mean(x, axis=(1, 2)))
-        return pooled if pre_logits else self.head.fc(pooled)
+    def pre_logits(self, x: jax.Array) -> jax.Array:
+        """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""
+        return self.head.norm(jnp.mean(x, axis=(1, 2)))

@@ -4,14 +4,15 @@ timm's `ConvNeXt` (so its state_dict keys are timm's: `stem.0`, `stages.i.blocks
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath, GlobalResponseNorm, LayerNorm2d
+from zoo.models.classifier.torch import Classifier
 from zoo.models.convnext.config import ConvNeXtConfig
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 
@@ -91,7 +92,9 @@ class Head(nn.Module):
         return x if pre_logits else self.fc(x)
 
 
-class ConvNeXt(nn.Module):
+class ConvNeXt(Classifier):
+    CLASSIFIER: ClassVar[str] = "head.fc"
+
     def __init__(self, config: ConvNeXtConfig) -> None:
         super().__init__()
         self.config = config
@@ -100,13 +103,6 @@ class ConvNeXt(nn.Module):
                                   LayerNorm2d(config.dims[0], eps=config.norm_eps))
         self.stages = nn.Sequential(*(Stage(config, i) for i in range(len(config.depths))))
         self.head = Head(config)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The last stage's feature map `(N, C', H', W')`, before pooling (timm's)."""
-        return self.forward_intermediates(x, indices=1)[0]
 
     def forward_intermediates(
             self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
@@ -130,15 +126,6 @@ class ConvNeXt(nn.Module):
         taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new `head.fc` for `num_classes`, initialised by PyTorch (in place, as timm's; the
-        config follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        fc = self.head.fc
-        self.head.fc = nn.Linear(self.config.features, num_classes, dtype=fc.weight.dtype,
-                                 device=fc.weight.device)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Logits of a feature map: global average pool, `head.norm`, `head.fc` (`pre_logits`:
-        the normalised pooled features)."""
-        return self.head(x, pre_logits=pre_logits)
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""
+        return self.head(x, pre_logits=True)

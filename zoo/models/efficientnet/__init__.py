@@ -3,7 +3,7 @@ inverted-residual blocks: conv_dw / conv_pw / conv_pwl, bn1..bn3, se.conv_reduce
 se.conv_expand), conv_head, bn2, classifier; the TensorFlow ports pad as SAME."""
 
 from zoo.models.efficientnet.config import EfficientNetConfig
+from zoo.models.mbconv import MODELS
 from zoo.registry import register
 
-register(EfficientNetConfig, eqx=".eqx:EfficientNet", linen=".linen:EfficientNet",
-         nnx=".nnx:EfficientNet", torch=".torch:EfficientNet")
+register(EfficientNetConfig, **MODELS)

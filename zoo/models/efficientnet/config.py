@@ -53,8 +53,3 @@ class EfficientNetConfig(MBConvNetConfig):
     def head_chs(self) -> int:
         """Channels of conv_head (timm's `num_features`, scaled)."""
         return self.round_chs(self.num_features)
-
-    @property
-    def features(self) -> int:
-        """Channels entering the classifier."""
-        return self.head_chs

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
 from zoo.configs import Axis, Config, ConfigError, Padding, positive
+from zoo.models.intermediates import take_indices
 from zoo.models.mbconv.spec import (
     BlockSpec,
     SqueezeExcite,
@@ -41,6 +43,9 @@ class MBConvNetConfig(Config):
     """
 
     SE: ClassVar[SqueezeExcite] = SqueezeExcite()
+    # timm's MobileNetV3 head: pool, then conv_head (with bias) and act, no norm; otherwise
+    # EfficientNet's: conv_head bn2 act on the feature map, then pool.
+    EFFICIENT_HEAD: ClassVar[bool] = False
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (ResetClassifier("classifier"),
                                                AdaptInputConv("conv_stem.weight"))
     LOSS: ClassVar[str] = "cross_entropy"
@@ -116,10 +121,32 @@ class MBConvNetConfig(Config):
         """timm's feature taps (`forward_intermediates`): 0 the stem, i stage i - 1's output."""
         return stage_ends(self.stages())
 
+    def taps(self, indices: int | Sequence[int] | None, stop_early: bool = False,
+             intermediates_only: bool = False) -> tuple[list[int], int]:
+        """`forward_intermediates`' taps as `(positions in stage_ends, the last)` from timm's
+        `indices` (`take_indices`); an efficient head takes `stop_early` only with
+        `intermediates_only` (as timm's MobileNetV3)."""
+        ends = self.stage_ends
+        take, last = take_indices(len(ends), indices)
+        if self.EFFICIENT_HEAD and stop_early and not intermediates_only:
+            raise ValueError("forward_intermediates: stop_early needs intermediates_only=True "
+                             "(as timm's MobileNetV3)")
+        return [ends[i] for i in take], ends[last]
+
     @property
     def block_chs(self) -> int:
         """Channels of the last stage's output."""
         return self.stages()[-1][-1].out_chs
+
+    @property
+    def head_chs(self) -> int:
+        """Channels of conv_head."""
+        return self.num_features
+
+    @property
+    def features(self) -> int:
+        """Channels entering the classifier (conv_head's)."""
+        return self.head_chs
 
     def conv_padding(self, kernel: int, stride: int) -> int | str:
         """A conv's padding: timm's symmetric one on both sides, or "SAME"."""

@@ -1,9 +1,10 @@
-"""timm's EfficientNet blocks in Equinox: per-sample `(C, H, W)`, BatchNorm statistics in
-`eqx.nn.State`; the same modules and names as `zoo.models.mbconv.torch`."""
+"""timm's EfficientNet blocks and network in Equinox: per-sample `(C, H, W)`, BatchNorm
+statistics in `eqx.nn.State`; the same modules and names as `zoo.models.mbconv.torch`."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -11,8 +12,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.drop_path import block_keys
-from zoo.layers.eqx import BatchNorm, EqxDropPath
-from zoo.models.common import activation
+from zoo.layers.eqx import BatchNorm, EqxDropPath, Linear
+from zoo.models.classifier.eqx import Classifier
+from zoo.models.common import activation, dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -178,3 +181,88 @@ def run_stage(stages: tuple[tuple[Block, ...], ...], i: int, x: Array, state: St
     for j, block in enumerate(stages[i]):
         x, state = block(x, state, key=None if key is None else block_keys(key, b + j))
     return x, state
+
+
+class MBConvNet(Classifier):
+    """timm's `EfficientNet` / `MobileNetV3` of one image, as its config says: conv_stem bn1
+    act, `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
+    dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
+
+    has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
+
+    conv_stem: eqx.nn.Conv2d
+    bn1: BatchNorm
+    blocks: tuple[tuple[Block, ...], ...]
+    conv_head: eqx.nn.Conv2d
+    bn2: BatchNorm | None
+    classifier: Linear
+    dropout: eqx.nn.Dropout
+    config: MBConvNetConfig = eqx.field(static=True)
+
+    def __init__(self, config: MBConvNetConfig, *, key: PRNGKeyArray, dtype=None) -> None:
+        dt = dtype_of(dtype)
+        k_stem, k_blocks, k_head, k_fc = jax.random.split(key, 4)
+        efficient = config.EFFICIENT_HEAD
+        self.conv_stem = conv(config, config.in_channels, config.stem_chs, 3, 2, k_stem, dt)
+        self.bn1 = batch_norm(config, config.stem_chs, dt)
+        self.blocks = blocks(config, k_blocks, dt)
+        self.conv_head = conv(config, config.block_chs, config.head_chs, 1, 1, k_head, dt,
+                              bias=efficient)
+        self.bn2 = None if efficient else batch_norm(config, config.head_chs, dt)
+        self.classifier = Linear(config.features, config.num_classes, key=k_fc, dtype=dt)
+        self.dropout = eqx.nn.Dropout(config.drop_rate)
+        self.config = config
+
+    def __call__(self, x: Array, state: State, *,
+                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        """Logits of one image; `key` (training) draws the drop paths and the dropout."""
+        (x, _), state = self.forward_intermediates(x, state, indices=1, key=key)
+        head_key = None if key is None else block_keys(key, sum(map(len, self.blocks)))
+        return self.forward_head(x, key=head_key), state
+
+    def forward_intermediates(
+            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
+            intermediates_only: bool = False, *, key: PRNGKeyArray | None = None,
+    ) -> tuple[Any, State]:
+        """timm's, per image, with the state: `((features, taps), state)` or, with
+        `intermediates_only`, `(taps, state)`; the taps are the feature maps at
+        `config.stage_ends` (0: after the stem, i: after stage i - 1), each `(C, H, W)` for
+        `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n taps
+        (int), those listed, or all (None); `stop_early` skips the stages after the last one
+        taken (and then the head conv, as timm's; with an efficient head only with
+        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
+        del norm
+        take, last = self.config.taps(indices, stop_early, intermediates_only)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape, batched=False)
+        act = activation(self.config.act)
+        x, state = self.bn1(self.conv_stem(x), state)
+        x = act(x)
+        taps = [x] if 0 in take else []
+        stages = last if stop_early else len(self.blocks)
+        for i in range(stages):
+            x, state = run_stage(self.blocks, i, x, state, key)
+            if i + 1 in take:
+                taps.append(x)
+        perm = permutation("NCHW", output_fmt, batched=False)
+        taps = [t.transpose(perm) for t in taps]
+        if intermediates_only:
+            return taps, state
+        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
+            x, state = self.bn2(self.conv_head(x), state)
+            x = act(x)
+        return (x, taps), state
+
+    def pre_logits(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (`key`: its mask, in training)."""
+        if self.config.EFFICIENT_HEAD:
+            x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
+            x = activation(self.config.act)(x).reshape(-1)
+        else:
+            x = jnp.mean(x, axis=(1, 2))
+        return self.dropout(x, key=key)

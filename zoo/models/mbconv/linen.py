@@ -1,9 +1,10 @@
-"""timm's EfficientNet blocks in Flax Linen: batched `(N, H, W, C)`, statistics in
-`batch_stats`; the same modules and names as `zoo.models.mbconv.torch` (Linen names the stage
-lists `blocks_0_1`; the converters read `blocks.0.1`)."""
+"""timm's EfficientNet blocks and network in Flax Linen: batched `(N, H, W, C)`, statistics
+in `batch_stats`; the same modules and names as `zoo.models.mbconv.torch` (Linen names the
+stage lists `blocks_0_1`; the converters read `blocks.0.1`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -12,7 +13,9 @@ import jax.numpy as jnp
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import LinenDropPath
+from zoo.models.classifier.linen import Classifier
 from zoo.models.common import activation, dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -156,3 +159,74 @@ def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
     for j, block in enumerate(stages[i]):
         x = block(x, train=train, key=None if keys is None else block_keys(keys, b + j))
     return x
+
+
+class MBConvNet(Classifier):
+    """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
+    `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
+    dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
+
+    config: MBConvNetConfig
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        self.conv_stem = conv(cfg, cfg.stem_chs, 3, 2, dt)
+        self.bn1 = batch_norm(cfg, dt)
+        self.blocks = blocks(cfg, self.param_dtype)
+        self.conv_head = conv(cfg, cfg.head_chs, 1, 1, dt, bias=cfg.EFFICIENT_HEAD)
+        self.bn2 = None if cfg.EFFICIENT_HEAD else batch_norm(cfg, dt)
+        self.classifier = nn.Dense(cfg.num_classes, param_dtype=dt)
+        self.dropout = nn.Dropout(cfg.drop_rate)
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        """Logits; in training the drop paths draw from `key` (one raw key: the masks the
+        Equinox and NNX models draw from it) or the "dropout" stream, as the dropout does."""
+        x = self.forward_intermediates(x, indices=1, train=train, key=key)[0]
+        return self.forward_head(x, train=train)
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
+            intermediates_only: bool = False, *, train: bool = False,
+            key: jax.Array | None = None) -> Any:
+        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
+        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
+        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
+        listed, or all (None); `stop_early` skips the stages after the last one taken (and
+        then the head conv, as timm's; with an efficient head only with
+        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing. Call it with
+        `module.apply(variables, x, method="forward_intermediates", ...)`."""
+        del norm
+        take, last = self.config.taps(indices, stop_early, intermediates_only)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape, channels_last=True)
+        act, ura = activation(self.config.act), not train
+        keys = sample_keys(self, self.config, x, train, key)
+        x = act(self.bn1(self.conv_stem(x), use_running_average=ura))
+        taps = [x] if 0 in take else []
+        stages = last if stop_early else len(self.blocks)
+        for i in range(stages):
+            x = run_stage(self.blocks, i, x, train, keys)
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
+        if intermediates_only:
+            return taps
+        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
+            x = act(self.bn2(self.conv_head(x), use_running_average=ura))
+        return x, taps
+
+    def pre_logits(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training)."""
+        if self.config.EFFICIENT_HEAD:
+            x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
+            x = activation(self.config.act)(x).reshape(x.shape[0], -1)
+        else:
+            x = jnp.mean(x, axis=(1, 2))
+        return self.dropout(x, deterministic=not train)

@@ -1,8 +1,9 @@
-"""timm's EfficientNet blocks in Flax NNX: batched `(N, H, W, C)`, statistics in
+"""timm's EfficientNet blocks and network in Flax NNX: batched `(N, H, W, C)`, statistics in
 `nnx.BatchStat` variables; the same modules and names as `zoo.models.mbconv.torch`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -11,7 +12,9 @@ from flax import nnx
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import NNXDropPath
-from zoo.models.common import activation
+from zoo.models.classifier.nnx import Classifier
+from zoo.models.common import activation, dtype_of
+from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -156,3 +159,75 @@ def run_stage(stages: nnx.List, i: int, x: jax.Array, keys: jax.Array | None) ->
     for j, block in enumerate(stages[i]):
         x = block(x, key=None if keys is None else block_keys(keys, b + j))
     return x
+
+
+class MBConvNet(Classifier):
+    """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
+    `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
+    dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
+    with bias, act, dropout, classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
+
+    def __init__(self, config: MBConvNetConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
+        dt, efficient = dtype_of(param_dtype), config.EFFICIENT_HEAD
+        self.config = config
+        self.conv_stem = conv(config, config.in_channels, config.stem_chs, 3, 2, dt, rngs)
+        self.bn1 = batch_norm(config, config.stem_chs, dt, rngs)
+        self.blocks = blocks(config, dt, rngs)
+        self.conv_head = conv(config, config.block_chs, config.head_chs, 1, 1, dt, rngs,
+                              bias=efficient)
+        self.bn2 = None if efficient else batch_norm(config, config.head_chs, dt, rngs)
+        self.classifier = nnx.Linear(config.features, config.num_classes, param_dtype=dt,
+                                     rngs=rngs)
+        self.dropout = nnx.Dropout(config.drop_rate)
+
+    def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        """Logits; in training (`model.train()`) the drop paths and the dropout draw from
+        `rngs` (a raw key draws the masks the Equinox model draws from it)."""
+        x = self.forward_intermediates(x, indices=1, rngs=rngs)[0]
+        if isinstance(rngs, jax.Array):
+            rngs = block_keys(rngs, sum(map(len, self.blocks)))
+        return self.forward_head(x, rngs=rngs)
+
+    def forward_intermediates(
+            self, x: jax.Array, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
+            intermediates_only: bool = False, *, rngs: Any = None,
+    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
+        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
+        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
+        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
+        listed, or all (None); `stop_early` skips the stages after the last one taken (and
+        then the head conv, as timm's; with an efficient head only with
+        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
+        del norm
+        take, last = self.config.taps(indices, stop_early, intermediates_only)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape, channels_last=True)
+        act = activation(self.config.act)
+        keys = sample_keys(self.config, x, rngs, not self.dropout.deterministic)
+        x = act(self.bn1(self.conv_stem(x)))
+        taps = [x] if 0 in take else []
+        stages = last if stop_early else len(self.blocks)
+        for i in range(stages):
+            x = run_stage(self.blocks, i, x, keys)
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
+        if intermediates_only:
+            return taps
+        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
+            x = act(self.bn2(self.conv_head(x)))
+        return x, taps
+
+    def pre_logits(self, x: jax.Array, *,
+                   rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training, from `rngs`)."""
+        if self.config.EFFICIENT_HEAD:
+            x = self.conv_head(jnp.mean(x, axis=(1, 2), keepdims=True))
+            x = activation(self.config.act)(x).reshape(x.shape[0], -1)
+        else:
+            x = jnp.mean(x, axis=(1, 2))
+        return self.dropout(x, rngs=rngs)

@@ -1,17 +1,20 @@
-"""timm's EfficientNet blocks in PyTorch, module for module (so their state_dict keys are
-timm's): `DepthwiseSeparable` (conv_dw bn1 [se] conv_pw bn2), `InvertedResidual` (conv_pw bn1
-conv_dw bn2 [se] conv_pwl bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce
-conv_expand), built from `spec.BlockSpec`s."""
+"""timm's EfficientNet blocks and network in PyTorch, module for module (so their state_dict
+keys are timm's): `MBConvNet` (timm's `EfficientNet` and `MobileNetV3`), `DepthwiseSeparable`
+(conv_dw bn1 [se] conv_pw bn2), `InvertedResidual` (conv_pw bn1 conv_dw bn2 [se] conv_pwl
+bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce conv_expand), built from
+`spec.BlockSpec`s."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath
+from zoo.models.classifier.torch import Classifier
+from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 from zoo.models.resnet.torch import Conv2dSame
@@ -126,3 +129,64 @@ def blocks(config: MBConvNetConfig) -> nn.Sequential:
     """`blocks.i.j`: one Sequential per stage."""
     return nn.Sequential(*(nn.Sequential(*(BLOCKS[s.type](config, s) for s in stage))
                            for stage in config.stages()))
+
+
+class MBConvNet(Classifier):
+    """timm's `EfficientNet` / `MobileNetV3` (the reference implementation, batched
+    `(N, C, H, W)`), as its config says: conv_stem bn1 act, `blocks.i.j`, then EfficientNet's
+    head (conv_head bn2 act on the feature map, pool, dropout, classifier) or, with
+    `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head with bias, act, dropout,
+    classifier).
+    `forward_features` is the map before pooling: the head conv's, or the last stage's before
+    an efficient head."""
+
+    def __init__(self, config: MBConvNetConfig) -> None:
+        super().__init__()
+        efficient = config.EFFICIENT_HEAD
+        self.config = config
+        self.conv_stem = conv(config, config.in_channels, config.stem_chs, 3, 2)
+        self.bn1 = batch_norm(config, config.stem_chs)
+        self.blocks = blocks(config)
+        self.conv_head = conv(config, config.block_chs, config.head_chs, 1, bias=efficient)
+        self.bn2 = None if efficient else batch_norm(config, config.head_chs)
+        self.classifier = nn.Linear(config.features, config.num_classes)
+
+    def forward_intermediates(
+            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
+            intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """timm's: the feature maps at `config.stage_ends` (0: after the stem, i: after stage
+        i - 1: where the next stage strides, and the last), in `output_fmt` ("NCHW" or
+        "NHWC"). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
+        skips the stages after the last one taken (and then the head conv, as timm's; with an
+        efficient head only with `intermediates_only`, as timm's MobileNetV3); `norm` changes
+        nothing. Returns `(features, taps)`, or the taps."""
+        del norm
+        take, last = self.config.taps(indices, stop_early, intermediates_only)
+        check_format(output_fmt, MAPS)
+        self.config.check_input(x.shape)
+        act = ACTIVATIONS[self.config.act]
+        x = act(self.bn1(self.conv_stem(x)))
+        taps = [x] if 0 in take else []
+        stages = last if stop_early else len(self.blocks)
+        for i in range(stages):
+            x = self.blocks[i](x)
+            if i + 1 in take:
+                taps.append(x)
+        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
+        if intermediates_only:
+            return taps
+        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
+            x = act(self.bn2(self.conv_head(x)))
+        return x, taps
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The classifier's input from a feature map: global average pool (then an efficient
+        head's conv_head and act), dropout (in training)."""
+        if self.config.EFFICIENT_HEAD:
+            x = self.conv_head(x.mean(dim=(2, 3), keepdim=True))
+            x = ACTIVATIONS[self.config.act](x).flatten(1)
+        else:
+            x = x.mean(dim=(2, 3))
+        return F.dropout(x, self.config.drop_rate, self.training)

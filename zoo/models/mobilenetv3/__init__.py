@@ -2,8 +2,8 @@
 conv_pwl, bn1..bn3, se.conv_reduce / se.conv_expand; the last stage conv, bn1), conv_head,
 classifier; hard-swish, hard-sigmoid gated squeeze-and-excitation, the efficient head."""
 
+from zoo.models.mbconv import MODELS
 from zoo.models.mobilenetv3.config import MobileNetV3Config
 from zoo.registry import register
 
-register(MobileNetV3Config, eqx=".eqx:MobileNetV3", linen=".linen:MobileNetV3",
-         nnx=".nnx:MobileNetV3", torch=".torch:MobileNetV3")
+register(MobileNetV3Config, **MODELS)

@@ -40,6 +40,7 @@ class MobileNetV3Config(MBConvNetConfig):
     }
     SE: ClassVar[SqueezeExcite] = SqueezeExcite(gate="hard_sigmoid", act="relu", from_exp=True,
                                                 divisible=True)
+    EFFICIENT_HEAD: ClassVar[bool] = True
     # The small model's first stages: a strided depthwise-separable block with SE (the stem is
     # tapped), an inverted residual without and one with SE and a skip, the 1x1 conv stage.
     TINY: ClassVar[dict[str, Any]] = {
@@ -56,8 +57,3 @@ class MobileNetV3Config(MBConvNetConfig):
     arch_def: tuple[tuple[str, ...], ...] = LARGE
     stem_size: int = 16
     act: Activation = "hard_swish"
-
-    @property
-    def features(self) -> int:
-        """Channels entering the classifier (conv_head's, timm's `head_hidden_size`)."""
-        return self.num_features

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.eqx import BatchNorm, Linear, with_new_head
+from zoo.layers.eqx import BatchNorm, Linear
+from zoo.models.classifier.eqx import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
@@ -112,8 +113,9 @@ BLOCKS: dict[str, type[BasicBlock | Bottleneck]] = {"basic": BasicBlock,
 Stage = tuple[BasicBlock | Bottleneck, ...]
 
 
-class ResNet(eqx.Module):
+class ResNet(Classifier):
     has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
+    CLASSIFIER: ClassVar[str] = "fc"
 
     conv1: eqx.nn.Conv2d
     bn1: BatchNorm
@@ -144,11 +146,6 @@ class ResNet(eqx.Module):
                  key: PRNGKeyArray | None = None) -> tuple[Array, State]:
         features, state = self.forward_features(x, state)
         return self.forward_head(features), state
-
-    def forward_features(self, x: Array, state: State) -> tuple[Array, State]:
-        """The last stage's feature map `(C', H', W')` of one image, before pooling (timm's)."""
-        (x, _), state = self.forward_intermediates(x, state, indices=1)
-        return x, state
 
     def forward_intermediates(
             self, x: Array, state: State, indices: int | Sequence[int] | None = None,
@@ -181,13 +178,7 @@ class ResNet(eqx.Module):
         taps = [t.transpose(perm) for t in taps]
         return (taps if intermediates_only else (x, taps)), state
 
-    def reset_classifier(self, num_classes: int, *, key: PRNGKeyArray) -> ResNet:
-        """A new model whose `fc` is a fresh Equinox Linear for `num_classes` (and whose
-        config says so); this one is not changed."""
-        return with_new_head(self, "fc", self.config.features, num_classes, key=key)
 
-    def forward_head(self, x: Array, pre_logits: bool = False) -> Array:
-        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
-        features)."""
-        pooled = jnp.mean(x, axis=(1, 2))
-        return pooled if pre_logits else self.fc(pooled)
+    def pre_logits(self, x: Array) -> Array:
+        """The global average pool of a feature map (the input of `fc`)."""
+        return jnp.mean(x, axis=(1, 2))

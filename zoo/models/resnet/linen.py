@@ -6,14 +6,14 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models.classifier.linen import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
@@ -95,7 +95,9 @@ class Bottleneck(nn.Module):
 BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-class ResNet(nn.Module):
+class ResNet(Classifier):
+    CLASSIFIER: ClassVar[str] = "fc"
+
     config: ResNetConfig
     param_dtype: str = "float32"
 
@@ -110,11 +112,6 @@ class ResNet(nn.Module):
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         return self.forward_head(self.forward_features(x, train=train))
-
-    def forward_features(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's); call it with
-        `module.apply(variables, x, method="forward_features")`."""
-        return self.forward_intermediates(x, indices=1, train=train)[0]
 
     def forward_intermediates(
             self, x: jax.Array, indices: int | Sequence[int] | None = None,
@@ -144,18 +141,6 @@ class ResNet(nn.Module):
         taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, variables: Any, num_classes: int, *, key: jax.Array
-                         ) -> tuple[nn.Module, Any]:
-        """`(module, variables)` whose `fc` is a fresh Flax Dense for `num_classes` (and
-        whose config says so); this module and `variables` are not changed."""
-        config = dataclasses.replace(self.config, num_classes=num_classes)
-        dense = nn.Dense(num_classes, param_dtype=dtype_of(self.param_dtype), parent=None)
-        new = dense.init(key, jnp.zeros((1, self.config.features), dtype_of(self.param_dtype)))
-        params = {**variables["params"], "fc": new["params"]}
-        return self.clone(config=config), {**variables, "params": params}
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
-        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
-        features)."""
-        pooled = jnp.mean(x, axis=(1, 2))
-        return pooled if pre_logits else self.fc(pooled)
+    def pre_logits(self, x: jax.Array) -> jax.Array:
+        """The global average pool of a feature map (the input of `fc`)."""
+        return jnp.mean(x, axis=(1, 2))

@@ -6,13 +6,14 @@ Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nn
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.models.classifier.nnx import Classifier
 from zoo.models.common import dtype_of
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
@@ -86,7 +87,9 @@ class Bottleneck(nnx.Module):
 BLOCKS: dict[str, type[nnx.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-class ResNet(nnx.Module):
+class ResNet(Classifier):
+    CLASSIFIER: ClassVar[str] = "fc"
+
     def __init__(self, config: ResNetConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
         dt = dtype_of(param_dtype)
         self.config = config
@@ -99,10 +102,6 @@ class ResNet(nnx.Module):
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         return self.forward_head(self.forward_features(x))
-
-    def forward_features(self, x: jax.Array) -> jax.Array:
-        """The last stage's feature map `(N, H', W', C')`, before pooling (timm's)."""
-        return self.forward_intermediates(x, indices=1)[0]
 
     def forward_intermediates(
             self, x: jax.Array, indices: int | Sequence[int] | None = None,
@@ -132,15 +131,6 @@ class ResNet(nnx.Module):
         taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, num_classes: int, *, rngs: nnx.Rngs) -> None:
-        """A new `fc` for `num_classes`, initialised by NNX (in place, as timm's; the config
-        follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        self.fc = nnx.Linear(self.config.features, num_classes,
-                                param_dtype=self.fc.kernel.dtype, rngs=rngs)
-
-    def forward_head(self, x: jax.Array, pre_logits: bool = False) -> jax.Array:
-        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
-        features)."""
-        pooled = jnp.mean(x, axis=(1, 2))
-        return pooled if pre_logits else self.fc(pooled)
+    def pre_logits(self, x: jax.Array) -> jax.Array:
+        """The global average pool of a feature map (the input of `fc`)."""
+        return jnp.mean(x, axis=(1, 2))

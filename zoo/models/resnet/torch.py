@@ -3,13 +3,14 @@ torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.models.classifier.torch import Classifier
 from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig, same_pads
 
@@ -102,7 +103,9 @@ class Bottleneck(nn.Module):
 BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-class ResNet(nn.Module):
+class ResNet(Classifier):
+    CLASSIFIER: ClassVar[str] = "fc"
+
     def __init__(self, config: ResNetConfig) -> None:
         super().__init__()
         self.config = config
@@ -113,13 +116,6 @@ class ResNet(nn.Module):
             setattr(self, f"layer{i + 1}", nn.Sequential(
                 *(BLOCKS[config.block](config, spec) for spec in blocks)))
         self.fc = nn.Linear(config.features, config.num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The last stage's feature map `(N, C', H', W')`, before pooling (timm's)."""
-        return self.forward_intermediates(x, indices=1)[0]
 
     def forward_intermediates(
             self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
@@ -145,15 +141,6 @@ class ResNet(nn.Module):
         taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
         return taps if intermediates_only else (x, taps)
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new `fc` for `num_classes`, initialised by PyTorch (in place, as timm's; the
-        config follows)."""
-        self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        self.fc = nn.Linear(self.config.features, num_classes, dtype=self.fc.weight.dtype,
-                               device=self.fc.weight.device)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Logits of a feature map: global average pool, `fc` (`pre_logits`: the pooled
-        features)."""
-        pooled = x.mean(dim=(2, 3))
-        return pooled if pre_logits else self.fc(pooled)
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The global average pool of a feature map (the input of `fc`)."""
+        return x.mean(dim=(2, 3))
