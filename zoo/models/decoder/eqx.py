@@ -1,7 +1,7 @@
 """The decoder body in Equinox, one sequence `(L,)` per call (batched with vmap): the modules a
 `DecoderSpec` declares, named as its `Names` say (`Block` and `Decoder` take their fields from
-the names: `named`). A tied head is `h @ embedding.weight.T` (no array of its own). Decoding
-threads an explicit `KVCache` through the call (`init_cache`)."""
+the names: `named`). A tied head is `h @ embedding.weight.T` (`contract`: no array of its own,
+no transpose). Decoding threads an explicit `KVCache` through the call (`init_cache`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, write_cache
+from zoo.layers.dense import contract
 from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, RMSNorm
 from zoo.models.common import activation, dtype_of
 from zoo.models.decoder.spec import DecoderSpec
@@ -289,7 +290,7 @@ class CausalLM(eqx.Module):
         self.config.check_input(input_ids.shape, batched=False)
         body = self.body()
         h, written = body(input_ids, attention_mask, position_ids, cache, key)
-        logits = (h @ body.embedding().weight.T if self.lm_head is None
+        logits = (contract(h, body.embedding().weight) if self.lm_head is None
                   else _tokenwise(self.lm_head, h))
         return logits if cache is None else (logits, cache.updated(written, len(input_ids)))
 

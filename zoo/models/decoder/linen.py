@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.dense import contract
 from zoo.layers.linen import Conv1D, LayerNorm, RMSNorm, cache_index, cached_kv
 from zoo.models.common import activation, dtype_of
 from zoo.models.decoder.spec import DecoderSpec
@@ -196,8 +197,12 @@ class Decoder(nn.Module):
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
-        """The tied head's logits: `h @ embedding.T` (`nn.Embed.attend`)."""
-        return getattr(self, self.spec.names.embedding).attend(h)
+        """The tied head's logits: `h @ embedding.T`, promoted as `nn.Embed.attend` does, with
+        the table read where it lies (`zoo.layers.dense.contract`)."""
+        embed = getattr(self, self.spec.names.embedding)
+        table = embed.embedding
+        dtype = embed.dtype or jnp.result_type(h, table)
+        return contract(h.astype(dtype), table.astype(dtype))
 
 
 class CausalLM(nn.Module):

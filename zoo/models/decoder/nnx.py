@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.dense import contract
 from zoo.layers.nnx import Conv1D, LayerNorm, RMSNorm, cached_kv, init_kv_cache
 from zoo.models.common import activation, dtype_of
 from zoo.models.decoder.spec import DecoderSpec
@@ -200,8 +201,12 @@ class Decoder(nnx.Module):
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
-        """The tied head's logits: `h @ embedding.T` (`nnx.Embed.attend`)."""
-        return getattr(self, self.spec.names.embedding).attend(h)
+        """The tied head's logits: `h @ embedding.T`, promoted as `nnx.Embed.attend` does, with
+        the table read where it lies (`zoo.layers.dense.contract`)."""
+        embed = getattr(self, self.spec.names.embedding)
+        table = embed.embedding[...]
+        dtype = embed.dtype or jnp.result_type(h, table)
+        return contract(h.astype(dtype), table.astype(dtype))
 
 
 class CausalLM(nnx.Module):
