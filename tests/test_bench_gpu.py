@@ -54,7 +54,7 @@ def test_dry_run_runs_every_part_and_records_what_it_measured(tmp_path):
     plan = json.loads((device / "gpu-plan.json").read_text())
     planned = [s["entry"] for s in plan["slots"]]
     assert len(planned) == sum(len(p.runs) for p in gpu.PARTS)
-    bench = [r for r in records.values() if r["kind"] in ("model", "dispatch", "generation")]
+    bench = [r for r in records.values() if r.get("kind") in ("model", "dispatch", "generation")]
     assert sorted(r["command"] for r in bench) == sorted(
         "python -m zoo.bench " + " ".join(e["argv"]) for e in planned)
     for r in bench:

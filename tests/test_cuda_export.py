@@ -75,7 +75,7 @@ def test_the_gpu_runs_models_lower_for_cuda_at_full_size(monkeypatch):
             step = subject.fast_train()
             exported = jax.export.export(step.jitted, platforms=["cuda"])(*step.leaves, xs, ys)
             assert exported.out_avals[-1].shape == ()
-    for arch, name, _ in gpu.MODEL_PRESETS:
+    for arch, name, *_ in gpu.MODEL_PRESETS:
         preset = find_preset(name, arch)
         config = build_config(preset.arch, preset.config, "auto")
         x = jax.ShapeDtypeStruct((preset.batch, *config.input_shape), "float32")
