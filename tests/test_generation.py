@@ -29,6 +29,7 @@ from tests.lm_reference import QUICK, VARIANTS, hf_model_of, padded_batch, relat
 from zoo.generation import Settings
 from zoo.generation.loop import Generator, bucket
 from zoo.layers.dense import contract
+from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -257,8 +258,7 @@ def test_equinox_decode_step_copies_no_weight() -> None:
     x = np.random.default_rng(0).standard_normal((2, 3, embedding.shape[1]), np.float32)
     compiled = jax.jit(contract).lower(x, embedding).compile().as_text()
     assert " transpose(" not in compiled
-    np.testing.assert_allclose(contract(x, embedding), x @ np.asarray(embedding).T, rtol=1e-5,
-                               atol=1e-6)
+    assert_close(contract(x, embedding), x @ np.asarray(embedding).T)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
