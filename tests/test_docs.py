@@ -290,8 +290,6 @@ WAYS: list[Way] = [
         append=("--sizes", "vit-tiny", "--sources", "safetensors", "--targets", "eqx")),
     Way(r"zoo\.bench (presets|xla-flags)$"),
     Way(r"mine\.safetensors", "documented as refused", status=1),
-    Way(r"unet3d --preset tiny --dtype bfloat16 --mode train", "documented as refused by the "
-        "fairness check (exit 3)", append=ONE_ROUND, status=3),
     Way(r"^python -m converters (convert|inspect) "),
     Way(r"--mode (prefill|decode)", "a few tokens of the tiny config in one library (every "
         "library's run: tests/test_bench_generation.py)",
