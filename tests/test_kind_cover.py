@@ -54,7 +54,7 @@ def test_it(case, mode):
     pass
 """)
     pytester.makeini("[pytest]\nmarkers =\n    exhaustive: x\n")
-    assert pytester.runpytest_inprocess("-p", "no:xdist").parseoutcomes() == {
+    assert pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:benchmark").parseoutcomes() == {
         "passed": 2, "deselected": 4}
-    assert pytester.runpytest_inprocess("-p", "no:xdist", "--exhaustive").parseoutcomes() == {
+    assert pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:benchmark", "--exhaustive").parseoutcomes() == {
         "passed": 6}

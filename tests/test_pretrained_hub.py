@@ -277,4 +277,4 @@ def test_classify_gives_timms_probabilities(hub):
     best = np.argsort(-probs)[:5]
     names = zoo.labels("imagenet-1k")
     assert [n for n, _ in got] == [names[i] for i in best]
-    assert_close([p for _, p in got], probs[best])
+    assert_close(np.array([p for _, p in got]), probs[best])
