@@ -29,6 +29,7 @@ import pytest
 
 import tests.toy_architecture  # noqa: F401  (an architecture registered only for the tests)
 import zoo
+from tests.kind_cover import covering_archs
 from zoo import precision
 from zoo.testing import pinned_fact
 
@@ -53,9 +54,14 @@ def torch_marked(cases: Iterable[Any]) -> list[Any]:
 precision.set_global(precision.EXACT)
 
 # The suite checks functions, not XLA's optimiser: programs compile with most optimisations off,
-# which takes about 40% less compile time on CPU (the benchmarks compile as users do).
-# ZOO_TEST_OPTIMIZED=1 runs the suite on fully optimised programs.
-jax.config.update("jax_disable_most_optimizations", os.environ.get("ZOO_TEST_OPTIMIZED") != "1")
+# which takes about 40% less compile time on CPU; so do the commands and examples the tests run
+# in fresh interpreters (they inherit the variable). The benchmarks compile as users do outside
+# the suite; ZOO_TEST_OPTIMIZED=1 runs the suite on fully optimised programs, and a test of
+# XLA's optimiser itself clears the variable for its own process (tests/test_xla_cpu_repros.py).
+UNOPTIMIZED = os.environ.get("ZOO_TEST_OPTIMIZED") != "1"
+if UNOPTIMIZED:
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true"
+jax.config.update("jax_disable_most_optimizations", UNOPTIMIZED)
 
 
 # The quick subset (`pytest --quick`, README): one architecture per kind of layer through the
@@ -68,7 +74,9 @@ QUICK_ARCHS = frozenset({"cnn", "vit", "llama"})
 # Property tests (hypothesis) draw this share of their examples in the quick subset.
 QUICK_EXAMPLES_SHARE = 0.25
 # A test marked `whole_model` runs a whole model through every format, optimizer or library: the
-# path is the same for every architecture, so the subset runs it for this one only.
+# path is the same for every architecture, so the subset runs it for this one only, and the
+# default suite for the kind cover's architectures (tests.kind_cover: every layer kind, loss and
+# input) and this one; the others' cases are `exhaustive` (`--exhaustive` runs them).
 QUICK_WHOLE_MODEL_ARCH = "cnn"
 # Whole programs end to end, multi-device and multi-process runs, sweeps over every method,
 # damaged byte or kill point, the conv-transpose architectures (their layer rule stays in the
@@ -169,10 +177,27 @@ def _outside_quick(item: pytest.Item) -> bool:
     return variant or bool(archs - QUICK_ARCHS)
 
 
+def _whole_model_beyond_cover(item: pytest.Item) -> bool:
+    """A `whole_model` case of a variant, or of architectures all outside the kind cover and
+    QUICK_WHOLE_MODEL_ARCH."""
+    if not item.get_closest_marker("whole_model"):
+        return False
+    params = getattr(item, "callspec", None)
+    values = params.params.values() if params is not None else ()
+    if any(isinstance(v, str) and v in CASE_IDS and v not in zoo.ARCHS for v in values):
+        return True
+    archs = {a for a in map(_architecture_of, values) if a is not None}
+    return bool(archs) and not archs & {*covering_archs(tuple(zoo.ARCHS)), QUICK_WHOLE_MODEL_ARCH}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`--quick` keeps the quick subset; without `--exhaustive`, the cases a rotation leaves out
-    of a cross product (`tests.kind_cover.cover`) are deselected;
-    `@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU behaviour, skipped elsewhere."""
+    of a cross product (`tests.kind_cover.cover`) and the `whole_model` cases beyond the kind
+    cover are deselected; `@pytest.mark.cpu_only(reason=...)`: a test of XLA:CPU behaviour,
+    skipped elsewhere."""
+    for item in items:
+        if _whole_model_beyond_cover(item):
+            item.add_marker(pytest.mark.exhaustive)
     if not config.getoption("--exhaustive"):
         rest = [item for item in items if item.get_closest_marker("exhaustive")]
         if rest:

@@ -77,15 +77,21 @@ def latin(xs: Sequence[Combo], ys: Sequence[Combo]) -> list[Any]:
 
 
 def cover(cases: Sequence[Any], combos: Sequence[Combo], *, per_case: int = 1,
-          full: Callable[[Any], bool] = lambda case: False) -> list[Any]:
-    """The cross product `cases` x `combos` as pytest params `(case, *combo)`; those outside
+          full: Callable[[Any], bool] = lambda case: False,
+          ids: Sequence[str] | None = None) -> list[Any]:
+    """The cross product `cases` x `combos` as pytest params `(*case, *combo)`; those outside
     the rotation (`rotation`) are marked `exhaustive`, which the suite runs with `--exhaustive`
-    only. Cases for which `full(case)` holds take every combo."""
+    only. Cases for which `full(case)` (its first value) holds take every combo. A case is a
+    value, a tuple of values (named by `ids`) or a pytest.param (its marks kept)."""
+    cases = ([_param(c) for c in cases] if ids is None else
+             [pytest.param(*(c if isinstance(c, tuple) else (c,)), id=i)
+              for c, i in zip(cases, ids, strict=True)])
     combos = [_param(c) for c in combos]
     chosen = rotation(len(cases), len(combos), per_case)
-    return [pytest.param(case, *combo.values, id=f"{case}-{combo.id}",
-                         marks=(*combo.marks, *(() if full(case) or j in chosen[i]
-                                                else (pytest.mark.exhaustive,))))
+    return [pytest.param(*case.values, *combo.values, id=f"{case.id}-{combo.id}",
+                         marks=(*case.marks, *combo.marks,
+                                *(() if full(case.values[0]) or j in chosen[i]
+                                  else (pytest.mark.exhaustive,))))
             for i, case in enumerate(cases) for j, combo in enumerate(combos)]
 
 

@@ -276,8 +276,9 @@ WAYS: list[Way] = [
     Way(r"ARCH --mesh", "the vit form's run on another arch (JAX has started here)", parse=True),
     Way(r"--mesh", "host devices are made before JAX starts: a fresh interpreter; a batch that "
         "splits over 8", append=(*TINY, "--batch", "8"), fresh=True),
-    Way(r"--xla-cpu-flags", "XLA_FLAGS are set before JAX starts: a fresh interpreter",
-        append=TINY, fresh=True),
+    Way(r"--xla-cpu-flags", "XLA_FLAGS are set before JAX starts: a fresh interpreter; the "
+        "forward pass (the flags reach every program alike)",
+        append=(*TINY, "--mode", "forward"), fresh=True),
     Way(r"zoo\.bench dispatch --record", "the record: one workload (every one runs above)",
         append=("--tiny", "--workload", "identity", "--rounds", "1", "--budget", "0.0002",
                 "--no-progress")),

@@ -25,6 +25,7 @@ import pytest
 
 import converters
 import zoo
+from tests.kind_cover import cover
 from tests.lm_reference import QUICK, VARIANTS, hf_model_of, padded_batch, relative
 from zoo.generation import Settings
 from zoo.generation.loop import Generator, bucket
@@ -76,8 +77,7 @@ def _hf_generate(name: str, ids: np.ndarray, mask: np.ndarray, **kwargs) -> np.n
     return out.numpy()
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("name", _names())
+@pytest.mark.parametrize(("name", "impl"), cover(_names(), IMPLS, per_case=2))
 def test_greedy_equals_transformers(name: str, impl: str) -> None:
     ids, mask = _prompts(name)
     model = _model(name, impl)

@@ -41,6 +41,9 @@ def test_latin_windows_take_every_x_once_and_turn_the_ys():
                if c.values[0] == "nnx")
 
 
+INNER = ("-p", "no:xdist", "-p", "no:benchmark")  # the inner run: in this process, quiet
+
+
 def test_exhaustive_cases_are_deselected_by_default(pytester: pytest.Pytester):
     pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
                           "from tests.conftest import pytest_addoption, "
@@ -54,7 +57,7 @@ def test_it(case, mode):
     pass
 """)
     pytester.makeini("[pytest]\nmarkers =\n    exhaustive: x\n")
-    assert pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:benchmark").parseoutcomes() == {
+    assert pytester.runpytest_inprocess(*INNER).parseoutcomes() == {
         "passed": 2, "deselected": 4}
-    assert pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:benchmark", "--exhaustive").parseoutcomes() == {
+    assert pytester.runpytest_inprocess(*INNER, "--exhaustive").parseoutcomes() == {
         "passed": 6}

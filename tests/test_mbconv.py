@@ -20,6 +20,7 @@ import pytest
 
 import converters
 import zoo
+from tests.kind_cover import cover
 from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
 from zoo import precision
 from zoo.registry import schema
@@ -178,8 +179,7 @@ def _check_every_library(name: str, impl: str, *, full: bool, size, batch, grads
             np.testing.assert_allclose(got_grads[k], g, rtol=RTOL, atol=RTOL * top, err_msg=k)
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("name", REDUCED)
+@pytest.mark.parametrize(("name", "impl"), cover(REDUCED, zoo.IMPLS, per_case=2))
 def test_one_block_per_stage_in_every_library_is_timms(name, impl):
     """EfficientNet-B0 (and its TensorFlow port's SAME padding and eps), MobileNetV3 large and
     small at their widths, one block per stage: timm's logits in eval and train mode in every

@@ -13,6 +13,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import HAVE_TORCH, torch_marked
+from tests.kind_cover import cover, in_kind_cover
 from tests.timm_mbconv import timm_model
 from zoo.testing import assert_close
 
@@ -38,8 +39,8 @@ def _outputs(model, impl: str, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
-@pytest.mark.parametrize(("case", "config"), CASES, ids=[c for c, _ in CASES])
+@pytest.mark.parametrize(("case", "config", "impl"), cover(
+    CASES, zoo.JAX_IMPLS, ids=[c for c, _ in CASES], full=in_kind_cover))
 def test_features_and_head_agree_with_torch(case, config, impl):
     x = np.asarray(zoo.example_input(config, batch=2, seed=1))
     want = _outputs(zoo.create(config, "torch", seed=0), "torch", x)
@@ -109,8 +110,8 @@ def _reset(model, impl: str, num_classes: int):
     return net if state is None else (net, state)
 
 
-@pytest.mark.parametrize("impl", torch_marked(zoo.IMPLS))
-@pytest.mark.parametrize(("case", "config"), CASES[:len(ARCHS)], ids=list(ARCHS))
+@pytest.mark.parametrize(("case", "config", "impl"), cover(
+    CASES[:len(ARCHS)], torch_marked(zoo.IMPLS), ids=list(ARCHS), per_case=2))
 def test_reset_classifier(case, config, impl):
     """A new classifier for 3 classes: the features are kept, the logits have 3 classes, the
     config says so (the model converts as a 3-class model); Equinox and Linen leave the

@@ -54,7 +54,7 @@ def test_eigen_conv_preset_takes_convolutions_from_ynnpack(preset, ynn_fusions):
     preset's flag gives it back to XLA's own convolution (compiled only, in a fresh process:
     XLA reads its flags once)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": PRESETS[preset],
-           "PYTHONPATH": os.pathsep.join(sys.path)}
+           "PYTHONPATH": os.pathsep.join(sys.path), "JAX_DISABLE_MOST_OPTIMIZATIONS": "false"}
     out = subprocess.run([sys.executable, "-c", _YNN_PROBE], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert int(out[-1]) == ynn_fusions
