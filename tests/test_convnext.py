@@ -26,6 +26,7 @@ import pytest
 
 import converters
 import zoo
+from tests.kind_cover import cover
 from tests.test_named_models import _dump, _trainable, reference_entry
 from zoo.layers.drop_path import block_keys, keep_mask
 from zoo.models.convnext.config import ConvNeXtConfig, linspace_f32
@@ -221,8 +222,7 @@ def torch_run(model, x: np.ndarray, masks, cotangent=None):
     return y.detach().numpy(), {k: p.grad.numpy() for k, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(("case", "impl"), cover(list(CASES), zoo.IMPLS, per_case=2))
 def test_reduced_depth_computes_timms_outputs_and_gradients(case, impl):
     """timm's state_dict loads into the named config (reduced depth, small widths, GRN and
     layer scale) with no mapping; eval outputs, training outputs with drop path on (masks
