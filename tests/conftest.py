@@ -114,6 +114,11 @@ _DEADLINE: dict[str, float | None] = {"at": None}
 
 def pytest_configure(config: pytest.Config) -> None:
     _QUICK["on"] = bool(config.getoption("--quick"))
+    # pytest-xdist (`-n 2`): each module to one worker (unless --dist says otherwise), so that
+    # a module's caches and fixtures are computed once rather than once per worker.
+    asked = any(a.startswith("--dist") for a in config.invocation_params.args)
+    if getattr(config.option, "dist", "no") == "load" and not asked:
+        config.option.dist = "loadscope"
     worker = getattr(config, "workerinput", None)
     cap = config.getoption("--time-cap")
     if worker is not None and "zoo_deadline" in worker:

@@ -75,9 +75,13 @@ def test_sharded_folder_to_a_library_and_back_loads_in_transformers(name, fmt, t
     assert not ties & set(index["weight_map"])  # a tied tensor is stored once
     ids = padded_batch(VARIANTS[name])[0]
     assert relative(_logits(_loads_strictly(back), ids), _logits(model, ids)) <= RELATIVE
-    config = json.loads((back / "config.json").read_text())
-    assert config["model_type"] == json.loads((folder / "config.json").read_text())[
-        "model_type"]
+    # Every field of the source config reads back with its value in transformers (rope_theta
+    # or rope_parameters, eps, window, biases, ties...: a default may be left unwritten).
+    source, written = (transformers.AutoConfig.from_pretrained(f).to_dict() for f in (folder, back))
+    bookkeeping = {"transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path"}
+    changed = {k: (v, written.get(k)) for k, v in source.items()
+               if k not in bookkeeping and written.get(k) != v}
+    assert not changed, f"config.json fields lost or changed (source, written): {changed}"
 
 
 @pytest.mark.full_only
