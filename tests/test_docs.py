@@ -295,6 +295,9 @@ WAYS: list[Way] = [
     Way(r"--mode (prefill|decode)", "a few tokens of the tiny config in one library (every "
         "library's run: tests/test_bench_generation.py)",
         append=(*TINY, "--impl", "eqx", "--prompt", "4", "--new-tokens", "3")),
+    Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)(?!.*--mode)",
+        "no mode named: the forward pass (the tiny presets' training: tests/test_bench.py)",
+        append=(*TINY, "--mode", "forward")),
     Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)", append=TINY),
 ]
 # Where each command starts its work: a parsed-only form stops there (the longest prefix wins).

@@ -125,6 +125,10 @@ def test_gradients_match(case, a, b):
     assert not dead, f"zero gradients (dead units?) prove nothing: {dead}"
 
 
+# Five optimizer steps are the gradients above plus optax's update and the running statistics
+# (by layer kind): a whole model through every library, so the kind cover's architectures (and
+# the CNN) run it, --exhaustive every case.
+@pytest.mark.whole_model
 @pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, full=in_kind_cover))
 def test_training_matches(case, a, b):
     state_a, y_a = _trained(case, a)

@@ -29,6 +29,7 @@ import zoo
 from canonical import KINDS
 from converters.checkpoints import parse_config
 from converters.checkpoints.api import as_checkpoint
+from tests.kind_cover import cover
 from zoo.registry import schema
 from zoo.testing import pinned_fact
 
@@ -249,8 +250,7 @@ def _reference_forward(name: str):
     return model.state_dict(), config, x, y
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize(("name", "impl"), cover(sorted(SMALL), zoo.IMPLS, per_case=2))
 def test_small_named_models_compute_the_references_logits(name, impl):
     """The reference's state_dict loads into the named config as it is and gives the same
     logits (eval mode) in every library."""
