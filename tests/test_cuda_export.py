@@ -32,9 +32,11 @@ def _export(config: Any, batch: int) -> None:
         assert exported.out_avals[-1].shape == ()  # the loss
 
 
+@pytest.mark.whole_model
 @pytest.mark.parametrize("arch", bench_archs())
 def test_every_subject_exports_for_cuda(arch):
-    """Each subject's tiny preset, conv-transposes by the "auto" method (what users run)."""
+    """Each subject's tiny preset, conv-transposes by the "auto" method (what users run); a
+    CUDA lowering is per layer kind: the kind cover's architectures (--exhaustive: every one)."""
     preset = find_preset("tiny", arch)
     _export(build_config(arch, preset.config, "auto"), preset.batch)
 

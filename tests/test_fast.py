@@ -11,14 +11,15 @@ import optax
 import pytest
 
 import zoo
-from tests.kind_cover import cover, in_kind_cover
+from tests.kind_cover import cover
 from zoo import fast
 from zoo.bench.subjects import build_models, make_task
 from zoo.testing import assert_close
 from zoo.training import LOSSES
 
 # zoo.fast is one mechanism over each library's interface: every architecture runs in one
-# library in turn, the kind cover's in all (tests.kind_cover; --exhaustive: every pair).
+# library in turn (--exhaustive: in all); every library meets every layer kind through it in
+# tests/test_equivalence.py's training (the kind cover's architectures, in every library).
 ARCHS = list(zoo.ARCHS)
 tiny = zoo.tiny_config
 
@@ -60,7 +61,7 @@ def jitted_apply(model, impl, train=False):
     return jax.jit(lambda x: api.apply(static, params, state, x, train=train))
 
 
-@pytest.mark.parametrize(("arch", "impl"), cover(ARCHS, zoo.JAX_IMPLS, full=in_kind_cover))
+@pytest.mark.parametrize(("arch", "impl"), cover(ARCHS, zoo.JAX_IMPLS))
 def test_forward_matches_interface(arch, impl):
     _, task, models = case(arch)
     api = zoo.interface(impl)
@@ -80,7 +81,7 @@ def test_donation_default_is_off_on_cpu_only():
     assert step.donate == (jax.default_backend() != "cpu")
 
 
-@pytest.mark.parametrize(("arch", "impl"), cover(ARCHS, zoo.JAX_IMPLS, full=in_kind_cover))
+@pytest.mark.parametrize(("arch", "impl"), cover(ARCHS, zoo.JAX_IMPLS))
 def test_train_step_matches_reference_and_donates(arch, impl):
     _, task, models = case(arch)
     api = zoo.interface(impl)
