@@ -189,8 +189,7 @@ def test_one_block_per_stage_in_every_library_is_timms(name, impl):
                          grads=name in GRADIENTS)
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("name", FULL)
+@pytest.mark.parametrize(("name", "impl"), cover(FULL, zoo.IMPLS, per_case=2))
 def test_full_depth_in_every_library_is_timms(name, impl):
     """efficientnet_b0 and mobilenetv3_large_100 at full depth: timm's logits in eval and
     train mode in every library (96x80, so that train-mode BatchNorm of the last stages
@@ -310,8 +309,8 @@ def _torchvision(name: str):
     return config, state, x, *outs
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenet_v3_small"])
+@pytest.mark.parametrize(("name", "impl"), cover(["efficientnet_b0", "mobilenet_v3_small"],
+                                                 zoo.IMPLS, per_case=2))
 def test_torchvision_state_dicts_compute_torchvisions_outputs(name, impl):
     """torchvision's EfficientNet-B0 (one block per stage) and MobileNetV3-small state_dicts,
     through their layouts, give torchvision's outputs in eval and train mode in every
