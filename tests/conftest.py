@@ -170,13 +170,18 @@ def _architecture_of(value: object) -> str | None:
         return None
 
 
-def _outside_quick(item: pytest.Item) -> bool:
-    if item.path.name in FULL_ONLY or item.get_closest_marker("full_only"):
-        return True
+def _cases_of(item: pytest.Item) -> tuple[bool, set[str]]:
+    """Whether `item`'s parameters name a variant case, and the architectures they name."""
     params = getattr(item, "callspec", None)
     values = params.params.values() if params is not None else ()
     variant = any(isinstance(v, str) and v in CASE_IDS and v not in zoo.ARCHS for v in values)
-    archs = {a for a in map(_architecture_of, values) if a is not None}
+    return variant, {a for a in map(_architecture_of, values) if a is not None}
+
+
+def _outside_quick(item: pytest.Item) -> bool:
+    if item.path.name in FULL_ONLY or item.get_closest_marker("full_only"):
+        return True
+    variant, archs = _cases_of(item)
     if item.get_closest_marker("whole_model"):
         return variant or bool(archs - {QUICK_WHOLE_MODEL_ARCH})
     return variant or bool(archs - QUICK_ARCHS)
@@ -187,12 +192,9 @@ def _whole_model_beyond_cover(item: pytest.Item) -> bool:
     QUICK_WHOLE_MODEL_ARCH."""
     if not item.get_closest_marker("whole_model"):
         return False
-    params = getattr(item, "callspec", None)
-    values = params.params.values() if params is not None else ()
-    if any(isinstance(v, str) and v in CASE_IDS and v not in zoo.ARCHS for v in values):
-        return True
-    archs = {a for a in map(_architecture_of, values) if a is not None}
-    return bool(archs) and not archs & {*covering_archs(tuple(zoo.ARCHS)), QUICK_WHOLE_MODEL_ARCH}
+    variant, archs = _cases_of(item)
+    return variant or (bool(archs) and not archs & {*covering_archs(tuple(zoo.ARCHS)),
+                                                    QUICK_WHOLE_MODEL_ARCH})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -61,3 +61,25 @@ def test_it(case, mode):
         "passed": 2, "deselected": 4}
     assert pytester.runpytest_inprocess(*INNER, "--exhaustive").parseoutcomes() == {
         "passed": 6}
+
+
+def test_whole_model_cases_beyond_the_kind_cover_are_deselected_by_default(
+        pytester: pytest.Pytester):
+    """A `whole_model` test runs for the kind cover's architectures and the CNN; another
+    architecture's case and a variant's only with --exhaustive; a test naming none runs."""
+    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
+                          "from tests.conftest import pytest_addoption, "
+                          "pytest_collection_modifyitems  # noqa: F401\n")
+    pytester.makepyfile(test_x="""
+import pytest
+
+@pytest.mark.whole_model
+@pytest.mark.parametrize("case", ["cnn", "vit", "resnet", "vit-options", "nothing"])
+def test_it(case):
+    pass
+""")
+    pytester.makeini("[pytest]\nmarkers =\n    exhaustive: x\n    whole_model: x\n")
+    assert pytester.runpytest_inprocess(*INNER).parseoutcomes() == {
+        "passed": 3, "deselected": 2}
+    assert pytester.runpytest_inprocess(*INNER, "--exhaustive").parseoutcomes() == {
+        "passed": 5}
