@@ -136,12 +136,19 @@ class LayerKind:
 
 KINDS: dict[str, LayerKind] = {}
 _BY_CLASS: dict[str, dict[type, LayerKind]] = {}
+_CHANGES = [0]  # registrations so far: what the walkers' memos of found layers depend on
+
+
+def generation() -> int:
+    """A number that changes whenever a kind or a class is (un)registered."""
+    return _CHANGES[0]
 
 
 def register_kind(kind: LayerKind) -> LayerKind:
     """Add (or replace) a layer kind; its classes take precedence over older registrations."""
     KINDS[kind.name] = kind
     _BY_CLASS.clear()
+    _CHANGES[0] += 1
     return kind
 
 
@@ -149,6 +156,7 @@ def unregister_kind(name: str) -> None:
     """Remove a layer kind (tests that register toy kinds clean up with it)."""
     KINDS.pop(name, None)
     _BY_CLASS.clear()
+    _CHANGES[0] += 1
 
 
 def register_class(kind: str, impl: str, cls: type | str) -> None:
@@ -158,6 +166,7 @@ def register_class(kind: str, impl: str, cls: type | str) -> None:
     k.classes = {**k.classes, impl: (*k.classes.get(impl, ()), cls)}
     k._resolved.pop(impl, None)
     _BY_CLASS.clear()
+    _CHANGES[0] += 1
 
 
 def kind_of(module: Any, impl: str) -> LayerKind | None:

@@ -102,13 +102,20 @@ def split_by_layer(state: Mapping[str, Any], found: list[Layer]) -> dict[str, di
     return out
 
 
+def _array(value: Any) -> Any:
+    """A numpy or JAX array as it is; anything else array-like (a lazy file slice) as numpy."""
+    return value if isinstance(value, (np.ndarray, jax.Array)) else np.asarray(value)
+
+
 def write(skeleton: Any, state: Mapping[str, Any], impl: str, **facts: Any) -> Any:
     """A native model of `impl`: `skeleton` (from `zoo.registry.skeleton` or any model of the
     same structure) holding the canonical `state`, which must fit it exactly."""
     w = walker(impl)
     found = layers(skeleton, impl, **facts)
     grouped = split_by_layer(state, found)
-    native = {layer.name: KINDS[layer.kind].convert(
-        w.family, {k: w.as_native_array(v) for k, v in grouped[layer.name].items()}, layer,
-        to="native") for layer in found}
+    # The layout rules run on host arrays as given (numpy from a file: no device program per
+    # shape; lazy ones read now), then each result becomes the library's kind of array.
+    native = {layer.name: {k: w.as_native_array(v) for k, v in KINDS[layer.kind].convert(
+        w.family, {k: _array(v) for k, v in grouped[layer.name].items()}, layer,
+        to="native").items()} for layer in found}
     return w.write(skeleton, native, found)

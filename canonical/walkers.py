@@ -10,6 +10,7 @@ Layers of a composite kind are not looked into.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from canonical.errors import ConversionError
-from canonical.kinds import KINDS, Arrays, Layer, LayerKind, kind_of
+from canonical.kinds import KINDS, Arrays, Layer, LayerKind, generation, kind_of
 from canonical.paths import join, key_name, path_name
 from canonical.torch_arrays import numpy_to_torch, torch_to_numpy
 
@@ -330,6 +331,21 @@ def _linen_position(found: dict[tuple, tuple], path: tuple) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _walk_key(obj: Any, example: Any) -> Any:
+    """What a Linen walk depends on: the module, the variables' structure, shapes and dtypes,
+    the input's shape and dtype and the registered kinds; None when the module is unhashable."""
+    module, variables = obj
+    leaves, tree = jax.tree.flatten(variables)
+    shape = lambda a: (tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", type(a))))
+    key = (module, tree, tuple(map(shape, leaves)), None if example is None else shape(example),
+           generation())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _accepts_train(module: nn.Module) -> bool:
     return "train" in inspect.signature(type(module).__call__).parameters
 
@@ -347,6 +363,11 @@ class LinenWalker(Walker):
     family = "flax"
     needs_example = True
     STATS = "batch_stats"
+    MEMO = 256  # walks remembered (`layers`): a walk traces the whole model
+
+    def __init__(self) -> None:
+        self._walks: collections.OrderedDict[Any, tuple[Layer, ...]] = (
+            collections.OrderedDict())
 
     def _modules(self, module: nn.Module, variables: Any, example: Any) -> dict[tuple, tuple]:
         """(native path) -> (canonical name, module), in call order."""
@@ -372,7 +393,21 @@ class LinenWalker(Walker):
         return found
 
     def layers(self, obj: Any, *, example: Any = None) -> list[Layer]:
-        module, variables = obj
+        """The layers of `(module, variables)`, traced on `example`; a walk of the same module
+        (equal, hashable) with variables and input of the same structure, shapes and dtypes is
+        remembered rather than traced again."""
+        key = _walk_key(obj, example)
+        if key is not None and key in self._walks:
+            self._walks.move_to_end(key)
+            return list(self._walks[key])
+        out = self._walk(*obj, example)
+        if key is not None:
+            self._walks[key] = tuple(out)
+            if len(self._walks) > self.MEMO:
+                self._walks.popitem(last=False)
+        return out
+
+    def _walk(self, module: nn.Module, variables: Any, example: Any) -> list[Layer]:
         found = self._modules(module, variables, example)
         out = self._kind_layers((path, name, m) for path, (name, m) in found.items())
         claimed = [layer.path for layer in out]

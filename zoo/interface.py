@@ -245,6 +245,12 @@ class LinenInterface(Interface):
         module, variables = model
         return module.apply(variables, x, method=method, **kwargs)
 
+    def clone(self, model: Any) -> Any:
+        """The module (immutable) with new containers of the same arrays: the variables'
+        dicts can be written into."""
+        module, variables = model
+        return module, jax.tree.map(lambda a: a, variables)
+
     def checkpoint_tree(self, model: Any) -> Any:
         return model[1]  # the variables
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 import canonical
 from zoo.configs import CONFIGS, Config, ConfigError
@@ -177,8 +178,22 @@ def native_init(config: Config, impl: str, key: jax.Array, dtype: Any = "float32
 
 
 def skeleton(config: Config, impl: str, dtype: Any = "float32") -> Any:
-    """The model's structure without computing any weights (abstract arrays where possible)."""
-    return library(impl).skeleton(model_class(config.arch, impl), config, dtype)
+    """The model's structure without computing any weights (abstract arrays where possible).
+    An abstract skeleton (`Library.abstract_skeleton`) is built once per class, config and
+    dtype; each call gets its own clone, safe to write into."""
+    lib, cls = library(impl), model_class(config.arch, impl)
+    try:
+        hash(config)
+    except TypeError:
+        return lib.skeleton(cls, config, dtype)
+    if not lib.abstract_skeleton:
+        return lib.skeleton(cls, config, dtype)
+    return lib.interface.clone(_abstract_skeleton(lib, cls, config, jnp.dtype(dtype).name))
+
+
+@functools.lru_cache(maxsize=256)
+def _abstract_skeleton(lib: Any, cls: type, config: Config, dtype: str) -> Any:
+    return lib.skeleton(cls, config, dtype)
 
 
 def reference_impl(config: Config) -> str:

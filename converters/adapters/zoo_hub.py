@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from converters.adapters.hub import HubReader
-from converters.checkpoints.base import FORMAT_VERSION
-from converters.checkpoints.io import SIDECAR_MARKER
+from converters.checkpoints.io import FORMAT_VERSION, SIDECAR_MARKER
 from zoo.configs import Config, ConfigError, config_from_dict
 
 LIBRARY = "jax-model-zoo"

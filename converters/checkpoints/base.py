@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from converters import adapters
+from converters.checkpoints.io import FORMAT_VERSION as FORMAT_VERSION  # re-exported
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.core import (
     ConversionError,
@@ -28,7 +29,6 @@ from converters.optim import CanonicalOptState, opt_state_like, to_native_opt, v
 from zoo.configs import Config
 from zoo.libraries import interface
 
-FORMAT_VERSION = 1
 OPT_PREFIX = "optimizer/"
 
 

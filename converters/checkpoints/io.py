@@ -20,6 +20,7 @@ import numpy as np
 SIDECAR_SUFFIX = ".json"  # Equinox / PyTorch files: `model.eqx` + `model.eqx.json`
 DIR_METADATA = "zoo.json"  # orbax directories: `<dir>/zoo.json`
 SIDECAR_MARKER = "zoo_checkpoint"  # key that identifies our JSON (value: format version)
+FORMAT_VERSION = 1  # the version of the metadata this code writes (and the newest it reads)
 
 # A progress callback: (description, bytes completed, total bytes or None). Called with
 # completed=0 first.

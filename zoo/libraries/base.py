@@ -41,6 +41,8 @@ class Library:
       the library it is a flavour of.
     - `pads_same`: the library's convolutions pad as SAME unless given explicit pads (Flax),
       so a checkpoint of a model the zoo did not build may pad so (`zoo.configs.Padding`).
+    - `abstract_skeleton`: its `skeleton` holds abstract arrays only (no memory), so one
+      skeleton per (class, config, dtype) is built once and cloned (`zoo.registry.skeleton`).
     - `color`: its colour in the benchmark's plots.
     - `styles`, `default_style`, `idiomatic_style`: benchmark call styles (`zoo.bench.styles`).
     """
@@ -58,6 +60,7 @@ class Library:
     rng_argument: ClassVar[str | None] = None
     dtype_argument: ClassVar[str | None] = None
     pads_same: ClassVar[bool] = False
+    abstract_skeleton: ClassVar[bool] = False
     color: ClassVar[str] = "#999999"
     styles: ClassVar[tuple[str, ...]] = ()
     default_style: ClassVar[str]

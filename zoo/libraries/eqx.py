@@ -31,6 +31,7 @@ class EqxLibrary(Library):
     name = "eqx"
     package = "equinox"
     checkpoint_format = "eqx"
+    abstract_skeleton = True
     walker = EqxWalker()
     interface = EqxInterface()
     contract = EqxModel

@@ -30,6 +30,7 @@ class LinenLibrary(Library):
     pads_same = True  # nn.Conv's default padding is "SAME"
     package = "flax"
     checkpoint_format = "linen"
+    abstract_skeleton = True
     walker = LinenWalker()
     interface = LinenInterface()
     contract = LinenModel

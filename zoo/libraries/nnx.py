@@ -35,6 +35,7 @@ class NNXLibrary(Library):
     pads_same = True  # nnx.Conv's default padding is "SAME"
     package = "flax"
     checkpoint_format = "nnx"
+    abstract_skeleton = True
     walker = NNXWalker()
     interface = NNXInterface()
     contract = NNXModel
