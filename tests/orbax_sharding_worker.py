@@ -1,10 +1,10 @@
-"""One process on 8 CPU devices: a model (the ViT's and the Llama family's tiny configs) sharded
-over 8 devices (fsdp) in every JAX library is saved as an orbax checkpoint (the orbax formats in
-turn; each device writes its shards), restored onto 2 devices and onto 1
+"""One process on 8 CPU devices: a model (the ViT's and the Llama family's tiny configs, in
+turn) sharded over 8 devices (fsdp) in each JAX library is saved as an orbax checkpoint (the
+orbax formats in turn; each device writes its shards), restored onto 2 devices and onto 1
 (`converters.load(..., mesh=, strategy=)`) and converted to PyTorch by the command line; prints
-a JSON report that tests/test_sharding.py checks. Run as
-`python -m tests.orbax_sharding_worker SCRATCH_DIR` (the device count is set before JAX
-starts)."""
+a JSON report that tests/test_sharding.py checks. With `--exhaustive`, both models in every
+library. Run as `python -m tests.orbax_sharding_worker SCRATCH_DIR [--exhaustive]` (the device
+count is set before JAX starts)."""
 
 from __future__ import annotations
 
@@ -51,11 +51,19 @@ def _devices(model: object, impl: str) -> list[int]:
     return sorted({len(a.sharding.device_set) for a in arrays if isinstance(a, jax.Array)})
 
 
-def main(scratch: Path) -> None:
+def _cases(every: bool) -> list[tuple[str, int, str]]:
+    """(architecture, turn, library): each library with the architectures in turn, or every
+    pair (`every`); the turn picks the orbax format."""
+    if every:
+        return [(a, i, impl) for a in ARCHS for i, impl in enumerate(zoo.JAX_IMPLS)]
+    return [(ARCHS[i % len(ARCHS)], i, impl) for i, impl in enumerate(zoo.JAX_IMPLS)]
+
+
+def main(scratch: Path, every: bool) -> None:
     precision.set_global(precision.EXACT)
     mesh8 = jax.make_mesh((8,), (sharding.DATA,))
     restored, torch_outputs = [], []
-    for arch, i, impl in ((a, i, impl) for a in ARCHS for i, impl in enumerate(zoo.JAX_IMPLS)):
+    for arch, i, impl in _cases(every):
         cfg = zoo.tiny_config(arch)
         x = zoo.example_input(cfg, 4, seed=1)
         model = zoo.create(cfg, impl, mesh=mesh8, strategy="fsdp")
@@ -87,4 +95,4 @@ def main(scratch: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), "--exhaustive" in sys.argv[2:])

@@ -1,9 +1,11 @@
 """One process on 8 CPU devices: a training step of the architectures whose tiny configs hold
 every layer kind, loss and input between them (`tests.kind_cover`), on one
-device (in the first JAX library) and, in every JAX library, on 8 devices under dp and fsdp
-(and tp on 4x2 where there are attention heads or a vocabulary); prints a JSON report that
-tests/test_sharding.py checks: each sharded step against the one-device step, and the libraries
-against each other under each strategy. Run as `python -m tests.sharding_worker` (it sets the
+device (in the first JAX library) and on 8 devices under dp and fsdp (and tp on 4x2 where there
+are attention heads or a vocabulary); prints a JSON report that tests/test_sharding.py checks:
+each sharded step against the one-device step. Each (architecture, strategy) runs in one JAX
+library, the libraries taken in turn per strategy so that every library meets every strategy;
+with `--exhaustive`, in every library, and the libraries are also compared with each other
+under each strategy. Run as `python -m tests.sharding_worker [--exhaustive]` (it sets the
 device count before JAX starts, so it cannot run inside the test process)."""
 
 from __future__ import annotations
@@ -78,25 +80,40 @@ def _agreement(arch: str, name: str, by_impl: dict[str, tuple]) -> dict:
             "state_diff": max((_diff(a[1], b[1]) for a, b in pairs), default=0.0)}
 
 
+def _runs(cfg: zoo.Config, impls: list[str], turns: dict[str, int],
+          every: bool) -> list[tuple[str, str]]:
+    """The (library, strategy) steps to run for `cfg`: every library under each of its
+    strategies when `every`, else each strategy in the next library of its turn (`turns`
+    counts, per strategy, the architectures it has run on)."""
+    of = {impl: _strategies(cfg, impl) for impl in impls}
+    runs = []
+    for name in dict.fromkeys(name for names in of.values() for name in names):
+        able = [i for i in impls if name in of[i]]
+        start = turns.get(name, list(MESHES).index(name))
+        turns[name] = start + 1
+        runs += [(i, name) for i in (able if every else [able[start % len(able)]])]
+    return runs
+
+
 def main() -> None:
+    every = "--exhaustive" in sys.argv[1:]
     precision.set_global(precision.EXACT)
     jax.config.update("jax_disable_most_optimizations", True)
-    report, agreement = [], []
+    report, agreement, turns = [], [], {}
     for arch in covering_archs(tuple(zoo.ARCHS)):
         cfg = zoo.tiny_config(arch)
         impls = [i for i in zoo.JAX_IMPLS if zoo.architecture(arch).has(i)]
         loss1, state1, bytes1 = _step(cfg, impls[0], None, "dp")  # one device, one library
         runs: dict[str, dict[str, tuple]] = {}
-        for impl in impls:
-            for name in _strategies(cfg, impl):
-                shape = MESHES[name]
-                loss, state, nbytes = _step(cfg, impl, jax.make_mesh(shape, AXES[len(shape)]),
-                                            name)
-                runs.setdefault(name, {})[impl] = loss, state
-                report.append({"arch": arch, "impl": impl, "strategy": name, "mesh": list(shape),
-                               "loss_diff": abs(loss - loss1), "state_diff": _diff(state, state1),
-                               "bytes_one_device": bytes1, "bytes_per_device": nbytes})
-        agreement += [_agreement(arch, name, by_impl) for name, by_impl in runs.items()]
+        for impl, name in _runs(cfg, impls, turns, every):
+            shape = MESHES[name]
+            loss, state, nbytes = _step(cfg, impl, jax.make_mesh(shape, AXES[len(shape)]), name)
+            runs.setdefault(name, {})[impl] = loss, state
+            report.append({"arch": arch, "impl": impl, "strategy": name, "mesh": list(shape),
+                           "loss_diff": abs(loss - loss1), "state_diff": _diff(state, state1),
+                           "bytes_one_device": bytes1, "bytes_per_device": nbytes})
+        agreement += [_agreement(arch, name, by_impl) for name, by_impl in runs.items()
+                      if len(by_impl) > 1]
     mesh = jax.make_mesh((8,), (sharding.DATA,))
     divisible = zoo.make_config("mlp", **DIVISIBLE_MLP)
     memory = {}

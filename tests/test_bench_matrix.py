@@ -20,14 +20,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_matrix_quick_covers_every_architecture_and_renders(tmp_path):
     """`matrix --quick`: every registered architecture (no list to edit), float32 and bfloat16,
-    the conv-transpose methods, Decoder3D train and the dispatch suite; records carry the
-    precision and the allocator setting; the report renders them."""
+    the conv-transpose methods, Decoder3D train and the dispatch suite are planned; run for
+    the subjects of some (`--subjects`: a language model, Decoder3D and convt, so that each
+    kind of entry runs), the records carry the precision and the allocator setting and the
+    report renders them."""
+    models = [e.argv for e in plan(quick=True, repeat=2) if e.group == "models"]
+    for arch in zoo.ARCHS:
+        for dtype in ("float32", "bfloat16"):
+            assert any(a[0] == arch and dtype in a for a in models), (arch, dtype)
     out = tmp_path / "results"
-    assert cli.main(["matrix", "--out", str(out), "--quick"]) == 0
+    ran = ("gpt2", "decoder3d", "convt")
+    assert cli.main(["matrix", "--out", str(out), "--quick", "--subjects", ",".join(ran)]) == 0
     records = {p.name: json.loads(p.read_text()) for p in out.glob("*/*.json")}
     names = {(r["config"]["arch"], r["config"]["dtype"], tuple(r["config"]["modes"]))
              for r in records.values() if r["kind"] == "model"}
-    for arch in zoo.ARCHS:
+    assert {r["config"]["arch"] for r in records.values() if r["kind"] == "model"} <= set(ran)
+    for arch in ("gpt2", "decoder3d"):
         assert {(arch, "float32", ("forward", "train")), (arch, "bfloat16", ("forward",))} <= names
     assert "convt-tiny-float32-forward-methods.json" in records
     assert ("decoder3d", "float32", ("train",)) in names and "dispatch.json" in records

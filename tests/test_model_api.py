@@ -60,7 +60,7 @@ def timm_references():
     torch = pytest.importorskip("torch")
     timm = pytest.importorskip("timm", reason="timm is not installed")
     torch.manual_seed(0)
-    out = []
+    out = {}
     mbconv = [(None, {}, zoo.tiny_config(arch)) for arch in ("efficientnet", "mobilenetv3")]
     for name, kwargs, cfg in [
             ("resnet18", {}, zoo.make_config("resnet18", input_size=(32, 32))),
@@ -78,16 +78,17 @@ def timm_references():
             want = {"features": feats.numpy(),
                     "pre_logits": model.forward_head(feats, pre_logits=True).numpy(),
                     "logits": model.forward_head(feats).numpy()}
-        out.append((cfg, model.state_dict(), x, want))
+        out[cfg.arch] = cfg, model.state_dict(), x, want
     return out
 
 
-@pytest.mark.parametrize("impl", zoo.IMPLS)
-def test_features_and_head_are_timms(impl, timm_references):
-    for cfg, state, x, want in timm_references:
-        got = _outputs(converters.from_canonical(state, cfg, impl), impl, x)
-        for k in want:
-            assert_close(got[k], want[k], err_msg=f"{cfg.arch} {impl} {k}")
+@pytest.mark.parametrize(("arch", "impl"), cover(ARCHS, torch_marked(zoo.IMPLS), per_case=2))
+def test_features_and_head_are_timms(arch, impl, timm_references):
+    """Each timm model in two libraries, the libraries in turn (`--exhaustive`: in all)."""
+    cfg, state, x, want = timm_references[arch]
+    got = _outputs(converters.from_canonical(state, cfg, impl), impl, x)
+    for k in want:
+        assert_close(got[k], want[k], err_msg=f"{cfg.arch} {impl} {k}")
 
 
 def _reset(model, impl: str, num_classes: int):

@@ -17,7 +17,8 @@ The full matrix is sized for one GPU call under 10 minutes: few timed steps (GPU
 milliseconds; compilation dominates) and a time budget (`--budget-min`): an entry whose
 estimated cost no longer fits is skipped and its command printed, so the call always ends in
 time and says what is left. `--quick` runs the same kinds of entry on the tiny presets without
-`torch.compile` (CPU CI).
+`torch.compile` (CPU CI); `--subjects` keeps the entries of some subjects only (and the
+dispatch suite, which has none).
 """
 
 from __future__ import annotations
@@ -436,6 +437,9 @@ def matrix_main(argv: list[str]) -> int:
     p.add_argument("--only", default=None,
                    help="comma list of groups: dispatch, models and those the subjects declare "
                         "(convt, decoder, presets)")
+    p.add_argument("--subjects", default=None, metavar="NAMES",
+                   help="comma list of subjects whose entries run (architectures and "
+                        "bench-only subjects such as convt; default every one)")
     args = p.parse_args(argv)
     allocator = configure_allocator(torch_in_process=True)
     console = make_console()
@@ -447,6 +451,13 @@ def matrix_main(argv: list[str]) -> int:
         if unknown:
             p.error(f"--only: unknown group(s) {sorted(unknown)}")
         entries = [e for e in entries if e.group in groups]
+    if args.subjects:
+        subjects = {s.strip() for s in args.subjects.split(",")}
+        unknown = subjects - set(bench_archs())
+        if unknown:
+            p.error(f"--subjects: unknown subject(s) {sorted(unknown)}; the subjects: "
+                    + ", ".join(bench_archs()))
+        entries = [e for e in entries if e.argv[0] not in bench_archs() or e.argv[0] in subjects]
     budget = (args.budget_min if args.budget_min is not None
               else None if args.quick else 9.0)
     total = sum(e.estimate_s(size) for e in entries)
