@@ -190,6 +190,7 @@ def test_e(): pass
 """
 
 
+@pytest.mark.full_only
 @pytest.mark.parametrize("how", ["cap", "kill"])
 def test_the_test_log_keeps_what_finished(tmp_path, how):
     """Each outcome is written as its test ends: a cap stops the session after the running

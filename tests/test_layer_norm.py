@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import canonical
+from tests.conftest import examples
 from zoo.bench.xla_cpu import fusion_operands
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
@@ -30,7 +31,7 @@ def _reference(x, n, eps):
     return (x - mean) / jnp.sqrt(var + eps)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), n=st.integers(1, 2),
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]), seed=st.integers(0, 2**16))
 def test_normalize_equals_autodiff_value_and_gradient(shape, n, eps, seed):
