@@ -17,6 +17,7 @@ import canonical
 import converters
 import zoo
 from tests.conftest import torch_marked
+from zoo.bench.styles import FUNCTIONS, benched
 from zoo.libraries import ContractError, library, owner, registered
 from zoo.registry import restoring
 from zoo.testing import assert_close
@@ -111,7 +112,26 @@ def test_a_fifth_library_from_the_docs_converts_and_computes_the_same():
         want = zoo.native_interface("torch_flavour").forward(flavour, x)
         assert_close(zoo.interface("eqx").forward((model, state), x), want)
         assert_close(zoo.native_interface("torch_flavour").forward(back, x), want)
+        assert benched("torch_flavour") == benched("torch")  # benchmarked as what it flavours
     assert "torch_flavour" not in zoo.IMPLS
+
+
+def test_the_benchmark_knows_how_to_call_every_library_and_the_libraries_know_no_benchmark():
+    """Each registered library has its call styles (functions of `zoo.bench.styles`), default
+    and idiomatic among them, as they were declared on the Library objects before; and
+    `zoo.libraries` names no benchmark or plot."""
+    was = {"eqx": (("filter_jit", "partition", "fast", "fused"), "fast", "filter_jit"),
+           "linen": (("jit", "fast", "fused"), "fast", "jit"),
+           "nnx": (("nnx_jit", "jit_tree", "flaxlib", "cached_partial", "jit_partial", "split",
+                    "fast", "fused"), "fast", "nnx_jit"),
+           "torch": (("eager", "compile"), "eager", "eager")}
+    for impl in zoo.IMPLS:
+        b = benched(impl)
+        assert (b.styles, b.default, b.idiomatic) == was[impl], impl
+        assert set(b.styles) <= set(FUNCTIONS)
+    for path in (ROOT / "zoo" / "libraries").glob("*.py"):
+        text = path.read_text()
+        assert "zoo.bench" not in text and "color" not in text, path.name
 
 
 def test_an_architecture_from_the_docs_registers_and_converts():

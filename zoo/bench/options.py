@@ -67,7 +67,7 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
     in a comma list, "default" and "idiomatic" name each library's own (`--call
     default,idiomatic`: the fastest and the documented way side by side).
     With `steps_per_call` > 1, every JAX library also gets the "fused" style."""
-    from zoo.bench.styles import available_styles, default_style, idiomatic_style
+    from zoo.bench.styles import available_styles, benched, default_style, idiomatic_style
 
     out: dict[str, list[str]] = {}
     wanted = [v.strip() for v in value.split(",") if v.strip()]
@@ -78,13 +78,13 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
             calls = avail
         elif value == "default":
             calls = [default_style(impl)]
-            if torch_compile and "compile" in library(impl).styles:
+            if torch_compile and "compile" in benched(impl).styles:
                 calls.append("compile")
         else:  # names; "default" and "idiomatic" stand for the library's own
             names = [default_style(impl) if c == "default" else
                      idiomatic_style(impl) if c == "idiomatic" else c for c in wanted]
             calls = list(dict.fromkeys(c for c in names if c in avail))
-            if torch_compile and "compile" in library(impl).styles and "compile" not in calls:
+            if torch_compile and "compile" in benched(impl).styles and "compile" not in calls:
                 calls.append("compile")
         if fused and "fused" in avail and "fused" not in calls:
             calls.append("fused")

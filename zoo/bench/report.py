@@ -27,14 +27,20 @@ from zoo.bench.tables import (
     to_markdown,
 )
 from zoo.cli import ArgumentParser
-from zoo.libraries import IMPLS, library
+from zoo.libraries import IMPLS
 
 ROLE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # dispatch rows of no library
+# The libraries' colours, in registry order (matplotlib's "tab10" cycle, the floor's and the
+# bound's left out).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#e377c2", "#bcbd22",
+           "#17becf")
 
 
 def _color(impl: str | None, role: str | None = None) -> str:
     """A library's colour; for rows of no library, their role's."""
-    return library(impl).color if impl in IMPLS else ROLE_COLORS.get(role, "#999")
+    if impl in IMPLS:
+        return PALETTE[list(IMPLS).index(impl) % len(PALETTE)]
+    return ROLE_COLORS.get(role, "#999")
 
 
 def load_records(results_dir: str) -> list[tuple[str, dict[str, Any]]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import equinox as eqx
@@ -26,6 +27,59 @@ from zoo.libraries import library
 from zoo.training import pure_step
 
 StyleFn = Callable[[Subject, str], Prepared]
+
+
+# --------------------------------------------------------------------------- registry
+# Every call style by name, each declaring the library it serves (`offered`): how the benchmark
+# calls a library is the benchmark's to know, not the library's (`zoo.libraries`).
+FUNCTIONS: dict[str, StyleFn] = {}
+EVERY_JAX = "every JAX library"  # `offered(EVERY_JAX)`: a style of every `Library.is_jax`
+
+
+@dataclass(frozen=True)
+class Offer:
+    style: str
+    by: str  # a library's name, or EVERY_JAX
+    default: bool  # the library's fastest, what `--call default` runs
+    idiomatic: bool  # what the library's own documentation shows
+
+
+OFFERS: list[Offer] = []
+
+
+def offered(style: str, by: str, *, default: bool = False,
+            idiomatic: bool = False) -> Callable[[StyleFn], StyleFn]:
+    """Register a call style `style` of library `by` (or of EVERY_JAX library)."""
+    def register(fn: StyleFn) -> StyleFn:
+        FUNCTIONS[style] = fn
+        OFFERS.append(Offer(style, by, default, idiomatic))
+        return fn
+    return register
+
+
+@dataclass(frozen=True)
+class Benched:
+    """How the benchmark calls library `impl`: its styles (its own, then those of every JAX
+    library), its default and its idiomatic one."""
+
+    styles: tuple[str, ...]
+    default: str
+    idiomatic: str
+
+
+def benched(impl: str) -> Benched:
+    """The call styles of `impl`: those offered by it, else by the library whose classes it
+    builds (a flavour is benchmarked as what it is a flavour of)."""
+    lib = library(impl)
+    owner = lib.name if any(o.by == lib.name for o in OFFERS) else lib.classes_of
+    mine = [o for o in OFFERS if o.by == owner] + [o for o in OFFERS
+                                                   if o.by == EVERY_JAX and lib.is_jax]
+    default = next((o.style for o in mine if o.default), None)
+    if default is None:
+        raise ValueError(f"impl={impl!r} has no default benchmark call style: declare its "
+                         "styles with zoo.bench.styles.offered")
+    return Benched(tuple(o.style for o in mine), default,
+                   next((o.style for o in mine if o.idiomatic and o.by == owner), default))
 
 
 def _copy_tree(tree: Any) -> Any:
@@ -53,6 +107,7 @@ def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
 
 
 # --------------------------------------------------------------------------- zoo.fast (all JAX)
+@offered("fast", EVERY_JAX, default=True)
 def fast(subject: Subject, mode: str) -> Prepared:
     """`zoo.fast`: split once, pre-flattened leaves, plain `jax.jit` (the training step donates on
     accelerators)."""
@@ -66,6 +121,7 @@ def fast(subject: Subject, mode: str) -> Prepared:
                     compile_info=subject._cache.get("info_train"))
 
 
+@offered("fused", EVERY_JAX)
 def fused(subject: Subject, mode: str) -> Prepared:
     """`zoo.fast` with K steps per call (`--steps-per-call K`): training runs K optimizer steps
     in one `lax.scan` (`train_step(steps_per_call=K)`), forward K batches in one `lax.map`;
@@ -90,6 +146,7 @@ def _eqx_split(native: Any) -> tuple[Any, Any]:
     return native if isinstance(native, tuple) else (native, None)
 
 
+@offered("filter_jit", "eqx", idiomatic=True)
 def eqx_filter_jit(subject: Subject, mode: str) -> Prepared:
     """Idiomatic Equinox: `eqx.filter_jit` on the whole model at every call."""
     api = subject.api
@@ -127,6 +184,7 @@ def eqx_filter_jit(subject: Subject, mode: str) -> Prepared:
     return Prepared(call, lower=lambda: step.lower(*carry, x, target, key))
 
 
+@offered("partition", "eqx")
 def eqx_partition(subject: Subject, mode: str) -> Prepared:
     """`eqx.partition` once, then `jax.jit(params, state, x)` with the static part closed over
     (training step donates)."""
@@ -144,6 +202,7 @@ def _split_jit(subject: Subject, mode: str, static: Any, params: Any, state: Any
 
 
 # --------------------------------------------------------------------------- Flax Linen
+@offered("jit", "linen", idiomatic=True)
 def linen_jit(subject: Subject, mode: str) -> Prepared:
     """Idiomatic Linen: `jax.jit(module.apply)(variables, x)`; training: `jax.jit(train_step)`
     over (params, batch_stats, opt_state) as the Flax examples write it (no donation)."""
@@ -195,6 +254,7 @@ def _nnx_step_fn(subject: Subject) -> Callable[..., Any]:
     return step
 
 
+@offered("nnx_jit", "nnx", idiomatic=True)
 def nnx_jit(subject: Subject, mode: str) -> Prepared:
     """Idiomatic NNX: `nnx.jit(f)(model, ...)` (graph traversal at every call); training with
     `nnx.Optimizer` and `nnx.value_and_grad`, as the Flax documentation writes it."""
@@ -208,6 +268,7 @@ def nnx_jit(subject: Subject, mode: str) -> Prepared:
     return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
 
 
+@offered("jit_tree", "nnx")
 def nnx_jit_tree(subject: Subject, mode: str) -> Prepared:
     """`nnx.jit(f, graph=False)`: tree mode (the model is a pytree, no graph traversal)."""
     objs = _nnx_objects(subject, mode)
@@ -220,6 +281,7 @@ def nnx_jit_tree(subject: Subject, mode: str) -> Prepared:
     return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
 
 
+@offered("flaxlib", "nnx")
 def nnx_flaxlib(subject: Subject, mode: str) -> Prepared:
     """`nnx.jit(f)` with `flax_use_flaxlib` (graph traversal in C++, needs `flaxlib`); the flag
     is set around each call only, so that the other styles of a run keep Python traversal."""
@@ -237,6 +299,7 @@ def nnx_flaxlib(subject: Subject, mode: str) -> Prepared:
     return prepared
 
 
+@offered("cached_partial", "nnx")
 def nnx_cached_partial(subject: Subject, mode: str) -> Prepared:
     """`nnx.cached_partial(nnx.jit(f), model[, optimizer])`: the graph traversal is cached."""
     objs = _nnx_objects(subject, mode)
@@ -247,6 +310,7 @@ def nnx_cached_partial(subject: Subject, mode: str) -> Prepared:
     return Prepared(f, (subject.x, subject.target, subject.task.key))
 
 
+@offered("jit_partial", "nnx")
 def nnx_jit_partial(subject: Subject, mode: str) -> Prepared:
     """`nnx.jit_partial(f, model[, optimizer], graph=False)`: pre-flattened tree mode."""
     objs = _nnx_objects(subject, mode)
@@ -259,6 +323,7 @@ def nnx_jit_partial(subject: Subject, mode: str) -> Prepared:
     return Prepared(f, args, lower=(lambda: f.lower(*args)) if hasattr(f, "lower") else None)
 
 
+@offered("split", "nnx")
 def nnx_split(subject: Subject, mode: str) -> Prepared:
     """`nnx.split` once, then `jax.jit(params, state, x)` with the graphdef closed over
     (training step donates)."""
@@ -296,38 +361,29 @@ def _torch(subject: Subject, mode: str, compiled: bool) -> Prepared:
     return Prepared(step, block=block)
 
 
+@offered("eager", "torch", default=True, idiomatic=True)
 def torch_eager(subject: Subject, mode: str) -> Prepared:
     """PyTorch eager (`torch.no_grad()` for forward; Adam step for training)."""
     return _torch(subject, mode, compiled=False)
 
 
+@offered("compile", "torch")
 def torch_compile(subject: Subject, mode: str) -> Prepared:
     """`torch.compile(model)` (only with --torch-compile; compile time = first call)."""
     return _torch(subject, mode, compiled=True)
 
 
-# --------------------------------------------------------------------------- registry
-# Every call style by name; which styles a library offers, its default and its idiomatic one
-# are facts of the library (`zoo.libraries`).
-FUNCTIONS: dict[str, StyleFn] = {
-    "filter_jit": eqx_filter_jit, "partition": eqx_partition, "jit": linen_jit,
-    "nnx_jit": nnx_jit, "jit_tree": nnx_jit_tree, "flaxlib": nnx_flaxlib,
-    "cached_partial": nnx_cached_partial, "jit_partial": nnx_jit_partial, "split": nnx_split,
-    "fast": fast, "fused": fused, "eager": torch_eager, "compile": torch_compile,
-}
-
-
 def styles(impl: str) -> dict[str, StyleFn]:
     """The call styles of library `impl`, by name."""
-    return {name: FUNCTIONS[name] for name in library(impl).styles}
+    return {name: FUNCTIONS[name] for name in benched(impl).styles}
 
 
 def default_style(impl: str) -> str:
-    return library(impl).default_style
+    return benched(impl).default
 
 
 def idiomatic_style(impl: str) -> str:
-    return library(impl).idiomatic_style
+    return benched(impl).idiomatic
 
 
 def _nnx_has(attr: str) -> str | None:
@@ -369,14 +425,14 @@ def available_styles(impl: str, *, torch_compile: bool = False, fused: bool = Fa
     """The styles this installation offers for `impl` (NNX partials and tree mode need a recent
     Flax, flaxlib its package); `fused` and torch `compile` only when asked for."""
     asked = {"fused": fused, "compile": torch_compile}
-    return [name for name in library(impl).styles
+    return [name for name in benched(impl).styles
             if asked.get(name, True) and unavailable(impl, name) is None]
 
 
 def skipped_styles(impls: tuple[str, ...] | list[str]) -> list[dict[str, str]]:
     """The optional styles this installation lacks, with the reason (recorded in every run)."""
     return [{"impl": impl, "call": style, "reason": reason} for impl in impls
-            for style in library(impl).styles if (reason := unavailable(impl, style)) is not None]
+            for style in benched(impl).styles if (reason := unavailable(impl, style)) is not None]
 
 
 def describe(impl: str, style: str) -> str:

@@ -2,8 +2,9 @@
 
 A `Library` (`zoo.libraries.base`) builds models (`native_init`, `skeleton`), recognises its
 objects (`owns`), states its layout facts (`channels_last`, the parameter layout `family`),
-gives its canonical `walker`, its functional `interface`, its model contract (`check_class`),
-its native checkpoint format and its benchmark call styles. Call sites ask `library(name)`;
+gives its canonical `walker`, its functional `interface`, its model contract (`check_class`)
+and its native checkpoint format (how a benchmark calls and draws it is that benchmark's to
+know). Call sites ask `library(name)`;
 the built-in four are registered here, a new one with `register_library` (see
 docs/adding_a_library.md).
 """

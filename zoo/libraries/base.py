@@ -43,8 +43,6 @@ class Library:
       so a checkpoint of a model the zoo did not build may pad so (`zoo.configs.Padding`).
     - `abstract_skeleton`: its `skeleton` holds abstract arrays only (no memory), so one
       skeleton per (class, config, dtype) is built once and cloned (`zoo.registry.skeleton`).
-    - `color`: its colour in the benchmark's plots.
-    - `styles`, `default_style`, `idiomatic_style`: benchmark call styles (`zoo.bench.styles`).
     """
 
     name: ClassVar[str]
@@ -61,10 +59,6 @@ class Library:
     dtype_argument: ClassVar[str | None] = None
     pads_same: ClassVar[bool] = False
     abstract_skeleton: ClassVar[bool] = False
-    color: ClassVar[str] = "#999999"
-    styles: ClassVar[tuple[str, ...]] = ()
-    default_style: ClassVar[str]
-    idiomatic_style: ClassVar[str]
 
     @property
     def classes_of(self) -> str:

@@ -37,10 +37,6 @@ class EqxLibrary(Library):
     contract = EqxModel
     rng_argument = "key"
     dtype_argument = "dtype"
-    color = "#1f77b4"
-    styles = ("filter_jit", "partition", "fast", "fused")
-    default_style = "fast"
-    idiomatic_style = "filter_jit"
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, eqx.Module) or (

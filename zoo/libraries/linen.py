@@ -35,10 +35,6 @@ class LinenLibrary(Library):
     interface = LinenInterface()
     contract = LinenModel
     dtype_argument = "param_dtype"
-    color = "#ff7f0e"
-    styles = ("jit", "fast", "fused")
-    default_style = "fast"
-    idiomatic_style = "jit"
 
     def owns(self, obj: Any) -> bool:
         nn = sys.modules.get("flax.linen")  # no Linen module exists before Flax is imported

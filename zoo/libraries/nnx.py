@@ -41,11 +41,6 @@ class NNXLibrary(Library):
     contract = NNXModel
     rng_argument = "rngs"
     dtype_argument = "param_dtype"
-    color = "#2ca02c"
-    styles = ("nnx_jit", "jit_tree", "flaxlib", "cached_partial", "jit_partial", "split", "fast",
-              "fused")
-    default_style = "fast"
-    idiomatic_style = "nnx_jit"
 
     def owns(self, obj: Any) -> bool:
         nnx = sys.modules.get("flax.nnx")  # no NNX object exists before Flax is imported

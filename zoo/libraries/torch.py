@@ -35,10 +35,6 @@ class TorchLibrary(Library):
     walker = TorchWalker()
     interface = TorchInterface()
     contract = TorchModel
-    color = "#d62728"
-    styles = ("eager", "compile")
-    default_style = "eager"
-    idiomatic_style = "eager"
 
     def owns(self, obj: Any) -> bool:
         return any(c.__module__.startswith("torch.nn") for c in type(obj).__mro__)
