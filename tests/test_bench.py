@@ -657,3 +657,18 @@ def test_xla_flag_probe_rejects_unknown_flags():
     from zoo.bench import xla_flags
 
     assert "Unknown flag" in xla_flags.probe("--xla_zoo_no_such_flag=true")
+
+
+def test_every_subcommand_is_a_function_of_the_rest_of_the_line(capsys):
+    """`python -m zoo.bench NAME ...`: each name of the table resolves to its function, which
+    gets the rest of the command line (`--help` of each exits cleanly, naming its command);
+    a name not in the table is a subject (`gpt2`), never a subcommand."""
+    import importlib
+
+    for name, target in cli.SUBCOMMANDS.items():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), name
+        with pytest.raises(SystemExit) as done:
+            cli.main([name, "--help"])
+        assert done.value.code == 0 and f"zoo.bench {name}" in capsys.readouterr().out, name
+    assert not set(cli.SUBCOMMANDS) & set(ARCHS)

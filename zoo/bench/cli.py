@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
 
@@ -98,40 +99,24 @@ def presets_main(argv: list[str]) -> int:
     return 0
 
 
+# The subcommands, each "module:function" taking the rest of the command line, imported when
+# run (a subcommand's start-up pays for its own imports only); anything else is a subject.
+SUBCOMMANDS: dict[str, str] = {
+    "dispatch": "zoo.bench.dispatch:dispatch_main",
+    "report": "zoo.bench.report:report_main",
+    "presets": "zoo.bench.cli:presets_main",
+    "xla-flags": "zoo.bench.xla_flags:xla_flags_main",
+    "convert": "zoo.bench.convert:convert_main",
+    "breakdown": "zoo.bench.breakdown:breakdown_main",
+    "xla-cpu": "zoo.bench.xla_cpu:xla_cpu_main",
+    "gpu": "zoo.bench.gpu:gpu_main",
+    "matrix": "zoo.bench.matrix:matrix_main",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "dispatch":
-        from zoo.bench.dispatch import dispatch_main
-
-        return dispatch_main(argv[1:])
-    if argv and argv[0] == "report":
-        from zoo.bench.report import report_main
-
-        return report_main(argv[1:])
-    if argv and argv[0] == "presets":
-        return presets_main(argv[1:])
-    if argv and argv[0] == "xla-flags":
-        from zoo.bench.xla_flags import xla_flags_main
-
-        return xla_flags_main(argv[1:])
-    if argv and argv[0] == "convert":
-        from zoo.bench.convert import convert_main
-
-        return convert_main(argv[1:])
-    if argv and argv[0] == "breakdown":
-        from zoo.bench.breakdown import breakdown_main
-
-        return breakdown_main(argv[1:])
-    if argv and argv[0] == "xla-cpu":
-        from zoo.bench.xla_cpu import xla_cpu_main
-
-        return xla_cpu_main(argv[1:])
-    if argv and argv[0] == "gpu":
-        from zoo.bench.gpu import gpu_main
-
-        return gpu_main(argv[1:])
-    if argv and argv[0] == "matrix":
-        from zoo.bench.matrix import matrix_main
-
-        return matrix_main(argv[1:])
+    if argv and argv[0] in SUBCOMMANDS:
+        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
+        return getattr(importlib.import_module(module), function)(argv[1:])
     return bench_main(argv)
