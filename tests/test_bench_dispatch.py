@@ -22,8 +22,8 @@ COMMITTED = Path(__file__).resolve().parents[1] / "bench" / "results" / "cpu" / 
 @pytest.mark.parametrize("impl", [pytest.param(i, marks=() if i == QUICK_IMPL else (
     pytest.mark.full_only,)) for i in zoo.IMPLS])
 def test_every_workload_runs_and_records(impl, tmp_path, capsys):
-    """One round of every workload with each library alone (`--impl all`: the docs' command,
-    tests/test_docs.py), the MLP at its tiny config: one floor row per workload, a
+    """One round of every workload with each library alone (`--impl all`, one workload: the
+    docs' command, tests/test_docs.py), the MLP at its tiny config: one floor row per workload, a
     bound row for training only, an own row per JAX library; only library rows name an impl."""
     path = tmp_path / "dispatch.json"
     assert cli.main(["dispatch", "--impl", impl, "--tiny", "--rounds", "1", "--budget", "0.0002",

@@ -275,15 +275,17 @@ WAYS: list[Way] = [
     Way(r"convt-wgrad |--mesh 4x2", "GPU-sized", parse=True),
     Way(r"ARCH --mesh", "the vit form's run on another arch (JAX has started here)", parse=True),
     Way(r"--mesh", "host devices are made before JAX starts: a fresh interpreter; a batch that "
-        "splits over 8", append=(*TINY, "--batch", "8"), fresh=True),
+        "splits over 8; one library (every library on a mesh: tests/test_bench_mesh.py)",
+        append=(*TINY, "--batch", "8", "--impl", "nnx"), fresh=True),
     Way(r"--xla-cpu-flags", "XLA_FLAGS are set before JAX starts: a fresh interpreter; the "
-        "forward pass (the flags reach every program alike)",
-        append=(*TINY, "--mode", "forward"), fresh=True),
+        "forward pass of one library (the flags reach every program alike)",
+        append=(*TINY, "--mode", "forward", "--impl", "eqx"), fresh=True),
     Way(r"zoo\.bench dispatch --record", "the record: one workload (every one runs above)",
         append=("--tiny", "--workload", "identity", "--rounds", "1", "--budget", "0.0002",
                 "--no-progress")),
-    Way(r"zoo\.bench dispatch", append=("--tiny", "--rounds", "1", "--budget", "0.0002",
-                                        "--no-progress")),
+    Way(r"zoo\.bench dispatch", "one workload (every workload in every library: "
+        "tests/test_bench_dispatch.py)", append=("--tiny", "--workload", "identity", "--rounds",
+                                                 "1", "--budget", "0.0002", "--no-progress")),
     Way(r"zoo\.bench report", "over the committed records",
         append=("--results", "{root}/bench/results")),
     Way(r"zoo\.bench breakdown", append=("--preset", "tiny", "--steps", "1")),
