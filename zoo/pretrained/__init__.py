@@ -10,57 +10,24 @@
   from timm's registry and the configs' `HUB_REPOS`);
 - `zoo.hub`: the sources (``hf-hub:ORG/REPO[@REV]``, ``local-dir:PATH``) and the checked cache;
 - `preprocess`: `data_config` and `transform`, equal to timm's;
+- `resolving`: what a model name, tag or source names (`resolve`);
 - `labels`: the class names of each tag's label set.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from zoo.configs import ConfigError
 from zoo.hub import Source
 from zoo.pretrained.labels import label_names
 from zoo.pretrained.preprocess import Transform, data_config, made_from, remember, transform
-from zoo.pretrained.table import Pretrained, find, list_pretrained, split, tags
+from zoo.pretrained.resolving import Resolved, resolve
+from zoo.pretrained.table import Pretrained, find, list_pretrained, tags
 
 __all__ = ["Pretrained", "Resolved", "Transform", "data_config", "find", "label_names",
            "labels", "list_pretrained", "made_from", "remember", "resolve", "tags",
            "transform"]
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a model name names: a zoo name with its pretrained tag (the default tag when the
-    name has none; None when the name has no published weights), or a source."""
-
-    name: str | None
-    pretrained: Pretrained | None
-    source: Source | None
-    tagged: bool = False  # the text named the tag itself
-
-    @property
-    def weights(self) -> str:
-        """Where the weights are: the source (``hf-hub:...``)."""
-        if self.source is not None:
-            return str(self.source)
-        if self.pretrained is None:
-            raise ConfigError(f"{self.name} has no pretrained weights "
-                              "(zoo.list_pretrained() lists the names that have)")
-        return f"hf-hub:{self.pretrained.hub}"
-
-
-def resolve(text: str) -> Resolved:
-    """The model name, tag or source `text` names (``resnet50``, ``resnet50.tv_in1k``,
-    ``hf-hub:timm/resnet50.a1_in1k``); ConfigError for an unknown tag of a known name."""
-    source = Source.parse(text)
-    if source is not None:
-        return Resolved(None, None, source)
-    from zoo.configs import CONFIGS
-    from zoo.names import named_models
-
-    name, tag = split(text, {**named_models(), **dict.fromkeys(CONFIGS)})
-    return Resolved(name, find(name, tag), None, tag is not None)
 
 
 def labels(name_or_label_set: Any) -> tuple[str, ...]:

@@ -249,7 +249,7 @@ def data_config(model_or_name: Any, *, use_test_size: bool = False) -> dict[str,
     a ``hf-hub:`` / ``local-dir:`` source whose ``config.json`` is timm's, a `Pretrained` tag,
     or a model `zoo.create(..., pretrained=True)` made."""
     from zoo.hub import Source
-    from zoo.pretrained import resolve
+    from zoo.pretrained.resolving import resolve
 
     if isinstance(model_or_name, Pretrained):
         return resolve_data_config(_image_fields(model_or_name), use_test_size)

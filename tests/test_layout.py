@@ -1,0 +1,77 @@
+"""The code's layering (docs/layout.md): no circle of imports between files, `canonical` at the
+bottom, `zoo`'s core below the converters, the benchmark on top, and the one seam where the
+converters give the zoo its file readers (`zoo.weights.register_reader`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("canonical", "zoo", "converters")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> nx.DiGraph:
+    """Modules of PACKAGES (a package is its `__init__`) -> the modules they import, anywhere
+    in the file (imports inside functions too); `from pkg import name` names the submodule
+    `pkg.name` where there is one."""
+    files = {_module(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(files)
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                           for a in node.names]
+            graph.add_edges_from((name, t) for t in targets if t in files and t != name)
+    return graph
+
+
+def test_no_circle_of_imports():
+    cycles = list(nx.simple_cycles(import_graph()))
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles[:5])
+
+
+def test_each_layer_imports_only_from_below():
+    graph = import_graph()
+    below = {
+        "canonical": ("canonical",),
+        # the zoo's core, its models and runtime: no converter, benchmark or docs module
+        "zoo": ("canonical", "zoo"),
+        "converters": ("canonical", "zoo", "converters"),
+    }
+    upper = ("zoo.bench", "zoo.docs", "zoo.predict")
+    for source, target in graph.edges:
+        if source.startswith(upper):
+            continue
+        top = source.split(".")[0]
+        if top in below:
+            assert target.split(".")[0] in below[top], f"{source} imports {target}"
+            assert not target.startswith(upper), f"{source} imports {target}"
+
+
+def test_the_converters_meet_the_zoo_at_one_seam():
+    """The zoo names the converters in one place only, the package it imports when a file is
+    to be read (`zoo.weights.READERS_PACKAGE`); the converters register their readers there."""
+    import zoo.weights
+
+    named = [p.relative_to(ROOT).as_posix() for p in (ROOT / "zoo").rglob("*.py")
+             if not p.relative_to(ROOT).as_posix().startswith(("zoo/bench/", "zoo/docs/"))
+             and '"converters"' in p.read_text()]
+    assert named == ["zoo/weights.py"] and zoo.weights.READERS_PACKAGE == "converters"
+    assert "register_reader" in (ROOT / "converters" / "__init__.py").read_text()
