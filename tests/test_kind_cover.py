@@ -10,6 +10,13 @@ from hypothesis import strategies as st
 from tests.kind_cover import cover, latin, rotation
 
 
+def _suite_conftest(pytester: pytest.Pytester) -> None:
+    """The inner run collects with the suite's own options and deselection."""
+    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
+                          "from tests.conftest import pytest_addoption, "
+                          "pytest_collection_modifyitems  # noqa: F401\n")
+
+
 @given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 12))
 def test_every_case_runs_and_every_combo_is_reached(n_cases, n_combos, per_case):
     chosen = rotation(n_cases, n_combos, per_case)
@@ -45,9 +52,7 @@ INNER = ("-p", "no:xdist", "-p", "no:benchmark")  # the inner run: in this proce
 
 
 def test_exhaustive_cases_are_deselected_by_default(pytester: pytest.Pytester):
-    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
-                          "from tests.conftest import pytest_addoption, "
-                          "pytest_collection_modifyitems  # noqa: F401\n")
+    _suite_conftest(pytester)
     pytester.makepyfile(test_x="""
 import pytest
 from tests.kind_cover import cover
@@ -67,9 +72,7 @@ def test_whole_model_cases_beyond_the_kind_cover_are_deselected_by_default(
         pytester: pytest.Pytester):
     """A `whole_model` test runs for the kind cover's architectures and the CNN; another
     architecture's case and a variant's only with --exhaustive; a test naming none runs."""
-    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n"
-                          "from tests.conftest import pytest_addoption, "
-                          "pytest_collection_modifyitems  # noqa: F401\n")
+    _suite_conftest(pytester)
     pytester.makepyfile(test_x="""
 import pytest
 
