@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -23,6 +24,15 @@ if "huggingface_hub" in sys.modules:  # imported by a plugin already: its consta
 
     huggingface_hub.constants.HF_HUB_OFFLINE = True
     huggingface_hub.constants.HF_HUB_CACHE = os.environ["HF_HUB_CACHE"]
+# One persistent compilation cache for the run: the xdist workers and the commands the tests
+# run in fresh interpreters compile many of the same programs (the same tiny models in several
+# modules), and JAX's cache (keyed by the program, the compile options and the versions)
+# compiles each once. The process that makes it (the controller) removes it at the end; a
+# cache the caller points to is theirs, used and kept.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="zoo-tests-xla-cache-")
+    os.environ["ZOO_TESTS_OWN_XLA_CACHE"] = str(os.getpid())
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import jax
 import pytest
@@ -106,6 +116,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 _QUICK = {"on": False}
+_CACHE_OWNER: dict[str, pytest.Config] = {}
 # The time cap: tests that have not started by this time (time.time()) are skipped. xdist's
 # workers get the controller's deadline (`pytest_configure_node`), not one of their own.
 TIME_CAP = "time cap reached"
@@ -113,6 +124,9 @@ _DEADLINE: dict[str, float | None] = {"at": None}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("ZOO_TESTS_OWN_XLA_CACHE") == str(os.getpid()):  # the first session
+        os.environ["ZOO_TESTS_OWN_XLA_CACHE"] = "claimed"
+        _CACHE_OWNER["config"] = config
     _QUICK["on"] = bool(config.getoption("--quick"))
     # pytest-xdist (`-n 2`): each module to one worker (unless --dist says otherwise), so that
     # a module's caches and fixtures are computed once rather than once per worker.
@@ -125,6 +139,12 @@ def pytest_configure(config: pytest.Config) -> None:
         _DEADLINE["at"] = worker["zoo_deadline"]
     elif cap is not None:
         _DEADLINE["at"] = time.time() + cap
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session that made the compilation cache removes it (not a run inside a test)."""
+    if config is _CACHE_OWNER.get("config"):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -192,18 +192,25 @@ def test_bad_input_gets_one_line(impl: str) -> None:
 
 
 def _backend_compiles(fn) -> int:
-    """How many programs XLA compiles while `fn()` runs."""
+    """How many programs XLA compiles, or takes from a persistent compilation cache (the
+    suite's, conftest), while `fn()` runs: either is a program jit did not keep."""
     events = []
 
-    def listen(event: str, duration: float, **kwargs) -> None:
+    def compiled(event: str, duration: float, **kwargs) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
             events.append(event)
 
-    jax.monitoring.register_event_duration_secs_listener(listen)
+    def fetched(event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(compiled)
+    jax.monitoring.register_event_listener(fetched)
     try:
         fn()
     finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
+        jax.monitoring.unregister_event_duration_listener(compiled)
+        jax.monitoring.unregister_event_listener(fetched)
     return len(events)
 
 
