@@ -1,7 +1,9 @@
 """Covers: the suite's cost grows with the layer kinds and cases, not with their products.
 
-`covering_archs`: the fewest architectures whose tiny configs together hold every layer kind,
-loss and input dtype of the registry (a greedy cover, in registry order on ties).
+`covering_archs`: cheap architectures whose tiny configs together hold every layer kind, loss
+and input dtype of the registry: a greedy cover by new features per layer of the tiny config
+(its layer count stands for its compile time), in registry order on ties, then pruned of any
+architecture the others make redundant.
 
 Whole multi-device programs (tests/sharding_worker.py: a training step on 8 devices under
 each strategy, per library) run these rather than every architecture: sharding is declared
@@ -16,7 +18,7 @@ runs them): every case and every combo is reached, the product only on demand.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -33,16 +35,26 @@ def features(arch: str) -> frozenset[str]:
                      | {f"loss:{cfg.LOSS}", f"input:{cfg.INPUT_DTYPE}"})
 
 
+def layers(arch: str) -> int:
+    """How many layers `arch`'s tiny config has: the cover's measure of its cost."""
+    return len(schema(zoo.tiny_config(arch))[0])
+
+
 @functools.cache
 def covering_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
-    """The architectures of `archs` (in its order) that together hold every feature of all."""
+    """The architectures of `archs` (in its order) that together hold every feature of all,
+    chosen by new features per layer, none of them redundant."""
     have = {a: features(a) for a in archs}
     left = set().union(*have.values())
     chosen: list[str] = []
     while left:
-        best = max(archs, key=lambda a: (len(have[a] & left), -archs.index(a)))
+        best = max(archs, key=lambda a: (len(have[a] & left) / layers(a), -archs.index(a)))
         chosen.append(best)
         left -= have[best]
+    for arch in list(chosen):  # the first picks may be covered by later ones
+        others = set().union(*(have[a] for a in chosen if a != arch))
+        if have[arch] <= others:
+            chosen.remove(arch)
     return tuple(a for a in archs if a in chosen)
 
 
@@ -77,12 +89,11 @@ def latin(xs: Sequence[Combo], ys: Sequence[Combo]) -> list[Any]:
 
 
 def cover(cases: Sequence[Any], combos: Sequence[Combo], *, per_case: int = 1,
-          full: Callable[[Any], bool] = lambda case: False,
           ids: Sequence[str] | None = None) -> list[Any]:
     """The cross product `cases` x `combos` as pytest params `(*case, *combo)`; those outside
     the rotation (`rotation`) are marked `exhaustive`, which the suite runs with `--exhaustive`
-    only. Cases for which `full(case)` (its first value) holds take every combo. A case is a
-    value, a tuple of values (named by `ids`) or a pytest.param (its marks kept)."""
+    only. A case is a value, a tuple of values (named by `ids`) or a pytest.param (its marks
+    kept)."""
     cases = ([_param(c) for c in cases] if ids is None else
              [pytest.param(*(c if isinstance(c, tuple) else (c,)), id=i)
               for c, i in zip(cases, ids, strict=True)])
@@ -90,12 +101,6 @@ def cover(cases: Sequence[Any], combos: Sequence[Combo], *, per_case: int = 1,
     chosen = rotation(len(cases), len(combos), per_case)
     return [pytest.param(*case.values, *combo.values, id=f"{case.id}-{combo.id}",
                          marks=(*case.marks, *combo.marks,
-                                *(() if full(case.values[0]) or j in chosen[i]
-                                  else (pytest.mark.exhaustive,))))
+                                *(() if j in chosen[i] else (pytest.mark.exhaustive,))))
             for i, case in enumerate(cases) for j, combo in enumerate(combos)]
 
-
-def in_kind_cover(case: str) -> bool:
-    """Whether `case` is an architecture of the kind cover (`covering_archs`): such cases take
-    every combo of a `cover`, so every library meets every layer kind, loss and input."""
-    return case in covering_archs(tuple(zoo.ARCHS))

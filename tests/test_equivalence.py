@@ -29,7 +29,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import CASE_IDS, CASES
-from tests.kind_cover import cover, in_kind_cover, latin
+from tests.kind_cover import cover, latin
 from zoo import fast
 from zoo.testing import assert_close, tolerance
 from zoo.training import mse
@@ -38,7 +38,7 @@ TOL = tolerance("float32")
 SEED = 3
 CONFIGS = dict(zip(CASE_IDS, (c for _, c in CASES), strict=True))
 # Agreement is symmetric: each unordered pair of libraries is compared once. A cover
-# (tests.kind_cover): each case with one pair in turn, the kind cover's architectures with all;
+# (tests.kind_cover): each case with one pair in turn (--exhaustive: every pair);
 # every library is also held to PyTorch for every case (tests/test_torch_reference.py).
 PAIRS = [pytest.param(a, b, id=f"{a}-{b}") for a, b in itertools.combinations(zoo.JAX_IMPLS, 2)]
 
@@ -61,14 +61,15 @@ def _forward(case: str, impl: str, train: bool, jit: bool):
 
 
 # Eager (op-by-op) execution in evaluation, compiled in both modes. Eager runs the model code
-# as jit traces it, for every architecture alike: the quick subset runs it for one model.
-# Each case runs every mode once, each with another pair, the pairs turning from case to case;
-# the kind cover's architectures run every pair in every mode (--exhaustive: every case).
-@pytest.mark.parametrize(("case", "a", "b", "train", "jit"), cover(CASE_IDS, latin(PAIRS, [
+# as jit traces it, for every architecture alike: whole-model (tests.kind_cover, conftest).
+# Each case runs every mode once, each with another pair, the pairs turning from case to case
+# (--exhaustive: every pair in every mode). Every layer kind meets every library against
+# PyTorch in the layer-rule tests (tests/test_layer_rules*.py, tests/test_attention_rules.py).
+@pytest.mark.parametrize(("case", "train", "jit", "a", "b"), cover(CASE_IDS, latin([
     pytest.param(False, True, id="eval-jit"),
     pytest.param(False, False, id="eval-nojit", marks=pytest.mark.whole_model),
-    pytest.param(True, True, id="train-jit")]), per_case=len(PAIRS), full=in_kind_cover))
-def test_forward_matches(case, a, b, train, jit):
+    pytest.param(True, True, id="train-jit")], PAIRS), per_case=3))
+def test_forward_matches(case, train, jit, a, b):
     y_a, s_a = _forward(case, a, train, jit)
     y_b, s_b = _forward(case, b, train, jit)
     assert not np.allclose(y_a[0], y_a[1]), "an output that ignores the input proves nothing"
@@ -113,7 +114,7 @@ def _trained(case: str, impl: str, steps: int = 5):
     return converters.to_canonical(step.model(), impl), api.to_canonical(y, config)
 
 
-@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, full=in_kind_cover))
+@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS))
 def test_gradients_match(case, a, b):
     loss_a, gx_a, gp_a = _gradients(case, a)
     loss_b, gx_b, gp_b = _gradients(case, b)
@@ -126,10 +127,10 @@ def test_gradients_match(case, a, b):
 
 
 # Five optimizer steps are the gradients above plus optax's update and the running statistics
-# (by layer kind): a whole model through every library, so the kind cover's architectures (and
-# the CNN) run it, --exhaustive every case.
+# (by layer kind): a whole model, so the kind cover's architectures run it, each with two pairs
+# (all three libraries), the pairs turning; --exhaustive every case and pair.
 @pytest.mark.whole_model
-@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, full=in_kind_cover))
+@pytest.mark.parametrize(("case", "a", "b"), cover(CASE_IDS, PAIRS, per_case=2))
 def test_training_matches(case, a, b):
     state_a, y_a = _trained(case, a)
     state_b, y_b = _trained(case, b)

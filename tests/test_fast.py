@@ -19,7 +19,7 @@ from zoo.training import LOSSES
 
 # zoo.fast is one mechanism over each library's interface: every architecture runs in one
 # library in turn (--exhaustive: in all); every library meets every layer kind through it in
-# tests/test_equivalence.py's training (the kind cover's architectures, in every library).
+# tests/test_equivalence.py's training (the kind cover's architectures, in all three).
 ARCHS = list(zoo.ARCHS)
 tiny = zoo.tiny_config
 

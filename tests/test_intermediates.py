@@ -16,7 +16,7 @@ import pytest
 import converters
 import zoo
 from tests.conftest import HAVE_TORCH, torch_marked
-from tests.kind_cover import cover, in_kind_cover
+from tests.kind_cover import cover
 from tests.timm_mbconv import timm_model
 from zoo.models.intermediates import permutation
 from zoo.testing import assert_close
@@ -108,7 +108,7 @@ def _as_timms(out, impl: str, fmt: str, only: bool):
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-@pytest.mark.parametrize(("name", "impl"), cover(sorted(REFERENCES), zoo.IMPLS, per_case=2))
+@pytest.mark.parametrize(("name", "impl"), cover(sorted(REFERENCES), zoo.IMPLS))
 def test_intermediates_are_timms(name, impl):
     """Each call gives timm's tensors (structure, shapes and values) from the zoo model
     converted from timm's state_dict; without `output_fmt`, in the library's own layout."""
@@ -152,7 +152,7 @@ TINY = [(f"{arch}-{name}" if name else arch, zoo.tiny_config(arch, **over))
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 @pytest.mark.parametrize(("case", "config", "impl"), cover(
-    TINY, zoo.JAX_IMPLS, ids=[c for c, _ in TINY], full=in_kind_cover))
+    TINY, zoo.JAX_IMPLS, ids=[c for c, _ in TINY]))
 def test_intermediates_agree_with_torch(case, config, impl):
     """The tiny configs and their variants (one to four stages, the CIFAR and ImageNet stems,
     Bottlenecks; prefix tokens or none): every tap in both map layouts, as the reference's."""

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.kind_cover import cover, latin, rotation
+import zoo
+from tests.kind_cover import cover, covering_archs, features, latin, rotation
 
 
 def _suite_conftest(pytester: pytest.Pytester) -> None:
@@ -26,11 +27,11 @@ def test_every_case_runs_and_every_combo_is_reached(n_cases, n_combos, per_case)
     assert len(reached) == min(n_combos, n_cases * min(per_case, n_combos))
 
 
-def test_cover_marks_the_rest_exhaustive_and_full_cases_take_all():
-    params = cover(["a", "b", "c"], [("x",), ("y",)], full=lambda case: case == "c")
+def test_cover_marks_the_rest_exhaustive():
+    params = cover(["a", "b", "c"], [("x",), ("y",)])
     marked = {p.id for p in params if any(m.name == "exhaustive" for m in p.marks)}
     assert [p.id for p in params] == ["a-x", "a-y", "b-x", "b-y", "c-x", "c-y"]
-    assert marked == {"a-y", "b-x"}
+    assert marked == {"a-y", "b-x", "c-y"}
     assert params[0].values == ("a", "x")
 
 
@@ -86,3 +87,12 @@ def test_it(case):
         "passed": 3, "deselected": 2}
     assert pytester.runpytest_inprocess(*INNER, "--exhaustive").parseoutcomes() == {
         "passed": 5}
+
+
+def test_the_kind_cover_holds_every_feature_and_no_architecture_twice():
+    archs = tuple(zoo.ARCHS)
+    have = {a: features(a) for a in archs}
+    chosen = covering_archs(archs)
+    assert set().union(*(have[a] for a in chosen)) == set().union(*have.values())
+    for arch in chosen:
+        assert not have[arch] <= set().union(*(have[a] for a in chosen if a != arch)), arch

@@ -179,26 +179,29 @@ def _check_every_library(name: str, impl: str, *, full: bool, size, batch, grads
             np.testing.assert_allclose(got_grads[k], g, rtol=RTOL, atol=RTOL * top, err_msg=k)
 
 
-@pytest.mark.parametrize(("name", "impl"), cover(REDUCED, zoo.IMPLS, per_case=2))
+@pytest.mark.parametrize(("name", "impl"), cover(REDUCED, zoo.IMPLS))
 def test_one_block_per_stage_in_every_library_is_timms(name, impl):
     """EfficientNet-B0 (and its TensorFlow port's SAME padding and eps), MobileNetV3 large and
-    small at their widths, one block per stage: timm's logits in eval and train mode in every
-    library; for the TensorFlow port and the small MobileNetV3 the gradients of every
-    parameter too (the tiny configs' are compared in test_equivalence / test_torch_reference)."""
+    small at their widths, one block per stage: timm's logits in eval and train mode, each
+    name in one library, the four in turn (--exhaustive: every library); for the TensorFlow
+    port and the small MobileNetV3 the gradients of every parameter too (the tiny configs'
+    are compared in test_equivalence / test_torch_reference)."""
     _check_every_library(name, impl, full=False, size=(64, 48), batch=4,
                          grads=name in GRADIENTS)
 
 
-@pytest.mark.parametrize(("name", "impl"), cover(FULL, zoo.IMPLS, per_case=2))
+@pytest.mark.parametrize(("name", "impl"), cover(FULL, zoo.IMPLS))
 def test_full_depth_in_every_library_is_timms(name, impl):
     """efficientnet_b0 and mobilenetv3_large_100 at full depth: timm's logits in eval and
-    train mode in every library (96x80, so that train-mode BatchNorm of the last stages
-    normalises over more than a handful of values)."""
+    train mode, each in one library (--exhaustive: every library; 96x80, so that train-mode
+    BatchNorm of the last stages normalises over more than a handful of values)."""
     _check_every_library(name, impl, full=True, size=(96, 80), batch=2, grads=False)
 
 
 # --------------------------------------------------------------------------- drop path
-@pytest.mark.parametrize("arch", ["efficientnet", "mobilenetv3"])
+# One MBConv body draws the masks for both (--exhaustive: MobileNetV3 too).
+@pytest.mark.parametrize("arch", ["efficientnet",
+                                  pytest.param("mobilenetv3", marks=pytest.mark.exhaustive)])
 def test_drop_path_one_key_same_outputs_in_every_library(arch):
     """With drop path (rate 0.5 at the last block, timm's linear rule) in training, one raw key
     draws the same masks in Equinox (through its interface), Linen (`key=`) and NNX (`rngs=`):

@@ -12,7 +12,7 @@ import pytest
 
 import zoo
 from tests.conftest import CASE_IDS, CASES
-from tests.kind_cover import cover, in_kind_cover
+from tests.kind_cover import cover
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -46,11 +46,11 @@ def test_every_models_static_part_is_hashable_and_equal_across_splits(case, conf
 
 
 @pytest.mark.parametrize(("case", "config", "impl"), cover(
-    CASES, zoo.JAX_IMPLS, ids=CASE_IDS, full=in_kind_cover))
+    CASES, zoo.JAX_IMPLS, ids=CASE_IDS))
 def test_readme_jit_pattern_works_for_every_model(case, config, impl):
     """The tour's pattern, `static, params, state = api.split(model)` then
     `jax.jit(api.apply, static_argnums=0)`: a second split's call reuses the first compilation
-    (every case in one library in turn, the kind cover's in all).
+    (every case in one library in turn; --exhaustive: in all).
     (That the compiled call computes the model is tests/test_equivalence.py's: the libraries
     agree compiled and eager, and tests/test_torch_reference.py's: they agree with PyTorch.)"""
     model = zoo.create(config, impl, seed=0)

@@ -13,7 +13,7 @@ import converters
 import zoo
 from canonical.torch_arrays import torch_to_numpy
 from tests.conftest import CASE_IDS, CASES
-from tests.kind_cover import cover, in_kind_cover, latin
+from tests.kind_cover import cover, latin
 from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
@@ -43,11 +43,11 @@ def _torch_results(case: str, train: bool):
 
 
 # Every case in both modes, each in another JAX library, the libraries turning between cases
-# (they agree with each other on every case: tests/test_equivalence.py); the kind cover's
-# architectures in both modes in every library (--exhaustive: every case).
+# (they agree with each other on every case: tests/test_equivalence.py); --exhaustive: every
+# case in both modes in every library.
 @pytest.mark.parametrize(("case", "impl", "train"), cover(CASE_IDS, latin(
     zoo.JAX_IMPLS, [pytest.param(False, id="eval"), pytest.param(True, id="train")]),
-    per_case=2, full=in_kind_cover))
+    per_case=2))
 def test_jax_matches_torch(case, impl, train):
     y_t, gx_t, gp_t, stats_t, counts, cotangent = _torch_results(case, train)
     config = CONFIGS[case]
