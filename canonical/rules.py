@@ -10,7 +10,7 @@ Initialisation (PyTorch's defaults): Linear, Conv and ConvTranspose weights and 
 weight 1, bias 0, BatchNorm statistics mean 0, var 1, counter 0; Embedding ``N(0, 1)``; bare
 parameters ``N(0, 0.02)`` (timm's class token and position embedding); GRN weight and bias 0
 (timm's: the layer starts as the identity); transformers' `Conv1D` its own ``N(0, 0.02)`` weight
-and zero bias.
+and zero bias; the `(1 + weight)` RMSNorm (Gemma's) weight 0.
 """
 
 from __future__ import annotations
@@ -251,6 +251,13 @@ RMS_NORM = register_kind(LayerKind(
              "nnx": ("flax.nnx.RMSNorm",), "torch": (_TORCH + "RMSNorm",)},
     native={"eqx": ("weight", "bias"), "flax": ("scale",)},
     init=affine_identity, to_native=affine_to_native, to_canonical=affine_to_canonical,
+    axes=_RMS_NORM_AXES))
+# transformers' `GemmaRMSNorm`: an RMSNorm times `(1 + weight)`, the weight starting at zero. No
+# library has the class: the zoo registers its own (`zoo.layers`) with `register_class`.
+OFFSET_RMS_NORM = register_kind(LayerKind(
+    "offset_rms_norm", classes={},
+    native={"eqx": ("weight",), "flax": ("scale",)},
+    init=zeros, to_native=affine_to_native, to_canonical=affine_to_canonical,
     axes=_RMS_NORM_AXES))
 # transformers' Conv1D: no library has the class; the zoo registers its own in each library
 # (`zoo.layers`: subclasses of Equinox's Linear, Flax's Dense / Linear) with `register_class`.

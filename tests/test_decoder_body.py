@@ -1,6 +1,7 @@
-"""The shared decoder body (`zoo.models.decoder`): every library offers the same kinds, and a
-spec names one module per role of a block. (Its numbers are checked through GPT-2 and the
-Llama family in tests/test_language_models.py and tests/test_generation.py.)"""
+"""The shared decoder body (`zoo.models.decoder`): every library offers the same kinds, a
+spec names one module per role of a block (the post-norms at most once), and its per-layer
+attention types name known types, one per layer. (Its numbers are checked through GPT-2, the
+Llama and the Gemma families in tests/test_language_models.py and tests/test_generation.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import importlib
 import pytest
 
 import zoo
-from zoo.models.decoder import Names
+from zoo.models.decoder import AttentionSpec, LayerAttention, MLPSpec, Names
 from zoo.models.decoder.spec import DecoderSpec
 
 LIBRARIES = ("eqx", "linen", "nnx", "torch")
@@ -34,3 +35,34 @@ def test_a_block_needs_one_module_per_role():
     with pytest.raises(ValueError, match="one module per role"):
         Names(body="model", embedding="embed", layers="layers", norm="norm",
               block=(("attn", "attention"), ("mlp", "mlp"), ("ln", "attention_norm")))
+
+
+def test_post_norms_are_optional_roles_taken_at_most_once():
+    block = (("attn", "attention"), ("mlp", "mlp"), ("ln", "attention_norm"),
+             ("post_ln", "attention_post_norm"), ("pre_ff", "mlp_norm"))
+    names = Names(body="model", embedding="embed", layers="layers", norm="norm", block=block)
+    assert names.has("attention_post_norm") and not names.has("mlp_post_norm")
+    with pytest.raises(ValueError, match="at most one per optional role"):
+        Names(body="model", embedding="embed", layers="layers", norm="norm",
+              block=(*block, ("again", "attention_post_norm")))
+
+
+def _spec(**kwargs) -> DecoderSpec:
+    names = Names(body="model", embedding="embed", layers="layers", norm="norm",
+                  block=(("attn", "attention"), ("mlp", "mlp"), ("ln1", "attention_norm"),
+                         ("ln2", "mlp_norm")))
+    return DecoderSpec(names, 8, 4, 3, "rms_norm", 1e-6, AttentionSpec("qkvo", 1, 1, 4),
+                       MLPSpec("gated", 8, "silu"), rope=(1.0, 0.5), **kwargs)
+
+
+def test_layer_types_give_each_layer_its_window_and_rope():
+    types = (("full", LayerAttention(None, (1.0, 0.1))), ("local", LayerAttention(2, (1.0,
+                                                                                     0.5))))
+    spec = _spec(layer_types=("local", "full", "local"), attention_types=types)
+    assert [spec.layer(i).sliding_window for i in range(3)] == [2, None, 2]
+    assert spec.windows == (2, None) and spec.layer(1).rope == (1.0, 0.1)
+    plain = _spec()  # no types: every layer the attention's window and the spec's rope
+    assert plain.layer(2) == LayerAttention(None, (1.0, 0.5)) and plain.windows == (None,)
+    for bad in (("local", "full"), ("local", "full", "global")):
+        with pytest.raises(ValueError, match="layer_types needs one of"):
+            _spec(layer_types=bad, attention_types=types)

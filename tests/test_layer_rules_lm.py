@@ -2,6 +2,8 @@
 
 - `rms_norm`: transformers' `LlamaRMSNorm` weights in the zoo's RMSNorm of every library (and
   the libraries' own classes, which the kind covers), equal outputs, float32 and bfloat16.
+- `offset_rms_norm`: transformers' `GemmaRMSNorm` (times `1 + weight`, in float32, weights
+  starting at zero) likewise.
 - `hf_conv1d`: transformers' `Conv1D` (`(in, out)` weights) in the zoo's Conv1D of every
   library; the linear rule on the same arrays is wrong (a square layer runs and differs).
 - ties: a tied alias equal to its source is dropped, an unequal one refused by name.
@@ -82,6 +84,55 @@ def test_rms_norm_kind_covers_the_libraries_own_classes():
                       (torch.nn.RMSNorm, "torch"), (zeqx.RMSNorm, "eqx"),
                       (zlinen.RMSNorm, "linen"), (znnx.RMSNorm, "nnx")):
         assert canonical.kind_of(object.__new__(cls), impl).name == "rms_norm", cls
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_offset_rms_norm_rule_matches_transformers_gemma_norm(dtype):
+    """`offset_rms_norm`: transformers' `GemmaRMSNorm` (times `1 + weight`, in float32) in the
+    zoo's OffsetRMSNorm of every library and PyTorch's reference; weights start at zero."""
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+
+    from zoo.layers.torch import OffsetRMSNorm
+
+    c, eps = 6, 1e-6
+    tdt = getattr(torch, dtype)
+    ref = GemmaRMSNorm(c, eps=eps)
+    assert not ref.weight.detach().any()  # transformers starts at zero, so do the zoo's
+    with torch.no_grad():
+        ref.weight.copy_(torch.linspace(-0.5, 0.5, c))
+    ref = ref.to(tdt)
+    x = torch.randn(3, 4, c, generator=torch.Generator().manual_seed(0)).to(tdt) * 3 + 1
+    want = ref(x).detach().float().numpy()
+    weight = {"weight": ref.weight.detach().float().numpy().astype(jnp.dtype(dtype))}
+    layer = Layer("norm", "offset_rms_norm")
+    xj = jnp.asarray(x.float().numpy(), dtype)
+    eqx_norm = zeqx.OffsetRMSNorm(c, eps=eps, dtype=dtype)
+    assert not np.asarray(eqx_norm.weight).any()
+    eqx_norm = eqx.tree_at(lambda m: m.weight, eqx_norm, jnp.asarray(
+        _native("offset_rms_norm", "eqx", weight, layer)["weight"]))
+    got = {"eqx": jax.vmap(jax.vmap(eqx_norm))(xj)}
+    flax_arrays = _native("offset_rms_norm", "flax", weight, layer)
+    assert set(flax_arrays) == {"scale"}
+    linen = zlinen.OffsetRMSNorm(epsilon=eps, param_dtype=dtype)
+    assert not np.asarray(linen.init(jax.random.key(0), xj)["params"]["scale"]).any()
+    got["linen"] = linen.apply({"params": flax_arrays}, xj)
+    model = znnx.OffsetRMSNorm(c, epsilon=eps, param_dtype=dtype)
+    assert not np.asarray(model.scale[...]).any()
+    model.scale.set_value(jnp.asarray(flax_arrays["scale"]))
+    got["nnx"] = model(xj)
+    mine = OffsetRMSNorm(c, eps=eps).to(tdt)
+    assert not mine.weight.detach().any()
+    mine.load_state_dict(ref.state_dict())
+    out = mine(x)
+    assert out.dtype == tdt
+    np.testing.assert_array_equal(out.detach().float().numpy(), want)  # the same arithmetic
+    for impl, y in got.items():
+        assert y.dtype == jnp.dtype(dtype), impl
+        assert_close(np.asarray(y, np.float32), want, dtype, err_msg=impl)
+    assert _back("offset_rms_norm", "flax", flax_arrays, layer).keys() == {"weight"}
+    for cls, impl in ((zeqx.OffsetRMSNorm, "eqx"), (zlinen.OffsetRMSNorm, "linen"),
+                      (znnx.OffsetRMSNorm, "nnx"), (OffsetRMSNorm, "torch")):
+        assert canonical.kind_of(object.__new__(cls), impl).name == "offset_rms_norm", cls
 
 
 # --------------------------------------------------------------------------- Conv1D

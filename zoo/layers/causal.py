@@ -5,7 +5,8 @@ with grouped key/value heads, and the rotary position code, each as `transformer
   the sequence, not their position ids, as `transformers`' `create_causal_mask`), within a
   sliding window `i - j < window` (Mistral), and not padding (`attention_mask[j] == 0`). The
   indices are explicit so that a KV cache can pass the indices of its slots.
-- **Attention** (`attend`): `softmax(q k^T * scale)` over the visible keys, the logits and the
+- **Attention** (`attend`): `softmax(q k^T * scale)` (soft-capped, `cap * tanh(s / cap)`, when
+  the model caps its scores: Gemma 2) over the visible keys, the logits and the
   softmax in float32 (or wider) whatever the inputs' dtype, the weights cast back, then `v`.
   Query head `h` reads key/value head `h // (heads / kv_heads)` (`transformers`' `repeat_kv`:
   grouped-query attention). A masked key gets the lowest float as its logit (`transformers`'
@@ -35,7 +36,7 @@ import numpy as np
 from jax import Array
 
 __all__ = ["attend", "causal_mask", "default_positions", "rope_frequencies", "rotary",
-           "sequence_mask", "write_cache"]
+           "sequence_mask", "softcap", "write_cache"]
 
 
 def causal_mask(q_index: Array, kv_index: Array, kv_valid: Array | None = None,
@@ -81,12 +82,17 @@ def _float32_or_wider(dtype: Any) -> jnp.dtype:
         return jnp.result_type(dtype, jnp.float32)
 
 
+def softcap(x: Array, cap: float | None) -> Array:
+    """`cap * tanh(x / cap)` (transformers' soft-capping of scores and logits); `x` if None."""
+    return x if cap is None else jnp.tanh(x / cap) * cap
+
+
 def attend(q: Array, k: Array, v: Array, mask: Array, scale: float,
-           dropout: Callable[[Array], Array] | None = None) -> Array:
+           dropout: Callable[[Array], Array] | None = None, cap: float | None = None) -> Array:
     """Attention over `(..., L, heads, D)` queries and `(..., Lk, kv_heads, D)` keys and values
     (grouped: `heads` a multiple of `kv_heads`); `mask` `(..., Lq, Lk)` (or `(Lq, Lk)`) from
-    `causal_mask`; `dropout` (training) applies to the attention weights. Returns
-    `(..., L, heads, D)`."""
+    `causal_mask`; `dropout` (training) applies to the attention weights; `cap` soft-caps the
+    scaled scores (`softcap`) before the mask. Returns `(..., L, heads, D)`."""
     *lead, lq, heads, d = q.shape
     kv_heads = k.shape[-2]
     groups = heads // kv_heads
@@ -96,6 +102,7 @@ def attend(q: Array, k: Array, v: Array, mask: Array, scale: float,
     kh, vh = jnp.swapaxes(k, -2, -3), jnp.swapaxes(v, -2, -3)
     logits = jnp.einsum("...grqd,...gkd->...grqk", qh, kh)
     logits = (logits * scale).astype(_float32_or_wider(logits.dtype))  # scaled as transformers
+    logits = softcap(logits, cap)
     m = mask.reshape((*mask.shape[:-2], 1, 1, *mask.shape[-2:]))
     m = m.reshape((1,) * (logits.ndim - m.ndim) + m.shape)
     logits = jnp.where(m, logits, jnp.finfo(logits.dtype).min)
@@ -111,13 +118,17 @@ def rope_frequencies(head_dim: int, theta: float, rope_type: str = "default",
                      high_freq_factor: float = 4.0, original_max_position_embeddings: int = 8192
                      ) -> np.ndarray:
     """The rotary inverse frequencies `(head_dim / 2,)` in float32, as `transformers` computes
-    them (`_compute_default_rope_parameters`, `_compute_llama3_parameters`)."""
+    them (`_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`,
+    `_compute_llama3_parameters`)."""
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     inv = np.float32(1.0) / (np.float32(theta) ** exponents)
     if rope_type == "default":
         return inv.astype(np.float32)
+    if rope_type == "linear":  # positions divided by `factor`: so are the frequencies
+        return (inv / np.float32(factor)).astype(np.float32)
     if rope_type != "llama3":
-        raise ValueError(f"unknown rope_type {rope_type!r}; known: 'default', 'llama3'")
+        raise ValueError(f"unknown rope_type {rope_type!r}; known: 'default', 'linear', "
+                         "'llama3'")
     low_wavelen = original_max_position_embeddings / low_freq_factor
     high_wavelen = original_max_position_embeddings / high_freq_factor
     wavelen = np.float32(2 * math.pi) / inv

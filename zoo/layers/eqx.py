@@ -22,12 +22,12 @@ from zoo.layers.conv import conv_general_dilated
 from zoo.layers.conv_transpose import CHOICES, conv_transpose
 from zoo.layers.dense import contract
 from zoo.layers.drop_path import check_rate, drop_path, sample_keep
-from zoo.layers.norm import global_response_norm, layer_norm, rms_norm
+from zoo.layers.norm import global_response_norm, layer_norm, offset_rms_norm, rms_norm
 from zoo.layers.pooling import max_pool_axes
 
 __all__ = ["BatchNorm", "Conv", "Conv1D", "Conv3d", "ConvTranspose", "GlobalResponseNorm",
            "KVCache", "LayerNorm", "LayerNorm2d", "Linear", "MaxPool3d", "MultiheadAttention",
-           "RMSNorm"]
+           "OffsetRMSNorm", "RMSNorm"]
 
 _NO_STATE = object()  # LayerNorm called without a state returns no state
 
@@ -224,6 +224,28 @@ class RMSNorm(eqx.nn.RMSNorm):
         out = rms_norm(x, self.eps, self.weight if self.use_weight else None)
         out = out if not self.use_bias else out + self.bias
         return out if state is _NO_STATE else (out, state)
+
+
+class OffsetRMSNorm(eqx.Module):
+    """transformers' `GemmaRMSNorm` (layer kind `offset_rms_norm`,
+    `zoo.layers.norm.offset_rms_norm`): the normalised vector times `1 + weight`, in float32,
+    cast back; `weight` starts at zero. Over a vector: vmap it over the leading axes."""
+
+    weight: Array
+    eps: float = eqx.field(static=True)
+
+    def __init__(self, size: int, eps: float = 1e-6, dtype: Any = None) -> None:
+        self.weight = jnp.zeros((size,), dtype or jnp.float32)
+        self.eps = eps
+
+    def __call__(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
+        if x.shape != self.weight.shape:
+            raise ValueError(f"OffsetRMSNorm({self.weight.shape[0]}) got an input of shape "
+                             f"{x.shape}; vmap it over the leading axes")
+        return offset_rms_norm(x, self.eps, self.weight)
+
+
+canonical.register_class("offset_rms_norm", "eqx", OffsetRMSNorm)
 
 
 class Conv1D(Linear):

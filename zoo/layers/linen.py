@@ -18,7 +18,7 @@ import canonical
 from zoo.layers.causal import write_cache
 from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
-from zoo.layers.norm import global_response_norm, rms_norm
+from zoo.layers.norm import global_response_norm, offset_rms_norm, rms_norm
 
 
 class ConvTranspose(nn.ConvTranspose):
@@ -120,6 +120,23 @@ class RMSNorm(nn.RMSNorm):
         scale = (self.param("scale", self.scale_init, (x.shape[-1],), self.param_dtype)
                  if self.use_scale else None)
         return rms_norm(x, self.epsilon, scale)
+
+
+class OffsetRMSNorm(nn.Module):
+    """transformers' `GemmaRMSNorm` (layer kind `offset_rms_norm`, parameter `scale`, zeros at
+    first): over the last axis, the normalised input times `1 + scale`, in float32, cast
+    back (`zoo.layers.norm.offset_rms_norm`)."""
+
+    epsilon: float = 1e-6
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        scale = self.param("scale", nn.initializers.zeros, (x.shape[-1],), self.param_dtype)
+        return offset_rms_norm(x, self.epsilon, scale)
+
+
+canonical.register_class("offset_rms_norm", "linen", OffsetRMSNorm)
 
 
 class Conv1D(nn.Dense):

@@ -18,7 +18,7 @@ from zoo.layers.causal import write_cache
 from zoo.layers.conv_transpose import CHOICES
 from zoo.layers.drop_path import check_rate, drop_path, keep_mask
 from zoo.layers.flax_common import check_layer_norm, check_rms_norm, flax_conv_transpose, layer_norm
-from zoo.layers.norm import global_response_norm, rms_norm
+from zoo.layers.norm import global_response_norm, offset_rms_norm, rms_norm
 
 
 class ConvTranspose(nnx.ConvTranspose):
@@ -95,6 +95,23 @@ class RMSNorm(nnx.RMSNorm):
     def __call__(self, x: Array, mask: Array | None = None) -> Array:
         check_rms_norm(self, mask)
         return rms_norm(x, self.epsilon, self.scale[...] if self.scale is not None else None)
+
+
+class OffsetRMSNorm(nnx.Module):
+    """transformers' `GemmaRMSNorm` (layer kind `offset_rms_norm`, parameter `scale`, zeros at
+    first): over the last axis, the normalised input times `1 + scale`, in float32, cast
+    back (`zoo.layers.norm.offset_rms_norm`)."""
+
+    def __init__(self, num_features: int, *, epsilon: float = 1e-6, param_dtype: Any = None,
+                 rngs: nnx.Rngs | None = None) -> None:
+        self.scale = nnx.Param(jnp.zeros((num_features,), param_dtype or jnp.float32))
+        self.epsilon = epsilon
+
+    def __call__(self, x: Array) -> Array:
+        return offset_rms_norm(x, self.epsilon, self.scale[...])
+
+
+canonical.register_class("offset_rms_norm", "nnx", OffsetRMSNorm)
 
 
 class Conv1D(nnx.Linear):

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-__all__ = ["global_response_norm", "layer_norm", "normalize", "rms_norm"]
+__all__ = ["global_response_norm", "layer_norm", "normalize", "offset_rms_norm", "rms_norm"]
 
 
 def _stats_dtype(dtype: jnp.dtype) -> jnp.dtype:
@@ -109,3 +109,14 @@ def rms_norm(x: Array, eps: float, scale: Array | None) -> Array:
     if scale is None:
         return y
     return jnp.expand_dims(scale, tuple(range(y.ndim - 1))) * y
+
+
+def offset_rms_norm(x: Array, eps: float, weight: Array) -> Array:
+    """transformers' `GemmaRMSNorm` over the last axis: `x * rsqrt(mean(x^2) + eps)` times
+    `1 + weight`, all in float32 (or wider), then cast back to `x`'s dtype (a zero weight is
+    the plain normalisation)."""
+    dtype = _stats_dtype(x.dtype)
+    y = x.astype(dtype)
+    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
+    scale = jnp.expand_dims(1 + weight.astype(dtype), tuple(range(y.ndim - 1)))
+    return (y * scale).astype(x.dtype)

@@ -14,8 +14,8 @@ from torch import nn
 
 import canonical
 
-__all__ = ["Conv1D", "DropPath", "GlobalResponseNorm", "KVCache", "LayerNorm2d", "RMSNorm",
-           "attend", "causal_mask", "rotary"]
+__all__ = ["Conv1D", "DropPath", "GlobalResponseNorm", "KVCache", "LayerNorm2d", "OffsetRMSNorm",
+           "RMSNorm", "attend", "causal_mask", "rotary", "softcap"]
 
 
 class DropPath(nn.Module):
@@ -100,6 +100,24 @@ class RMSNorm(nn.RMSNorm):
         return self.weight * h.to(dtype)
 
 
+class OffsetRMSNorm(nn.Module):
+    """transformers' `GemmaRMSNorm` (layer kind `offset_rms_norm`): the normalised input times
+    `1 + weight`, in float32, cast back to the input's dtype; `weight` starts at zero."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+canonical.register_class("offset_rms_norm", "torch", OffsetRMSNorm)
+
+
 class Conv1D(nn.Module):
     """transformers' `Conv1D(nf, nx)`: `weight` `(nx, nf)` = `(in, out)`, `bias` `(nf,)`,
     computing `x @ weight + bias` (as `torch.addmm`)."""
@@ -172,15 +190,22 @@ class KVCache:
         return LayerCache(self.keys[i], self.values[i], self.index)
 
 
+def softcap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """transformers' soft-capping `cap * tanh(x / cap)`; `x` itself when `cap` is None."""
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-           scale: float, dropout: nn.Module | None = None) -> torch.Tensor:
+           scale: float, dropout: nn.Module | None = None, cap: float | None = None
+           ) -> torch.Tensor:
     """transformers' eager attention over `(N, heads, L, D)` queries and `(N, kv_heads, L, D)`
-    keys and values (`repeat_kv`): logits scaled, masked with the lowest float, softmax in
-    float32, weights cast back, `dropout` on them. Returns `(N, L, heads * D)`."""
+    keys and values (`repeat_kv`): logits scaled, soft-capped by `cap` (if any), masked with
+    the lowest float, softmax in float32, weights cast back, `dropout` on them. Returns
+    `(N, L, heads * D)`."""
     groups = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
-    w = torch.matmul(q, k.transpose(2, 3)) * scale
+    w = softcap(torch.matmul(q, k.transpose(2, 3)) * scale, cap)
     w = w.masked_fill(~mask, torch.finfo(w.dtype).min)
     w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
     if dropout is not None:

@@ -12,13 +12,21 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, write_cache
+from zoo.layers.causal import (
+    attend,
+    default_positions,
+    rotary,
+    sequence_mask,
+    softcap,
+    write_cache,
+)
 from zoo.layers.dense import contract
-from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, RMSNorm
+from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, OffsetRMSNorm, RMSNorm
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
 
 KV = tuple[Array, Array]  # one layer's cached keys and values
 Key = PRNGKeyArray | None
@@ -33,7 +41,8 @@ def _tokenwise(layer: eqx.Module, x: Array) -> Array:
 
 
 NORMS: dict[str, Callable[..., eqx.Module]] = {
-    "layer_norm": LayerNorm, "rms_norm": functools.partial(RMSNorm, use_bias=False)}
+    "layer_norm": LayerNorm, "rms_norm": functools.partial(RMSNorm, use_bias=False),
+    "offset_rms_norm": OffsetRMSNorm}
 
 
 def make_norm(spec: DecoderSpec, size: int, dtype: Any) -> eqx.Module:
@@ -49,25 +58,27 @@ def named(base: type[eqx.Module], fields: tuple[str, ...]) -> type[eqx.Module]:
 
 
 class SelfAttention(eqx.Module):
-    """Causal self-attention over one sequence (grouped key/value heads, rotary positions when
-    the spec has them, a sliding window through the mask); a layout holds its projections and
-    defines `project` (queries, keys, values `(L, heads, D)`) and `output`."""
+    """Causal self-attention over one sequence (grouped key/value heads, rotary positions with
+    the layer's inverse frequencies `inv_freq` when it has them, a sliding window through the
+    mask, the spec's scale and soft-capping); a layout holds its projections and defines
+    `project` (queries, keys, values `(L, heads, D)`) and `output`."""
 
     dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
 
-    def __call__(self, x: Array, positions: Array, mask: Array, kv: KV | None = None,
-                 index: Array | int = 0, *, key: Key = None) -> tuple[Array, KV | None]:
+    def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
+                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None
+                 ) -> tuple[Array, KV | None]:
         """The attention's output and, given the cached `kv`, the cache with this call's keys
         and values written at `index`."""
-        s = self.spec
+        a = self.spec.attention
         q, k, v = self.project(x)
-        if s.rope is not None:
-            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if inv_freq is not None:
+            q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if kv is not None:
             kv = k, v = write_cache(kv[0], k, index, 0), write_cache(kv[1], v, index, 0)
-        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
-                     functools.partial(self.dropout, key=key))
+        out = attend(q, k, v, mask, a.scaling, functools.partial(self.dropout, key=key),
+                     a.logit_softcap)
         return self.output(out.reshape(x.shape[0], -1)), kv
 
 
@@ -174,7 +185,8 @@ MLPS: dict[str, type[eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
 
 
 class Block(eqx.Module):
-    """Pre-norm residual block; `named(Block, names)` gives it its modules' fields."""
+    """Pre-norm residual block (and the optional post-norms of its branches); `named(Block,
+    names)` gives it its modules' fields."""
 
     residual_dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
@@ -182,8 +194,8 @@ class Block(eqx.Module):
     def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
         k1, k2 = jax.random.split(key)
         e = spec.hidden_size
-        make = {"attention_norm": lambda: make_norm(spec, e, dtype),
-                "mlp_norm": lambda: make_norm(spec, e, dtype),
+        norm = lambda: make_norm(spec, e, dtype)
+        make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
                                                                        dtype=dtype),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k2, dtype=dtype)}
@@ -195,14 +207,19 @@ class Block(eqx.Module):
     def part(self, role: str) -> eqx.Module:
         return getattr(self, self.spec.role(role))
 
-    def __call__(self, x: Array, positions: Array, mask: Array, kv: KV | None = None,
-                 index: Array | int = 0, *, key: Key = None) -> tuple[Array, KV | None]:
+    def post(self, role: str, h: Array) -> Array:
+        """`h` through the post-norm `role`, if the block has one."""
+        return _tokenwise(self.part(role), h) if self.spec.names.has(role) else h
+
+    def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
+                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None
+                 ) -> tuple[Array, KV | None]:
         k1, k2, k3 = _keys(key, 3)
         part = self.part
-        h, kv = part("attention")(_tokenwise(part("attention_norm"), x), positions, mask, kv,
-                                  index, key=k1)
-        x = x + self.residual_dropout(h, key=k2)
-        h = part("mlp")(_tokenwise(part("mlp_norm"), x))
+        h, kv = part("attention")(_tokenwise(part("attention_norm"), x), positions, mask,
+                                  inv_freq, kv, index, key=k1)
+        x = x + self.residual_dropout(self.post("attention_post_norm", h), key=k2)
+        h = self.post("mlp_post_norm", part("mlp")(_tokenwise(part("mlp_norm"), x)))
         return x + self.residual_dropout(h, key=k3), kv
 
 
@@ -211,8 +228,9 @@ def make_block(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Block:
 
 
 class Decoder(eqx.Module):
-    """Embedding (and learned positions) -> dropout -> blocks -> final norm; `named(Decoder,
-    names)` gives it its modules' fields."""
+    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
+    window and rotary frequencies) -> final norm; `named(Decoder, names)` gives it its
+    modules' fields."""
 
     embedding_dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
@@ -244,15 +262,19 @@ class Decoder(eqx.Module):
         index = 0 if cache is None else cache.index
         positions = index + default_positions(length) if position_ids is None else position_ids
         h = _tokenwise(self.embedding(), input_ids)
+        if s.embedding_scale is not None:
+            h = h * jnp.asarray(s.embedding_scale, h.dtype)
         if names.positions is not None:
             h = h + _tokenwise(getattr(self, names.positions), positions)
         h = self.embedding_dropout(h, key=k_embed)
-        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
-                             None if cache is None else cache.max_length)
+        kv_length = None if cache is None else cache.max_length
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
+                 for w in s.windows}
         written = []
         for i, (block, k) in enumerate(zip(blocks, k_blocks, strict=True)):
-            h, kv = block(h, positions, mask, None if cache is None else cache.layer(i), index,
-                          key=k)
+            layer = s.layer(i)
+            h, kv = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
+                          None if cache is None else cache.layer(i), index, key=k)
             written.append(kv)
         return _tokenwise(getattr(self, names.norm), h), written
 
@@ -264,8 +286,9 @@ def make_decoder(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Decoder
 
 
 class CausalLM(eqx.Module):
-    """The body and the head, tied (None) or `lm_head`; a model declares them as fields by
-    their names (`spec.names.body`, `lm_head`) and its `config` (static)."""
+    """The body and the head, tied (None) or `lm_head`, its logits soft-capped when the spec
+    says so; a model declares them as fields by their names (`spec.names.body`, `lm_head`)
+    and its `config` (static)."""
 
     def __init__(self, config: Any, *, key: PRNGKeyArray, dtype: Any = None) -> None:
         dt, spec = dtype_of(dtype), config.decoder
@@ -292,6 +315,7 @@ class CausalLM(eqx.Module):
         h, written = body(input_ids, attention_mask, position_ids, cache, key)
         logits = (contract(h, body.embedding().weight) if self.lm_head is None
                   else _tokenwise(self.lm_head, h))
+        logits = softcap(logits, self.config.decoder.logit_softcap)
         return logits if cache is None else (logits, cache.updated(written, len(input_ids)))
 
     def init_cache(self, max_length: int, dtype: Any = None) -> KVCache:

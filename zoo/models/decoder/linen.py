@@ -9,14 +9,23 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
-from zoo.layers.linen import Conv1D, LayerNorm, RMSNorm, cache_index, cached_kv
+from zoo.layers.linen import (
+    Conv1D,
+    LayerNorm,
+    OffsetRMSNorm,
+    RMSNorm,
+    cache_index,
+    cached_kv,
+)
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
 
-NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
+                                     "offset_rms_norm": OffsetRMSNorm}
 
 
 def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
@@ -24,9 +33,10 @@ def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
 
 
 class SelfAttention(nn.Module):
-    """Causal self-attention (grouped key/value heads, rotary positions when the spec has
-    them, a sliding window through the mask); a layout adds its projections in `setup` and
-    defines `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+    """Causal self-attention (grouped key/value heads, rotary positions with the layer's
+    inverse frequencies `inv_freq` when it has them, a sliding window through the mask, the
+    spec's scale and soft-capping); a layout adds its projections in `setup` and defines
+    `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
 
     spec: DecoderSpec
     param_dtype: str = "float32"
@@ -36,16 +46,17 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(self.spec.attention.dropout)
 
     @nn.compact
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, train: bool,
-                 index: jax.Array | int = 0) -> jax.Array:
-        s, (n, length, _) = self.spec, x.shape
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
+                 ) -> jax.Array:
+        a, (n, length, _) = self.spec.attention, x.shape
         q, k, v = self.project(x)
-        if s.rope is not None:
-            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if inv_freq is not None:
+            q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if self.decode:
             k, v = cached_kv(self, k, v, index)
-        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
-                     lambda w: self.dropout(w, deterministic=not train))
+        out = attend(q, k, v, mask, a.scaling, lambda w: self.dropout(w, deterministic=not train),
+                     a.logit_softcap)
         return self.output(out.reshape(n, length, -1))
 
 
@@ -131,7 +142,8 @@ MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+    """Pre-norm residual block (and the optional post-norms of its branches): its modules are
+    named and ordered by `spec.names.block`."""
 
     spec: DecoderSpec
     param_dtype: str = "float32"
@@ -139,7 +151,8 @@ class Block(nn.Module):
 
     def setup(self) -> None:
         s, dt = self.spec, dtype_of(self.param_dtype)
-        make = {"attention_norm": lambda: make_norm(s, dt), "mlp_norm": lambda: make_norm(s, dt),
+        norm = lambda: make_norm(s, dt)
+        make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[s.attention.layout](
                     s, self.param_dtype, self.decode),
                 "mlp": lambda: MLPS[s.mlp.kind](s, self.param_dtype)}
@@ -147,17 +160,21 @@ class Block(nn.Module):
             setattr(self, name, make[role]())
         self.residual_dropout = nn.Dropout(s.residual_dropout)
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, train: bool,
-                 index: jax.Array | int = 0) -> jax.Array:
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
+                 ) -> jax.Array:
+        names = self.spec.names
         part = lambda role: getattr(self, self.spec.role(role))
+        post = lambda role, h: part(role)(h) if names.has(role) else h
         drop = lambda h: self.residual_dropout(h, deterministic=not train)
-        h = part("attention")(part("attention_norm")(x), positions, mask, train, index)
-        x = x + drop(h)
-        return x + drop(part("mlp")(part("mlp_norm")(x)))
+        h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, train, index)
+        x = x + drop(post("attention_post_norm", h))
+        return x + drop(post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
 
 
 class Decoder(nn.Module):
-    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
+    window and rotary frequencies) -> final norm."""
 
     spec: DecoderSpec
     param_dtype: str = "float32"
@@ -186,14 +203,17 @@ class Decoder(nn.Module):
                      else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
         h = getattr(self, names.embedding)(input_ids)
+        if s.embedding_scale is not None:
+            h = h * jnp.asarray(s.embedding_scale, h.dtype)
         if names.positions is not None:
             h = h + getattr(self, names.positions)(positions)
         h = self.embedding_dropout(h, deterministic=not train)
         kv_length = None if attention_mask is None else attention_mask.shape[-1]
-        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
-                             kv_length)
-        for block in getattr(self, names.layers):
-            h = block(h, positions, mask, train, index)
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
+                 for w in s.windows}
+        for i, block in enumerate(getattr(self, names.layers)):
+            layer = s.layer(i)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index)
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -206,7 +226,8 @@ class Decoder(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """The body (`spec.names.body`) and the head, tied or `lm_head`. `decode=True`: a KV cache
+    """The body (`spec.names.body`) and the head, tied or `lm_head` (its logits soft-capped
+    when the spec says so). `decode=True`: a KV cache
     in the "cache" collection, Flax's idiom. `init` with a full-length batch
     `(N, max_length)` creates it (empty); each call then takes the next slots, its
     `attention_mask` `(N, max_length)` covering every slot, `mutable=["cache"]`."""
@@ -229,4 +250,5 @@ class CausalLM(nn.Module):
         self.config.check_input(input_ids.shape)
         body = getattr(self, self.config.decoder.names.body)
         h = body(input_ids, attention_mask, position_ids, train)
-        return body.attend(h) if self.lm_head is None else self.lm_head(h)
+        logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
+        return softcap(logits, self.config.decoder.logit_softcap)

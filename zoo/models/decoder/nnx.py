@@ -8,16 +8,25 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from zoo.layers.causal import attend, default_positions, rotary, sequence_mask
+from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
-from zoo.layers.nnx import Conv1D, LayerNorm, RMSNorm, cached_kv, init_kv_cache
+from zoo.layers.nnx import (
+    Conv1D,
+    LayerNorm,
+    OffsetRMSNorm,
+    RMSNorm,
+    cached_kv,
+    init_kv_cache,
+)
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
 
 Rngs = nnx.Rngs | jax.Array | None
-NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
+                                      "offset_rms_norm": OffsetRMSNorm}
 
 
 def make_norm(spec: DecoderSpec, size: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Module:
@@ -25,9 +34,10 @@ def make_norm(spec: DecoderSpec, size: int, dtype: jnp.dtype, rngs: nnx.Rngs) ->
 
 
 class SelfAttention(nnx.Module):
-    """Causal self-attention (grouped key/value heads, rotary positions when the spec has
-    them, a sliding window through the mask); a layout adds its projections and defines
-    `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+    """Causal self-attention (grouped key/value heads, rotary positions with the layer's
+    inverse frequencies `inv_freq` when it has them, a sliding window through the mask, the
+    spec's scale and soft-capping); a layout adds its projections and defines `project`
+    (queries, keys, values `(N, L, heads, D)`) and `output`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         self.spec = spec
@@ -35,15 +45,16 @@ class SelfAttention(nnx.Module):
         self.cached_key: nnx.Cache | None = nnx.data(None)  # init_kv_cache
         self.cached_value: nnx.Cache | None = nnx.data(None)
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, rngs: Rngs = None,
-                 index: jax.Array | int = 0) -> jax.Array:
-        s, (n, length, _) = self.spec, x.shape
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
+                 ) -> jax.Array:
+        a, (n, length, _) = self.spec.attention, x.shape
         q, k, v = self.project(x)
-        if s.rope is not None:
-            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if inv_freq is not None:
+            q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         k, v = cached_kv(self, k, v, index)
-        out = attend(q, k, v, mask, s.attention.head_dim ** -0.5,
-                     lambda w: self.dropout(w, rngs=rngs))
+        out = attend(q, k, v, mask, a.scaling, lambda w: self.dropout(w, rngs=rngs),
+                     a.logit_softcap)
         return self.output(out.reshape(n, length, -1))
 
 
@@ -126,12 +137,13 @@ MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+    """Pre-norm residual block (and the optional post-norms of its branches): its modules are
+    named and ordered by `spec.names.block`."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
         e, dt = spec.hidden_size, param_dtype
-        make = {"attention_norm": lambda: make_norm(spec, e, dt, rngs),
-                "mlp_norm": lambda: make_norm(spec, e, dt, rngs),
+        norm = lambda: make_norm(spec, e, dt, rngs)
+        make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](
                     spec, rngs=rngs, param_dtype=dt),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt)}
@@ -143,15 +155,22 @@ class Block(nnx.Module):
     def part(self, role: str) -> nnx.Module:
         return getattr(self, self.spec.role(role))
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, rngs: Rngs = None,
-                 index: jax.Array | int = 0) -> jax.Array:
+    def post(self, role: str, h: jax.Array) -> jax.Array:
+        """`h` through the post-norm `role`, if the block has one."""
+        return self.part(role)(h) if self.spec.names.has(role) else h
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
+                 ) -> jax.Array:
         part, drop = self.part, lambda h: self.residual_dropout(h, rngs=rngs)
-        x = x + drop(part("attention")(part("attention_norm")(x), positions, mask, rngs, index))
-        return x + drop(part("mlp")(part("mlp_norm")(x)))
+        h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, rngs, index)
+        x = x + drop(self.post("attention_post_norm", h))
+        return x + drop(self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
 
 
 class Decoder(nnx.Module):
-    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
+    window and rotary frequencies) -> final norm."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
         names, e, dt = spec.names, spec.hidden_size, param_dtype
@@ -191,13 +210,16 @@ class Decoder(nnx.Module):
                      else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
         h = getattr(self, names.embedding)(input_ids)
+        if s.embedding_scale is not None:
+            h = h * jnp.asarray(s.embedding_scale, h.dtype)
         if names.positions is not None:
             h = h + getattr(self, names.positions)(positions)
         h = self.embedding_dropout(h, rngs=rngs)
-        mask = sequence_mask(length, attention_mask, s.attention.sliding_window, index,
-                             kv_length)
-        for block in self.blocks():
-            h = block(h, positions, mask, rngs, index)
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
+                 for w in s.windows}
+        for i, block in enumerate(self.blocks()):
+            layer = s.layer(i)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index)
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -210,7 +232,8 @@ class Decoder(nnx.Module):
 
 
 class CausalLM(nnx.Module):
-    """The body (`spec.names.body`) and the head, tied or `lm_head`."""
+    """The body (`spec.names.body`) and the head, tied or `lm_head`, its logits soft-capped
+    when the spec says so."""
 
     def __init__(self, config: Any, *, rngs: nnx.Rngs, param_dtype: Any = None) -> None:
         dt, spec = dtype_of(param_dtype), config.decoder
@@ -238,4 +261,5 @@ class CausalLM(nnx.Module):
         self.config.check_input(input_ids.shape)
         body = self.body()
         h = body(input_ids, attention_mask, position_ids, rngs)
-        return body.attend(h) if self.lm_head is None else self.lm_head(h)
+        logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
+        return softcap(logits, self.config.decoder.logit_softcap)

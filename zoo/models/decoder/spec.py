@@ -1,20 +1,28 @@
 """What a decoder-only language model declares to the shared body: transformers' module names
 (`Names`) and the options of its layers (`DecoderSpec`). No library is imported here.
 
-The body is embedding (+ learned positions) -> dropout -> blocks -> final norm -> head (tied
-to the embedding or `lm_head`). A block's modules play roles (`ROLES`): `attention_norm`,
-`attention`, `mlp_norm`, `mlp`; a block computes `x + attention(attention_norm(x))`, then
-`x + mlp(mlp_norm(x))`, each branch followed by the residual dropout. Each kind of layer is
-one entry of a table per library, chosen by the spec's kind:
+The body is embedding (times `embedding_scale`, if any, + learned positions) -> dropout ->
+blocks -> final norm -> head (tied to the embedding or `lm_head`; its logits soft-capped,
+`cap * tanh(x / cap)`, with `logit_softcap`). A block's modules play roles (`ROLES`, and the
+optional `POST_ROLES`): `attention_norm`, `attention`, `mlp_norm`, `mlp`; a block computes
+`x + attention_post_norm(attention(attention_norm(x)))`, then
+`x + mlp_post_norm(mlp(mlp_norm(x)))` (an absent post-norm: the identity), each branch
+followed by the residual dropout. Each kind of layer is one entry of a table per library,
+chosen by the spec's kind:
 
-- norm (`norm`): `layer_norm` (weight and bias) or `rms_norm` (transformers' `LlamaRMSNorm`);
+- norm (`norm`): `layer_norm` (weight and bias), `rms_norm` (transformers' `LlamaRMSNorm`) or
+  `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
 - attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
   transformers' `Conv1D`) or `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window;
+  optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window,
+  the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
 - MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`) or `gated`
   (`down_proj(act(gate_proj(x)) * up_proj(x))`);
 - positions: learned absolute (`Names.positions`, `max_positions` rows) or rotary (`rope`,
-  the inverse frequencies), or both absent.
+  the inverse frequencies), or both absent;
+- layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
+  name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
+  them every layer has the attention's `sliding_window` and the spec's `rope`.
 
 A new family adds its names and, where its arithmetic is new, a kind to these tables (e.g. a
 norm with `(1 + weight)`, a fused `qkv_proj`, a mixture of experts), never a branch on the
@@ -29,6 +37,7 @@ from typing import Literal
 import numpy as np
 
 ROLES = ("attention_norm", "attention", "mlp_norm", "mlp")
+POST_ROLES = ("attention_post_norm", "mlp_post_norm")  # optional: norms of a branch's output
 
 
 @dataclass(frozen=True)
@@ -44,9 +53,15 @@ class Names:
     positions: str | None = None  # learned absolute position embedding
 
     def __post_init__(self) -> None:
-        roles = sorted(role for _, role in self.block)
-        if roles != sorted(ROLES):
-            raise ValueError(f"a block needs one module per role {ROLES}, found {roles}")
+        roles = sorted(role for _, role in self.block if role not in POST_ROLES)
+        post = [role for _, role in self.block if role in POST_ROLES]
+        if roles != sorted(ROLES) or len(set(post)) != len(post):
+            raise ValueError(f"a block needs one module per role {ROLES} (and at most one per "
+                             f"optional role {POST_ROLES}), found {roles + post}")
+
+    def has(self, role: str) -> bool:
+        """Whether a block has a module playing `role` (the optional post-norms)."""
+        return any(r == role for _, r in self.block)
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,12 @@ class AttentionSpec:
     qk_norm: bool = False  # per-head norms of queries and keys, before the rotary embedding
     sliding_window: int | None = None
     dropout: float = 0.0  # on the attention weights, in training
+    scale: float | None = None  # the scores' factor (None: head_dim ** -0.5)
+    logit_softcap: float | None = None  # scores soft-capped, `cap * tanh(s / cap)`
+
+    @property
+    def scaling(self) -> float:
+        return self.head_dim ** -0.5 if self.scale is None else self.scale
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,20 @@ class MLPSpec:
 
 
 @dataclass(frozen=True)
+class LayerAttention:
+    """What one type of layer's attention has of its own: a sliding window (None: all
+    tokens) and rotary inverse frequencies (float32 values; None: no rotary embedding)."""
+
+    sliding_window: int | None = None
+    rope: tuple[float, ...] | None = None
+
+    @property
+    def inv_freq(self) -> np.ndarray | None:
+        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        return None if self.rope is None else np.asarray(self.rope, np.float32)
+
+
+@dataclass(frozen=True)
 class DecoderSpec:
     """Everything the body of a family needs from its config (a config's `decoder`)."""
 
@@ -84,7 +119,7 @@ class DecoderSpec:
     vocab_size: int
     hidden_size: int
     num_layers: int
-    norm: Literal["layer_norm", "rms_norm"]
+    norm: Literal["layer_norm", "rms_norm", "offset_rms_norm"]
     norm_eps: float
     attention: AttentionSpec
     mlp: MLPSpec
@@ -93,11 +128,36 @@ class DecoderSpec:
     embedding_dropout: float = 0.0
     residual_dropout: float = 0.0  # after each block's attention and MLP
     tie_word_embeddings: bool = False
+    embedding_scale: float | None = None  # the embeddings' factor, cast to their dtype
+    logit_softcap: float | None = None  # the head's logits soft-capped, `cap * tanh(x / cap)`
+    layer_types: tuple[str, ...] | None = None  # per layer, a name of `attention_types`
+    attention_types: tuple[tuple[str, LayerAttention], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.layer_types is None:
+            return
+        known = dict(self.attention_types)
+        unknown = sorted(set(self.layer_types) - set(known))
+        if len(self.layer_types) != self.num_layers or unknown:
+            raise ValueError(f"layer_types needs one of {sorted(known)} per layer "
+                             f"({self.num_layers}), found {list(self.layer_types)}")
 
     @property
     def inv_freq(self) -> np.ndarray | None:
         """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
+
+    def layer(self, i: int) -> LayerAttention:
+        """The window and rotary frequencies of layer `i`."""
+        if self.layer_types is None:
+            return LayerAttention(self.attention.sliding_window, self.rope)
+        return dict(self.attention_types)[self.layer_types[i]]
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        """The distinct sliding windows of the layers (each needs its own mask)."""
+        return tuple(dict.fromkeys(self.layer(i).sliding_window
+                                   for i in range(self.num_layers)))
 
     def role(self, role: str) -> str:
         """The name of the block's module playing `role`."""

@@ -9,12 +9,23 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.layers.torch import Conv1D, KVCache, LayerCache, RMSNorm, attend, causal_mask, rotary
-from zoo.models.decoder.spec import DecoderSpec
+from zoo.layers.torch import (
+    Conv1D,
+    KVCache,
+    LayerCache,
+    OffsetRMSNorm,
+    RMSNorm,
+    attend,
+    causal_mask,
+    rotary,
+    softcap,
+)
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -26,7 +37,8 @@ def gelu_new(x: torch.Tensor) -> torch.Tensor:
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_new": gelu_new, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
-NORMS: dict[str, type[nn.Module]] = {"layer_norm": nn.LayerNorm, "rms_norm": RMSNorm}
+NORMS: dict[str, type[nn.Module]] = {"layer_norm": nn.LayerNorm, "rms_norm": RMSNorm,
+                                     "offset_rms_norm": OffsetRMSNorm}
 
 
 def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
@@ -35,8 +47,9 @@ def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
 
 class SelfAttention(nn.Module):
     """Causal self-attention (transformers' eager attention, grouped key/value heads, rotary
-    positions when the spec has them); a layout adds its projections and defines `project`
-    (queries, keys, values `(N, L, heads, D)`) and `output`."""
+    positions with the layer's inverse frequencies `inv_freq` when it has them, the spec's
+    scale and soft-capping); a layout adds its projections and defines `project` (queries,
+    keys, values `(N, L, heads, D)`) and `output`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
@@ -44,14 +57,14 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(spec.attention.dropout)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                cache: LayerCache | None = None) -> torch.Tensor:
-        s = self.spec
+                inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
+        a = self.spec.attention
         q, k, v = (t.transpose(1, 2) for t in self.project(x))  # (N, heads, L, D)
-        if s.rope is not None:
-            q, k = rotary(q, positions, s.inv_freq), rotary(k, positions, s.inv_freq)
+        if inv_freq is not None:
+            q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if cache is not None:
             k, v = cache.write(k, v)
-        return self.output(attend(q, k, v, mask, s.attention.head_dim ** -0.5, self.dropout))
+        return self.output(attend(q, k, v, mask, a.scaling, self.dropout, a.logit_softcap))
 
 
 class FusedAttention(SelfAttention):
@@ -133,12 +146,13 @@ MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: its modules are named and ordered by `spec.names.block`."""
+    """Pre-norm residual block (and the optional post-norms of its branches): its modules are
+    named and ordered by `spec.names.block`."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
-        make = {"attention_norm": lambda: make_norm(spec, spec.hidden_size),
-                "mlp_norm": lambda: make_norm(spec, spec.hidden_size),
+        norm = lambda: make_norm(spec, spec.hidden_size)
+        make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec)}
         for name, role in spec.names.block:  # transformers' definition order
@@ -149,16 +163,22 @@ class Block(nn.Module):
     def part(self, role: str) -> nn.Module:
         return self.get_submodule(self.spec.role(role))
 
+    def post(self, role: str, h: torch.Tensor) -> torch.Tensor:
+        """`h` through the post-norm `role`, if the block has one."""
+        return self.part(role)(h) if self.spec.names.has(role) else h
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                cache: LayerCache | None = None) -> torch.Tensor:
+                inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
         part = self.part
-        h = part("attention")(part("attention_norm")(x), positions, mask, cache)
-        x = x + self.residual_dropout(h)
-        return x + self.residual_dropout(part("mlp")(part("mlp_norm")(x)))
+        h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, cache)
+        x = x + self.residual_dropout(self.post("attention_post_norm", h))
+        h = self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x)))
+        return x + self.residual_dropout(h)
 
 
 class Decoder(nn.Module):
-    """Embedding (and learned positions) -> dropout -> blocks -> final norm."""
+    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
+    window and rotary frequencies) -> final norm."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
@@ -184,20 +204,26 @@ class Decoder(nn.Module):
             position_ids = index + torch.arange(length, device=input_ids.device)[None]
         positions = position_ids.expand(n, length)
         h = self.embedding()(input_ids)
+        if s.embedding_scale is not None:
+            h = h * torch.tensor(s.embedding_scale, dtype=h.dtype)
         if names.positions is not None:
             h = h + self.get_submodule(names.positions)(positions)
         h = self.embedding_dropout(h)
-        mask = causal_mask(length, attention_mask, s.attention.sliding_window, index,
-                           None if cache is None else cache.max_length).to(h.device)
+        kv_length = None if cache is None else cache.max_length
+        masks = {w: causal_mask(length, attention_mask, w, index, kv_length).to(h.device)
+                 for w in s.windows}
         for i, block in enumerate(self.get_submodule(names.layers)):
-            h = block(h, positions, mask, None if cache is None else cache.layer(i))
+            layer = s.layer(i)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
+                      None if cache is None else cache.layer(i))
         if cache is not None:
             cache.index += length
         return self.get_submodule(names.norm)(h)
 
 
 class CausalLM(nn.Module):
-    """The body (`spec.names.body`) and the head, tied (no module) or `lm_head`."""
+    """The body (`spec.names.body`) and the head, tied (no module) or `lm_head`, its logits
+    soft-capped when the spec says so."""
 
     def __init__(self, config: Any) -> None:
         super().__init__()
@@ -227,4 +253,5 @@ class CausalLM(nn.Module):
         self.config.check_input(input_ids.shape)
         body = self.body()
         h = body(input_ids, attention_mask, position_ids, cache)
-        return h @ body.embedding().weight.T if self.lm_head is None else self.lm_head(h)
+        logits = h @ body.embedding().weight.T if self.lm_head is None else self.lm_head(h)
+        return softcap(logits, self.config.decoder.logit_softcap)
