@@ -1,5 +1,5 @@
 """`transformers` references for the language-model tests: small configs of every variant of
-the zoo's GPT-2 and Llama family, the `transformers` model of a zoo config (built from the
+the zoo's GPT-2, Llama and Gemma families, the `transformers` model of a zoo config (built from the
 `config.json` the zoo writes, eager attention, float32, random weights with every array
 perturbed), and left-padded batches."""
 
@@ -10,10 +10,13 @@ import functools
 import numpy as np
 
 import zoo
+from zoo.models.gemma.config import GEMMA2, GEMMA3, pattern
 from zoo.models.language import positions
 
 # Every option of the issue's list, each in a small config (two layers of width 16-32).
 _ROPE = {"rope_type": "default", "rope_theta": 1e6}
+_GEMMA2 = {"model_type": GEMMA2["model_type"], "post_norms": True}
+_GEMMA3 = {k: v for k, v in GEMMA3.items() if k not in ("vocab_size", "max_position_embeddings")}
 VARIANTS: dict[str, zoo.Config] = {
     "gpt2": zoo.tiny_config("gpt2"),  # tied
     "gpt2-untied": zoo.tiny_config("gpt2", tie_word_embeddings=False, n_inner=24),
@@ -27,6 +30,22 @@ VARIANTS: dict[str, zoo.Config] = {
     "qwen3-norm-head-dim": zoo.tiny_config("llama", **_ROPE, model_type="qwen3", qk_norm=True,
                                            head_dim=12, tie_word_embeddings=True,
                                            attention_bias=True),
+    # Gemma 1: (1 + weight) norms, scaled embeddings, GeGLU, grouped-query attention, tied
+    "gemma-tied": zoo.tiny_config("gemma"),
+    # Gemma 2: post-norms, scale from query_pre_attn_scalar, soft-capped scores and logits
+    # (caps small enough to bite), sliding / full / sliding layers, untied
+    "gemma2-softcap-window": zoo.tiny_config("gemma", **_GEMMA2, num_hidden_layers=3,
+                                             query_pre_attn_scalar=12,
+                                             attn_logit_softcapping=2.0,
+                                             final_logit_softcapping=3.0, sliding_window=3,
+                                             layer_types=pattern(3, 2),
+                                             tie_word_embeddings=False),
+    # Gemma 3 text: q/k norms, the local layers' own rotary base, the global ones' linear
+    # scaling (factor 8), sliding / full / sliding layers, tied
+    "gemma3-qk-norm-local-rope": zoo.tiny_config("gemma", **_GEMMA3, num_hidden_layers=3,
+                                                 rope_type="linear", rope_factor=8.0,
+                                                 sliding_window=3, layer_types=pattern(3, 2),
+                                                 query_pre_attn_scalar=16),
 }
 PADDING = (0, 3, 1)  # left padding of each row of the batch
 QUICK = "llama-gqa-rope3"  # the variant `--quick` keeps (the Llama family's tiny config)

@@ -48,12 +48,15 @@ def _loads_strictly(folder):
     return model.eval()
 
 
-# Each family through one library's format, every format once (and the canonical layout);
+# Each family (and each Gemma generation) through one library's format, every format at least
+# once (and the canonical layout);
 # `--quick` keeps the Llama family's tiny config through Equinox.
 ROUND_TRIPS = [pytest.param(*case, marks=pytest.mark.full_only) if case[0] != QUICK else case
                for case in (("gpt2", "nnx"), ("llama-gqa-rope3", "eqx"),
                             ("mistral-window", "linen"), ("qwen2-bias-tied", "torch"),
-                            ("qwen3-norm-head-dim", "nnx"), ("gpt2-untied", "canonical"))]
+                            ("qwen3-norm-head-dim", "nnx"), ("gpt2-untied", "canonical"),
+                            ("gemma-tied", "linen"), ("gemma2-softcap-window", "eqx"),
+                            ("gemma3-qk-norm-local-rope", "torch"))]
 
 
 @pytest.mark.parametrize(("name", "fmt"), ROUND_TRIPS)
@@ -145,9 +148,18 @@ def _folder_with(tmp_path, name: str, **fields):
      r"scale_attn_by_inverse_layer_idx True is not supported"),
     ("qwen3-norm-head-dim", {"frobnicate": 1}, r"config field\(s\) frobnicate have no "
                                                r"counterpart"),
-    ("mistral-window", {"model_type": "gemma"},
-     r"model_type 'gemma' is not one the zoo reads; known: vit, gpt2, llama, mistral, qwen2, "
-     r"qwen3"),
+    ("mistral-window", {"model_type": "falcon"},
+     r"model_type 'falcon' is not one the zoo reads; known: vit, gpt2, llama, mistral, qwen2, "
+     r"qwen3, gemma, gemma2, gemma3_text, gemma3"),
+    ("gemma2-softcap-window", {"use_bidirectional_attention": True},
+     r"use_bidirectional_attention True is not supported by the zoo's gemma2"),
+    ("gemma2-softcap-window", {"hidden_activation": "gelu"},
+     r"hidden_activation 'gelu' is not supported by the zoo's gemma2"),
+    ("gemma3-qk-norm-local-rope", {"rope_parameters": None,
+                                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+     r"rope_scaling type 'yarn' is not supported by the zoo's gemma"),
+    ("gemma3-qk-norm-local-rope", {"model_type": "gemma3"},
+     r"model_type 'gemma3' is Gemma3ForConditionalGeneration, a multimodal checkpoint"),
 ])
 def test_unsupported_fields_are_refused_in_one_line_naming_them(tmp_path, capsys, name, fields,
                                                                 message):

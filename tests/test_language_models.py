@@ -1,7 +1,9 @@
-"""GPT-2 and the Llama family equal `transformers` in all four libraries, on every variant of
-the issue (tests/lm_reference.py: GPT-2 tied and untied; Llama with grouped-query attention and
-Llama 3's rope scaling, untied; Mistral's sliding window; Qwen2's q/k/v biases, tied; Qwen3's
-q/k norm, own head size and biases, tied), each a small config of the `transformers` model
+"""GPT-2, the Llama and the Gemma families equal `transformers` in all four libraries, on every
+variant of the issues (tests/lm_reference.py: GPT-2 tied and untied; Llama with grouped-query
+attention and Llama 3's rope scaling, untied; Mistral's sliding window; Qwen2's q/k/v biases,
+tied; Qwen3's q/k norm, own head size and biases, tied; Gemma 1, tied; Gemma 2's post-norms,
+soft-capping and sliding / full layers, untied; Gemma 3's q/k norms and per-layer-type rotary
+bases, tied), each a small config of the `transformers` model
 with random weights, float32, eager attention:
 
 - the canonical keys of every library in transformers' `state_dict()` order (less a tied
@@ -14,7 +16,8 @@ with random weights, float32, eager attention:
   PyTorch's gradients: SGD with learning rate 1 moves each parameter by minus its gradient, so
   the step checks the gradient of every parameter and the loss (equal to transformers' own
   `labels=` loss) at once;
-- the native calls, `zoo.fast.forward` with the other inputs, dropout, the tied head's alias.
+- the native calls, `zoo.fast.forward` with the other inputs, dropout, the tied head's alias;
+- each option of the Gemma variants changes their logits (the variants exercise them).
 """
 
 from __future__ import annotations
@@ -235,8 +238,34 @@ def test_gpt2_refuses_more_tokens_than_positions_in_one_line():
         model(np.zeros((1, 17), np.int32))
 
 
+@pytest.mark.full_only
+@pytest.mark.parametrize(("name", "change"), [
+    ("gemma2-softcap-window", {"attn_logit_softcapping": None}),
+    ("gemma2-softcap-window", {"final_logit_softcapping": None}),
+    ("gemma2-softcap-window", {"layer_types": None, "sliding_window": None}),
+    ("gemma2-softcap-window", {"query_pre_attn_scalar": None}),
+    ("gemma3-qk-norm-local-rope", {"rope_local_base_freq": None}),
+    ("gemma3-qk-norm-local-rope", {"rope_type": "default"}),
+])
+def test_the_gemma_variants_exercise_their_options(name, change):
+    """Each option the Gemma variants check bites at their size: the reference without it
+    (same weights) misses transformers' logits by far more than the bound."""
+    import dataclasses
+
+    cfg = VARIANTS[name]
+    ids = padded_batch(cfg)[0]
+    model = converters.from_canonical(hf_state(name), dataclasses.replace(cfg, **change),
+                                      "torch")
+    with torch.no_grad():
+        got = model(torch.from_numpy(ids)).numpy()
+    assert relative(got, hf_logits(name, ids)) > 1e-3
+
+
 def test_list_models_finds_the_language_models():
     assert zoo.list_models("qwen*") == ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
                                         "qwen3-0.6b", "qwen3-1.7b", "qwen3-8b"]
+    assert zoo.list_models("gemma*") == ["gemma", "gemma-2-27b", "gemma-2-2b", "gemma-2-9b",
+                                         "gemma-2b", "gemma-3-12b", "gemma-3-1b", "gemma-3-27b",
+                                         "gemma-3-4b", "gemma-7b"]
     assert zoo.list_models("gpt2*") == ["gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl"]
     assert {"llama-3.2-1b", "llama-3.1-8b", "mistral-7b-v0.1"} <= set(zoo.list_models())
