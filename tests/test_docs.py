@@ -317,7 +317,7 @@ WORK: dict[str, str] = {
     "python -m converters convert hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m converters inspect hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m zoo.bench report": "zoo.bench.report:render",
-    "python -m zoo.bench xla-cpu": "zoo.bench.xla_cpu:run_repros",
+    "python -m zoo.bench xla-cpu": "zoo.bench.investigations.xla_cpu:run_repros",
     "python -m zoo.bench": "zoo.bench.runner:run",
 }
 MAINS = {"zoo.bench": "zoo.bench.cli:main", "converters": "converters.__main__:main"}

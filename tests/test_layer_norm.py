@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import canonical
 from tests.conftest import examples
-from zoo.bench.xla_cpu import fusion_operands
+from zoo.bench.investigations.xla_cpu import fusion_operands
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
 from zoo.layers import nnx as znnx
