@@ -17,6 +17,7 @@ runs them): every case and every combo is reached, the product only on demand.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -103,4 +104,24 @@ def cover(cases: Sequence[Any], combos: Sequence[Combo], *, per_case: int = 1,
                          marks=(*case.marks, *combo.marks,
                                 *(() if j in chosen[i] else (pytest.mark.exhaustive,))))
             for i, case in enumerate(cases) for j, combo in enumerate(combos)]
+
+
+def options(config: zoo.Config) -> tuple[Any, ...]:
+    """`config`'s architecture and its option fields (text, on/off, unset), not its sizes."""
+    return (config.arch, *((f.name, v) for f in dataclasses.fields(config)
+                           if isinstance(v := getattr(config, f.name), bool | str | None)))
+
+
+def by_options(names: Sequence[str]) -> list[Any]:
+    """Named models as pytest params: the first of each `options` signature runs, a name that
+    differs from an earlier one only in sizes (widths, depths, heads, image size) is marked
+    `exhaustive`."""
+    seen: set[tuple[Any, ...]] = set()
+    params = []
+    for name in names:
+        signature = options(zoo.make_config(name))
+        params.append(pytest.param(name, marks=() if signature not in seen
+                                   else (pytest.mark.exhaustive,)))
+        seen.add(signature)
+    return params
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from zoo.bench import breakdown
 from zoo.bench.cli import main
+from zoo.bench.investigations import breakdown
 
 
 def _compiled_text() -> str:

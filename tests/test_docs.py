@@ -300,6 +300,9 @@ WAYS: list[Way] = [
     Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)(?!.*--mode)",
         "no mode named: the forward pass (the tiny presets' training: tests/test_bench.py)",
         append=(*TINY, "--mode", "forward")),
+    Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)"
+        r"(?!.*--impl)(?!.*--torch)", "a mode in every library by default: its options in one "
+        "(every library's tiny training: tests/test_bench.py)", append=(*TINY, "--impl", "eqx")),
     Way(rf"^python -m zoo\.bench ({'|'.join(map(re.escape, zoo.ARCHS))}|convt|--)", append=TINY),
 ]
 # Where each command starts its work: a parsed-only form stops there (the longest prefix wins).
@@ -314,7 +317,7 @@ WORK: dict[str, str] = {
     "python -m converters convert hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m converters inspect hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m zoo.bench report": "zoo.bench.report:render",
-    "python -m zoo.bench xla-cpu": "zoo.bench.xla_cpu:run_repros",
+    "python -m zoo.bench xla-cpu": "zoo.bench.investigations.xla_cpu:run_repros",
     "python -m zoo.bench": "zoo.bench.runner:run",
 }
 MAINS = {"zoo.bench": "zoo.bench.cli:main", "converters": "converters.__main__:main"}

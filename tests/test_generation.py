@@ -79,7 +79,7 @@ def _hf_generate(name: str, ids: np.ndarray, mask: np.ndarray, **kwargs) -> np.n
     return out.numpy()
 
 
-@pytest.mark.parametrize(("name", "impl"), cover(_names(), IMPLS, per_case=2))
+@pytest.mark.parametrize(("name", "impl"), cover(_names(), IMPLS))
 def test_greedy_equals_transformers(name: str, impl: str) -> None:
     ids, mask = _prompts(name)
     model = _model(name, impl)

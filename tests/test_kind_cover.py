@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import zoo
-from tests.kind_cover import cover, covering_archs, features, latin, rotation
+from tests.kind_cover import by_options, cover, covering_archs, features, latin, rotation
 
 
 def _suite_conftest(pytester: pytest.Pytester) -> None:
@@ -96,3 +96,10 @@ def test_the_kind_cover_holds_every_feature_and_no_architecture_twice():
     assert set().union(*(have[a] for a in chosen)) == set().union(*have.values())
     for arch in chosen:
         assert not have[arch] <= set().union(*(have[a] for a in chosen if a != arch)), arch
+
+
+def test_named_models_differing_only_in_sizes_wait_for_exhaustive():
+    params = by_options(["resnet18", "resnet34", "resnet50", "vit_small_patch16_224",
+                         "vit_small_patch14_dinov2"])
+    waiting = [p.values[0] for p in params if any(m.name == "exhaustive" for m in p.marks)]
+    assert waiting == ["resnet34"]

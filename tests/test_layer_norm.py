@@ -3,6 +3,8 @@ LayerNorm (two-pass variance), through a closed-form gradient that XLA fuses mor
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import flax.linen as nn
 import jax
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 import canonical
 from tests.conftest import examples
-from zoo.bench.xla_cpu import fusion_operands
+from zoo.bench.investigations.xla_cpu import fusion_operands
 from zoo.layers import eqx as zeqx
 from zoo.layers import linen as zlinen
 from zoo.layers import nnx as znnx
@@ -31,6 +33,17 @@ def _reference(x, n, eps):
     return (x - mean) / jnp.sqrt(var + eps)
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _both(x, g, n, eps):
+    """Values and input gradients (cotangent `g`) of `normalize` and the reference, and the
+    gradient's scale: one program per example rather than one per operation."""
+    got, got_vjp = jax.vjp(lambda x: normalize(x, n, eps), x)
+    want, want_vjp = jax.vjp(lambda x: _reference(x, n, eps), x)
+    axes = tuple(range(-n, 0))
+    scale = jnp.max(jax.lax.rsqrt(x.var(axes) + eps)) * jnp.max(jnp.abs(g))
+    return got, want, got_vjp(g)[0], want_vjp(g)[0], scale
+
+
 @settings(max_examples=examples(12), deadline=None)
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), n=st.integers(1, 2),
        eps=st.sampled_from([1e-6, 1e-5, 1e-2]), seed=st.integers(0, 2**16))
@@ -39,15 +52,11 @@ def test_normalize_equals_autodiff_value_and_gradient(shape, n, eps, seed):
     k1, k2 = jax.random.split(jax.random.key(seed))
     x = 3 * jax.random.normal(k1, shape) + 1
     g = jax.random.normal(k2, shape)
-    got, got_vjp = jax.vjp(lambda x: normalize(x, n, eps), x)
-    want, want_vjp = jax.vjp(lambda x: _reference(x, n, eps), x)
+    got, want, got_dx, want_dx, scale = _both(x, g, n, eps)
     assert_close(got, want)
-    axes = tuple(range(-n, 0))
-    scale = float(jnp.max(jax.lax.rsqrt(x.var(axes) + eps))) * float(jnp.max(jnp.abs(g)))
     # tolerance: the gradient scales with 1 / std and cancels where a group's spread nears
     # sqrt(eps): float32 agreement relative to that scale (a wrong formula is off by ~1 of it).
-    np.testing.assert_allclose(got_vjp(g)[0], want_vjp(g)[0], rtol=1e-4,
-                               atol=1e-4 * max(1.0, scale))
+    np.testing.assert_allclose(got_dx, want_dx, rtol=1e-4, atol=1e-4 * max(1.0, float(scale)))
 
 
 def test_bfloat16_input_computes_in_float32_and_returns_its_gradient_in_bfloat16():

@@ -5,6 +5,7 @@ converters give the zoo its file readers (`zoo.weights.register_reader`)."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import networkx as nx
@@ -75,3 +76,25 @@ def test_the_converters_meet_the_zoo_at_one_seam():
              and '"converters"' in p.read_text()]
     assert named == ["zoo/weights.py"] and zoo.weights.READERS_PACKAGE == "converters"
     assert "register_reader" in (ROOT / "converters" / "__init__.py").read_text()
+
+
+def family_files(arch: str) -> list[str]:
+    """The files of `arch`'s family (docs/adding_an_architecture.md): its folder and its
+    benchmark subject."""
+    import zoo
+
+    folder = Path(importlib.import_module(type(zoo.tiny_config(arch)).__module__).__file__).parent
+    subject = ROOT / "zoo" / "bench" / "archs" / f"{arch}.py"
+    files = [*sorted(folder.glob("*.py")), *([subject] if subject.is_file() else [])]
+    return [f.relative_to(ROOT).as_posix() for f in files]
+
+
+def test_a_family_is_at_most_seven_files():
+    import zoo
+
+    page = (ROOT / "docs" / "adding_an_architecture.md").read_text()
+    assert "`zoo/bench/archs/<arch>.py`" in page and "at most seven files" in page
+    sizes = {arch: family_files(arch) for arch in zoo.ARCHS  # the zoo's, not the tests' toy
+             if type(zoo.tiny_config(arch)).__module__.startswith("zoo.models.")}
+    assert len(sizes) >= 12 and all(files for files in sizes.values())
+    assert {a: f for a, f in sizes.items() if len(f) > 7} == {}

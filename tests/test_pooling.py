@@ -20,8 +20,13 @@ from zoo.layers.pooling import max_pool, max_pool_axes, reshapes
 
 
 def _value_and_grad(pool, x, g):
-    y, vjp = jax.vjp(pool, x)
-    return y, vjp(g)[0]
+    """`pool(x)` and its input gradient for the cotangent `g`, as one compiled program."""
+
+    def both(x, g):
+        y, vjp = jax.vjp(pool, x)
+        return y, vjp(g)[0]
+
+    return jax.jit(both)(x, g)
 
 
 def _ties(shape, seed=0):

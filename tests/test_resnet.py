@@ -17,6 +17,7 @@ import pytest
 
 import converters
 import zoo
+from tests.kind_cover import cover
 from zoo.models.resnet.config import ResNetConfig
 from zoo.registry import schema
 from zoo.testing import assert_close
@@ -100,8 +101,9 @@ def _independent(source: str, num_classes: int):
     return timm.create_model("resnet18", pretrained=False, num_classes=num_classes)
 
 
-@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
-@pytest.mark.parametrize("source", ["torchvision", "timm"])
+# Each source in one JAX library, the libraries in turn (--exhaustive: every pair).
+@pytest.mark.parametrize(("source", "impl"), cover(["torchvision", "timm"], zoo.JAX_IMPLS,
+                                                   per_case=2))
 def test_independent_resnet18_converts_with_no_mapping(source, impl):
     """A torchvision (or timm) ResNet-18's state_dict loads into the zoo's resnet18 config as it
     is, and the JAX model computes the same logits in eval and in train mode."""

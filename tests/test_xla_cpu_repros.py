@@ -1,6 +1,6 @@
-"""zoo.bench.xla_cpu: the XLA:CPU facts its reproductions show, pinned on the jaxlib of
-requirements/constraints.txt (counts read off the compiled HLO, independent of load; a failure
-names the pinned and the installed versions), and its command line."""
+"""zoo.bench.investigations.xla_cpu: the XLA:CPU facts its reproductions show, pinned on the
+jaxlib of requirements/constraints.txt (counts read off the compiled HLO, independent of load; a
+failure names the pinned and the installed versions), and its command line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from zoo.bench import xla_cpu
+from zoo.bench.investigations import xla_cpu
 from zoo.bench.xla_flags import PRESETS
 
 pytestmark = pytest.mark.cpu_only(reason="facts of XLA:CPU's compiler")

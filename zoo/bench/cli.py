@@ -107,8 +107,8 @@ SUBCOMMANDS: dict[str, str] = {
     "presets": "zoo.bench.cli:presets_main",
     "xla-flags": "zoo.bench.xla_flags:xla_flags_main",
     "convert": "zoo.bench.convert:convert_main",
-    "breakdown": "zoo.bench.breakdown:breakdown_main",
-    "xla-cpu": "zoo.bench.xla_cpu:xla_cpu_main",
+    "breakdown": "zoo.bench.investigations.breakdown:breakdown_main",
+    "xla-cpu": "zoo.bench.investigations.xla_cpu:xla_cpu_main",
     "gpu": "zoo.bench.gpu:gpu_main",
     "matrix": "zoo.bench.matrix:matrix_main",
 }
