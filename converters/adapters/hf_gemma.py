@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hf_lm import _build, _must, _refuse_fields
+from converters.adapters.hf_lm import build_config, must, refuse_fields
 from converters.adapters.hub import HubReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gemma.config import FULL, GEMMA2, GEMMA3, SLIDING, GemmaConfig, pattern
@@ -78,15 +78,15 @@ class GemmaFamilyReader(HubReader):
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         family = f"{self.model_type} ({self.cls_name})"
-        _refuse_fields(raw, {*_SIZES, *_COMMON, *self.fields}, where, family)
-        _must(raw, "attention_dropout", (0, 0.0), where, family)
-        _must(raw, "use_bidirectional_attention", (None, False), where, family)
+        refuse_fields(raw, {*_SIZES, *_COMMON, *self.fields}, where, family)
+        must(raw, "attention_dropout", (0, 0.0), where, family)
+        must(raw, "use_bidirectional_attention", (None, False), where, family)
         for field in ("hidden_act", "hidden_activation"):  # the other one is not read
             allowed = self.allowed_activations if field == self.activation else (None, _TANH)
-            _must(raw, field, allowed, where, family)
+            must(raw, field, allowed, where, family)
         values = {**self.defaults, **{k: raw[k] for k in _SIZES if k in raw}}
         values |= self.options(raw, where)
-        return _build(GemmaConfig, {**values, "model_type": self.model_type}, where)
+        return build_config(GemmaConfig, {**values, "model_type": self.model_type}, where)
 
     allowed_activations: ClassVar[tuple[str, ...]] = (_TANH,)
 

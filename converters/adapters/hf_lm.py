@@ -48,7 +48,7 @@ _MOE = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermed
         "n_routed_experts", "n_shared_experts")
 
 
-def _refuse_fields(raw: Mapping[str, Any], known: set[str], where: str, family: str) -> None:
+def refuse_fields(raw: Mapping[str, Any], known: set[str], where: str, family: str) -> None:
     moe = [k for k in _MOE if raw.get(k) not in (None, 0, [], False)]
     if moe:
         raise ConfigError(f"{where}: mixture-of-experts fields ({', '.join(moe)}): the zoo's "
@@ -59,7 +59,7 @@ def _refuse_fields(raw: Mapping[str, Any], known: set[str], where: str, family: 
                           "counterpart in the zoo (unknown: refused rather than ignored)")
 
 
-def _must(raw: Mapping[str, Any], field: str, allowed: tuple[Any, ...], where: str,
+def must(raw: Mapping[str, Any], field: str, allowed: tuple[Any, ...], where: str,
           family: str) -> None:
     """Refuse `field` unless absent or one of `allowed` (values the zoo computes)."""
     if field in raw and raw[field] not in allowed:
@@ -67,7 +67,7 @@ def _must(raw: Mapping[str, Any], field: str, allowed: tuple[Any, ...], where: s
                           f"{family} (supported: {', '.join(map(repr, allowed))})")
 
 
-def _build(cls: type[Config], values: Mapping[str, Any], where: str) -> Config:
+def build_config(cls: type[Config], values: Mapping[str, Any], where: str) -> Config:
     try:
         return cls(**values)
     except (ConfigError, TypeError) as e:
@@ -100,12 +100,12 @@ class GPT2Reader(HubReader):
         return raw.get("model_type") == "gpt2"
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
-        _refuse_fields(raw, {*_GPT2_FIELDS, *_GPT2_INERT, *_GPT2_FIXED}, where, "GPT-2")
+        refuse_fields(raw, {*_GPT2_FIELDS, *_GPT2_INERT, *_GPT2_FIXED}, where, "GPT-2")
         for field, allowed in _GPT2_FIXED.items():
-            _must(raw, field, allowed, where, "GPT-2")
-        _must(raw, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu"),
+            must(raw, field, allowed, where, "GPT-2")
+        must(raw, "activation_function", ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu"),
               where, "GPT-2")
-        return _build(GPT2Config, {k: raw[k] for k in _GPT2_FIELDS if k in raw}, where)
+        return build_config(GPT2Config, {k: raw[k] for k in _GPT2_FIELDS if k in raw}, where)
 
     def hub_config(self, config: Config) -> dict[str, Any]:
         if not isinstance(config, GPT2Config):
@@ -188,15 +188,15 @@ class LlamaFamilyReader(HubReader):
         family = f"{self.model_type} ({self.cls_name})"
         known = {*_SIZES, *_ROPE, "hidden_act", "attention_dropout", "pretraining_tp",
                  "use_mrope", *self.fields}
-        _refuse_fields(raw, known, where, family)
-        _must(raw, "hidden_act", ("silu",), where, family)
-        _must(raw, "attention_dropout", (0, 0.0), where, family)
-        _must(raw, "pretraining_tp", (1,), where, family)
-        _must(raw, "use_mrope", (False,), where, family)
+        refuse_fields(raw, known, where, family)
+        must(raw, "hidden_act", ("silu",), where, family)
+        must(raw, "attention_dropout", (0, 0.0), where, family)
+        must(raw, "pretraining_tp", (1,), where, family)
+        must(raw, "use_mrope", (False,), where, family)
         values = {**self.defaults, **{k: raw[k] for k in _SIZES if k in raw}}
         values |= _rope(raw, where)
         values |= self.options(raw, where, family)
-        return _build(LlamaConfig, {**values, "model_type": self.model_type}, where)
+        return build_config(LlamaConfig, {**values, "model_type": self.model_type}, where)
 
     def options(self, raw: Mapping[str, Any], where: str, family: str) -> dict[str, Any]:
         """The zoo fields of the class's own options."""
@@ -275,7 +275,7 @@ class _QwenReader(LlamaFamilyReader):
     fields = _QWEN_WINDOW
 
     def window(self, raw: Mapping[str, Any], where: str, family: str) -> None:
-        _must(raw, "use_sliding_window", (False,), where, family)
+        must(raw, "use_sliding_window", (False,), where, family)
         types = raw.get("layer_types")
         if types is not None and any(t != "full_attention" for t in types):
             raise ConfigError(f"{where}: layer_types {sorted(set(types))}: the zoo's "
