@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from converters.adapters.hf_lm import build_config, must, refuse_fields
-from converters.adapters.hub import HubReader
+from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gemma.config import FULL, GEMMA2, GEMMA3, SLIDING, GemmaConfig, pattern
 
@@ -55,26 +55,15 @@ def _mapping(raw: Mapping[str, Any], field: str, where: str) -> dict[str, Any]:
     return dict(value or {})
 
 
-class GemmaFamilyReader(HubReader):
+class GemmaFamilyReader(ModelTypeReader):
     """`config.json` of one `model_type` of the Gemma family (its transformers class's
     defaults for absent fields), read into and written from the zoo's `gemma` config."""
 
     arch: ClassVar[str] = "gemma"
-    model_type: ClassVar[str]
     cls_name: ClassVar[str]
     activation: ClassVar[str]  # the field transformers' class reads its activation from
     defaults: ClassVar[dict[str, Any]]  # the class's defaults and options, as zoo fields
     fields: ClassVar[tuple[str, ...]] = ()  # the class's own option fields
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.model_type
-
-    def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == self.model_type
-
-    def writes(self, config: Config) -> bool:
-        return getattr(config, "model_type", None) == self.model_type
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         family = f"{self.model_type} ({self.cls_name})"
@@ -231,14 +220,10 @@ class Gemma3TextReader(Gemma2Reader):
                 "rope_local_base_freq": config.rope_theta if base is None else base}
 
 
-class Gemma3MultimodalReader(HubReader):
+class Gemma3MultimodalReader(ModelTypeReader):
     """`model_type: gemma3` (`Gemma3ForConditionalGeneration`): refused in one line."""
 
-    name: ClassVar[str] = "gemma3"
     model_type: ClassVar[str] = "gemma3"
-
-    def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == "gemma3"
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         raise ConfigError(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hub import HubReader
+from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gpt2.config import GPT2Config
 from zoo.models.llama.config import LlamaConfig
@@ -89,15 +89,11 @@ _GPT2_FIXED = {"scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx":
 GPT2_VOCAB = 50257  # the GPT-2 tokenizer's; its end-of-text token is the last id
 
 
-class GPT2Reader(HubReader):
+class GPT2Reader(ModelTypeReader):
     """`config.json` with `model_type: gpt2` (transformers' `GPT2Config` and its defaults)."""
 
-    name: ClassVar[str] = "gpt2"
     model_type: ClassVar[str] = "gpt2"
     arch: ClassVar[str] = "gpt2"
-
-    def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == "gpt2"
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         refuse_fields(raw, {*_GPT2_FIELDS, *_GPT2_INERT, *_GPT2_FIXED}, where, "GPT-2")
@@ -164,25 +160,14 @@ def _rope(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-class LlamaFamilyReader(HubReader):
+class LlamaFamilyReader(ModelTypeReader):
     """`config.json` of one `model_type` of the Llama family (its transformers class's
     defaults for absent fields), read into and written from the zoo's `llama` config."""
 
     arch: ClassVar[str] = "llama"
-    model_type: ClassVar[str | None]
     cls_name: ClassVar[str]
     defaults: ClassVar[dict[str, Any]]  # transformers' defaults that differ from the zoo's
     fields: ClassVar[tuple[str, ...]] = ()  # the class's own option fields
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.model_type
-
-    def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == self.model_type
-
-    def writes(self, config: Config) -> bool:
-        return getattr(config, "model_type", None) == self.model_type
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
         family = f"{self.model_type} ({self.cls_name})"

@@ -14,7 +14,8 @@ from converters.adapters.base import Adapter
 from zoo.configs import Config, ConfigError
 from zoo.hub import CONFIG, WEIGHTS
 
-__all__ = ["CONFIG", "WEIGHTS", "HubReader", "reader_for", "readers", "register", "writer_for"]
+__all__ = ["CONFIG", "WEIGHTS", "HubReader", "ModelTypeReader", "reader_for", "readers",
+           "register", "writer_for"]
 
 
 class HubReader(ABC):
@@ -45,6 +46,25 @@ class HubReader(ABC):
         is only read (no `arch`) refuses."""
         raise ConfigError(f"{self.name} config.json files are read, not written "
                           f"(a {config.arch})")
+
+
+class ModelTypeReader(HubReader):
+    """The `config.json` of one transformers `model_type`, named after it: it claims the
+    files of that `model_type` and writes its architecture's configs of that `model_type`
+    (every one, where the config has no such field)."""
+
+    model_type: ClassVar[str]
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.model_type
+
+    def claims(self, raw: Mapping[str, Any]) -> bool:
+        return raw.get("model_type") == self.model_type
+
+    def writes(self, config: Config) -> bool:
+        return super().writes(config) and getattr(
+            config, "model_type", self.model_type) == self.model_type
 
 
 _READERS: list[HubReader] = []
