@@ -672,3 +672,26 @@ def test_every_subcommand_is_a_function_of_the_rest_of_the_line(capsys):
             cli.main([name, "--help"])
         assert done.value.code == 0 and f"zoo.bench {name}" in capsys.readouterr().out, name
     assert not set(cli.SUBCOMMANDS) & set(ARCHS)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "gemma-2b"])
+def test_decoder_flops_are_each_familys_count_from_its_own_fields(name):
+    """The one FLOP floor of the decoder-only families (read from the body's spec) equals
+    each family's count written from its config's own field names."""
+    from zoo.bench.spec import decoder_flops
+
+    c = zoo.make_config(name)
+    if c.arch == "gpt2":
+        e, layers, vocab = c.n_embd, c.n_layer, c.vocab_size
+        q = kv = e
+        mlp = 2 * c.inner
+    else:
+        e, layers, vocab = c.hidden_size, c.num_hidden_layers, c.vocab_size
+        d = e // c.num_attention_heads if getattr(c, "head_dim", None) is None else c.head_dim
+        q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
+        mlp = 3 * c.intermediate_size
+    t = c.length
+    forward = 2 * (layers * (2 * t * e * (2 * q + 2 * kv + mlp) + 2 * 2 * t * t * q)
+                   + 2 * t * e * vocab)
+    assert decoder_flops(c, 2, "forward") == forward
+    assert decoder_flops(c, 2, "train") == 3 * forward

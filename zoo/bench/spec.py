@@ -97,6 +97,21 @@ class ZooSubjects:
                                       **zoo.walk_facts(config, impl)) for impl in impls}
 
 
+def decoder_flops(config: Any, batch: int, mode: str) -> float:
+    """The useful FLOPs of a decoder-only language model (a config with a `decoder` spec,
+    zoo.models.decoder): multiply-adds x 2 of the q/k/v/o projections, the two attention
+    products (the whole square, as computed: a mask or a sliding window does not skip), the
+    MLP (three matrices gated, two otherwise) and the head, per token of `config.length`; a
+    training step three times that."""
+    s, t = config.decoder, config.length
+    e, a = s.hidden_size, s.attention
+    q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    mlp = (3 if s.mlp.kind == "gated" else 2) * s.mlp.width
+    block = 2 * t * e * (2 * q + 2 * kv + mlp) + 2 * 2 * t * t * q
+    forward = batch * (s.num_layers * block + 2 * t * e * s.vocab_size)
+    return float(forward if mode == "forward" else 3 * forward)
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """A subject of the benchmark.

@@ -8,9 +8,8 @@ published configs' 0.1 would make them differ, and the work is the same either w
 
 from typing import Any
 
-from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, ZooSubjects, register
+from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, ZooSubjects, decoder_flops, register
 from zoo.configs import Overrides
-from zoo.models.gpt2.config import GPT2Config
 
 NO_DROPOUT = {"embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
 
@@ -22,15 +21,6 @@ class GPT2Subjects(ZooSubjects):
         return super().config(arch, {**NO_DROPOUT, **overrides}, method)
 
 
-def useful_flops(config: GPT2Config, batch: int, mode: str) -> float:
-    """Multiply-adds x 2 of the projections, the two attention products (the whole square, as
-    computed, masked or not) and the head, per token; a training step three times that."""
-    e, t = config.n_embd, config.length
-    block = 2 * t * e * (3 * e + e + 2 * config.inner) + 2 * 2 * t * t * e
-    forward = batch * (config.n_layer * block + 2 * t * e * config.vocab_size)
-    return float(forward if mode == "forward" else 3 * forward)
-
-
 PRESETS: tuple[PresetFields, ...] = (
     {"name": "gpt2-124m", "batch": 4, "config": {"seq_len": 256},
      "doc": "transformers' gpt2 (124M): width 768, 12 layers, 12 heads, 256 tokens"},
@@ -39,5 +29,5 @@ PRESETS: tuple[PresetFields, ...] = (
      "doc": "CPU-sized GPT-2: width 256, 4 layers, 4 heads, 128 tokens"},
 )
 
-register(BenchSpec("gpt2", default_batch=8, useful_flops=useful_flops, presets=PRESETS,
+register(BenchSpec("gpt2", default_batch=8, useful_flops=decoder_flops, presets=PRESETS,
                    matrix=MatrixRun.sizes(PRESETS[:1]), subjects=GPT2Subjects()))

@@ -2,21 +2,8 @@
 matrix products (the floor of the benchmark's FLOP check). Forward and training steps on
 batches of `length` tokens; prefill and decode come with generation."""
 
-from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, register
-from zoo.models.llama.config import NAMED_MODELS, LlamaConfig
-
-
-def useful_flops(config: LlamaConfig, batch: int, mode: str) -> float:
-    """Multiply-adds x 2 of the q/k/v/o projections, the two attention products (the whole
-    square, as computed, masked or not), the SwiGLU MLP and the head, per token; a training
-    step three times that."""
-    e, t, d = config.hidden_size, config.length, config.dim
-    q, kv = config.num_attention_heads * d, config.kv_heads * d
-    block = (2 * t * e * (2 * q + 2 * kv + 3 * config.intermediate_size)
-             + 2 * 2 * t * t * q)
-    forward = batch * (config.num_hidden_layers * block + 2 * t * e * config.vocab_size)
-    return float(forward if mode == "forward" else 3 * forward)
-
+from zoo.bench.spec import BenchSpec, MatrixRun, PresetFields, decoder_flops, register
+from zoo.models.llama.config import NAMED_MODELS
 
 PRESETS: tuple[PresetFields, ...] = (
     {"name": "llama-small-cpu", "batch": 8,
@@ -28,5 +15,5 @@ PRESETS: tuple[PresetFields, ...] = (
      "doc": "Qwen2.5-0.5B (494M, tied head, q/k/v biases): 256 tokens"},
 )
 
-register(BenchSpec("llama", default_batch=8, useful_flops=useful_flops, presets=PRESETS,
+register(BenchSpec("llama", default_batch=8, useful_flops=decoder_flops, presets=PRESETS,
                    matrix=MatrixRun.sizes(PRESETS[1:])))
