@@ -179,3 +179,21 @@ def test_a_config_its_model_type_cannot_express_is_not_written(tmp_path, capsys)
     code, _, err = cli(capsys, "convert", tmp_path / "m", tmp_path / "hub", "--to", "hub")
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "LlamaForCausalLM (model_type 'llama') has no per-head q/k norm (qk_norm)" in err
+
+
+def test_rotary_settings_of_both_families_are_read_by_one_rule():
+    """`rope_fields`: each supported type's entries required and renamed, others refused."""
+    from converters.adapters.hf_lm import rope_fields
+    from zoo.configs import ConfigError
+
+    linear = {"default": {}, "linear": {"factor": "rope_factor"}}
+    assert rope_fields({"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}, "f", "x",
+                       linear) == {"rope_type": "linear", "rope_factor": 8.0,
+                                   "rope_theta": 1e6}
+    assert rope_fields({}, "f", "x", linear) == {"rope_type": "default"}
+    for params, message in (({"type": "linear"}, "x of type 'linear' lacks factor"),
+                            ({"rope_type": "yarn"}, "x type 'yarn' is not supported by g "
+                                                    r"\(supported: 'default', 'linear'\)"),
+                            ({"factor": 2.0}, r"x entries \['factor'\] are not supported by g")):
+        with pytest.raises(ConfigError, match=message):
+            rope_fields(params, "f", "x", linear, "g")

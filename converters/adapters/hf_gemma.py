@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hf_lm import build_config, must, refuse_fields
+from converters.adapters.hf_lm import build_config, must, refuse_fields, rope_fields
 from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gemma.config import FULL, GEMMA2, GEMMA3, SLIDING, GemmaConfig, pattern
@@ -27,25 +27,12 @@ _GEMMA2 = ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softc
 _TANH = "gelu_pytorch_tanh"
 
 
+_ROPE_TYPES = {"default": {}, "linear": {"factor": "rope_factor"}}
+
+
 def _rope_entry(params: Mapping[str, Any], where: str, field: str) -> dict[str, Any]:
     """The zoo's rotary fields of one rotary setting ('default' or 'linear' scaling)."""
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ("default", "linear"):
-        raise ConfigError(f"{where}: {field} type {kind!r} is not supported by the zoo's "
-                          "gemma (supported: 'default', 'linear')")
-    unknown = set(params) - {"rope_type", "type", "rope_theta",
-                             *(("factor",) if kind == "linear" else ())}
-    if unknown:
-        raise ConfigError(f"{where}: {field} entries {sorted(unknown)} are not supported by "
-                          "the zoo's gemma")
-    if kind == "linear" and "factor" not in params:
-        raise ConfigError(f"{where}: {field} of type 'linear' lacks factor")
-    out: dict[str, Any] = {"rope_type": kind}
-    if kind == "linear":
-        out["rope_factor"] = params["factor"]
-    if "rope_theta" in params:
-        out["rope_theta"] = params["rope_theta"]
-    return out
+    return rope_fields(params, where, field, _ROPE_TYPES, "the zoo's gemma")
 
 
 def _mapping(raw: Mapping[str, Any], field: str, where: str) -> dict[str, Any]:

@@ -123,6 +123,31 @@ _LLAMA3 = {"factor": "rope_factor", "low_freq_factor": "rope_low_freq_factor",
 _QWEN_WINDOW = ("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
 
 
+def rope_fields(params: Mapping[str, Any], where: str, field: str,
+                types: Mapping[str, Mapping[str, str]], family: str = "the zoo",
+                also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The zoo's rotary fields of one transformers rotary setting `params` (read from
+    `field`): `types` maps each supported `rope_type` to its entries and their zoo field
+    names (each required); `rope_theta` is read where present; an unsupported type, a
+    missing entry or another entry (but `also`) is refused by name."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in types:
+        raise ConfigError(f"{where}: {field} type {kind!r} is not supported by {family} "
+                          f"(supported: {', '.join(map(repr, types))})")
+    entries = types[kind]
+    missing = [k for k in entries if k not in params]
+    if missing:
+        raise ConfigError(f"{where}: {field} of type {kind!r} lacks {', '.join(missing)}")
+    unknown = set(params) - {"rope_type", "type", "rope_theta", *also, *entries}
+    if unknown:
+        raise ConfigError(f"{where}: {field} entries {sorted(unknown)} are not supported by "
+                          f"{family}")
+    out: dict[str, Any] = {"rope_type": kind, **{zoo: params[hf] for hf, zoo in entries.items()}}
+    if params.get("rope_theta") is not None:
+        out["rope_theta"] = params["rope_theta"]
+    return out
+
+
 def _rope(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The rotary fields of the zoo's config from `rope_theta` / `rope_scaling` or
     `rope_parameters`; an unknown scaling type or a partial rotation is refused by name."""
@@ -131,32 +156,18 @@ def _rope(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     if scaling is not None and not isinstance(scaling, Mapping):
         raise ConfigError(f"{where}: rope_scaling must be an object or null, found {scaling!r}")
     params.update(scaling or {})
-    kind = params.get("rope_type", params.get("type", "default"))
+    if params.get("rope_type", params.get("type")) == "llama3":
+        params.setdefault("original_max_position_embeddings",
+                          raw.get("max_position_embeddings", 2048))
     field = "rope_scaling" if scaling else "rope_parameters"
-    if kind not in ("default", "llama3"):
-        raise ConfigError(f"{where}: {field} type {kind!r} is not supported by the zoo "
-                          f"(supported: 'default', 'llama3')")
+    out = rope_fields(params, where, field, {"default": {}, "llama3": _LLAMA3},
+                      also=("partial_rotary_factor",))
     partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
         raise ConfigError(f"{where}: partial_rotary_factor {partial!r}: the zoo rotates whole "
                           "heads")
-    out: dict[str, Any] = {"rope_type": kind}
-    theta = params.get("rope_theta", raw.get("rope_theta"))
-    if theta is not None:
-        out["rope_theta"] = theta
-    if kind == "llama3":
-        missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor")
-                   if k not in params]
-        if missing:
-            raise ConfigError(f"{where}: {field} of type 'llama3' lacks {', '.join(missing)}")
-        params.setdefault("original_max_position_embeddings",
-                          raw.get("max_position_embeddings", 2048))
-        out |= {zoo: params[hf] for hf, zoo in _LLAMA3.items()}
-    unknown = set(params) - {"rope_type", "type", "rope_theta", "partial_rotary_factor",
-                             *(_LLAMA3 if kind == "llama3" else ())}
-    if unknown:
-        raise ConfigError(f"{where}: {field} entries {sorted(unknown)} are not supported by "
-                          "the zoo")
+    if "rope_theta" not in out and raw.get("rope_theta") is not None:
+        out["rope_theta"] = raw["rope_theta"]
     return out
 
 
