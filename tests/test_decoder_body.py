@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 
 import zoo
@@ -66,3 +67,40 @@ def test_layer_types_give_each_layer_its_window_and_rope():
     for bad in (("local", "full"), ("local", "full", "global")):
         with pytest.raises(ValueError, match="layer_types needs one of"):
             _spec(layer_types=bad, attention_types=types)
+
+
+_POST_NORM = (("attention.self", "attention"), ("attention.output", "attention_output"),
+              ("intermediate", "mlp"), ("output", "mlp_output"))
+
+
+def test_a_post_norm_block_plays_the_encoder_roles_and_mixes_none():
+    names = Names(body="bert", embedding="embeddings.word_embeddings", layers="encoder.layer",
+                  norm=None, block=_POST_NORM, token_types="embeddings.token_type_embeddings")
+    assert names.residual == "post" and Names(**{**_spec().names.__dict__}).residual == "pre"
+    with pytest.raises(ValueError, match="one module per role"):
+        Names(body="bert", embedding="e", layers="l", norm=None,
+              block=(*_POST_NORM, ("ln", "attention_post_norm")))
+    with pytest.raises(ValueError, match="token types need both"):
+        DecoderSpec(names, 8, 4, 1, "layer_norm", 1e-12,
+                    AttentionSpec("query_key_value", 1, 1, 4), MLPSpec("dense", 8, "gelu"))
+
+
+def test_padded_positions_are_robertas():
+    torch = pytest.importorskip("torch")
+    from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+
+    from zoo.models.decoder.spec import padded_positions
+
+    ids = torch.tensor([[0, 5, 7, 1, 1], [3, 1, 4, 4, 1]])
+    want = RobertaEmbeddings.create_position_ids_from_input_ids(ids, padding_idx=1)
+    assert torch.equal(padded_positions(ids, 1), want)
+    assert (np.asarray(padded_positions(ids.numpy(), 1)) == want.numpy()).all()
+
+
+def test_a_bidirectional_mask_hides_only_the_padding():
+    from zoo.layers.causal import sequence_mask
+
+    valid = np.array([[1, 1, 0]])
+    mask = np.asarray(sequence_mask(3, valid, causal=False))
+    assert (mask == np.array([[[True, True, False]] * 3])).all()
+    assert not np.asarray(sequence_mask(3, valid))[0, 0, 1]  # causal: the future hidden

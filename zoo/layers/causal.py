@@ -40,12 +40,13 @@ __all__ = ["attend", "causal_mask", "default_positions", "rope_frequencies", "ro
 
 
 def causal_mask(q_index: Array, kv_index: Array, kv_valid: Array | None = None,
-                window: int | None = None) -> Array:
+                window: int | None = None, causal: bool = True) -> Array:
     """`(..., Lq, Lk)` booleans: which keys each query sees. `q_index` `(Lq,)` and `kv_index`
     `(Lk,)` are the indices in the sequence; `kv_valid` `(..., Lk)` (the attention mask, 1 for
-    a token, 0 for padding) leads the result's batch axes."""
+    a token, 0 for padding) leads the result's batch axes. `causal=False` (an encoder): every
+    key but the padding."""
     q, k = q_index[:, None], kv_index[None, :]
-    visible = k <= q
+    visible = k <= q if causal else jnp.ones((q.shape[0], k.shape[1]), bool)
     if window is not None:
         visible = visible & (k > q - window)
     if kv_valid is None:
@@ -56,13 +57,13 @@ def causal_mask(q_index: Array, kv_index: Array, kv_valid: Array | None = None,
 
 def sequence_mask(length: int, attention_mask: Array | None = None,
                   window: int | None = None, index: Array | int = 0,
-                  kv_length: int | None = None) -> Array:
-    """The causal mask of a call on `length` tokens standing at slots `index ..` of a
-    sequence of `kv_length` slots (default: the call's own tokens, `index` 0); `attention_mask`
-    `(..., kv_length)` marks the padding among them."""
+                  kv_length: int | None = None, causal: bool = True) -> Array:
+    """The causal (or, `causal=False`, padding-only) mask of a call on `length` tokens standing
+    at slots `index ..` of a sequence of `kv_length` slots (default: the call's own tokens,
+    `index` 0); `attention_mask` `(..., kv_length)` marks the padding among them."""
     kv_length = length if kv_length is None else kv_length
     return causal_mask(index + jnp.arange(length), jnp.arange(kv_length), attention_mask,
-                       window)
+                       window, causal)
 
 
 def write_cache(cache: Array, new: Array, index: Array | int, axis: int) -> Array:

@@ -140,13 +140,13 @@ canonical.register_class("hf_conv1d", "torch", Conv1D)
 
 def causal_mask(length: int, attention_mask: torch.Tensor | None = None,
                 window: int | None = None, index: int = 0,
-                kv_length: int | None = None) -> torch.Tensor:
-    """`(N or 1, 1, L, Lk)` booleans: key `j` visible from query `i` when `j <= i`, `i - j <
-    window` (if any) and `attention_mask[:, j]` (if given); the queries are the slots `index
-    ..` of `kv_length` (default: `L` from 0, a call without a cache)."""
+                kv_length: int | None = None, causal: bool = True) -> torch.Tensor:
+    """`(N or 1, 1, L, Lk)` booleans: key `j` visible from query `i` when `j <= i` (if
+    `causal`), `i - j < window` (if any) and `attention_mask[:, j]` (if given); the queries are
+    the slots `index ..` of `kv_length` (default: `L` from 0, a call without a cache)."""
     i = index + torch.arange(length)[:, None]
     j = torch.arange(length if kv_length is None else kv_length)[None, :]
-    visible = j <= i
+    visible = j <= i if causal else torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
     if window is not None:
         visible = visible & (j > i - window)
     visible = visible[None, None]

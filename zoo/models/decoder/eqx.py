@@ -26,7 +26,7 @@ from zoo.layers.causal import (
 from zoo.layers.dense import contract
 from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, OffsetRMSNorm, RMSNorm
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
 
 KV = tuple[Array, Array]  # one layer's cached keys and values
 Key = PRNGKeyArray | None
@@ -55,6 +55,43 @@ def named(base: type[eqx.Module], fields: tuple[str, ...]) -> type[eqx.Module]:
     definition order: the model's key paths)."""
     return type(base.__name__, (base,), {"__annotations__": dict.fromkeys(fields, Any),
                                           "__module__": base.__module__})
+
+
+class Container(eqx.Module):
+    """A plain node of transformers' nesting (the `attention` of `attention.self`): one field
+    per child, set by `nest`."""
+
+    def __init__(container, **children: Any) -> None:
+        for name, child in children.items():
+            setattr(container, name, child)
+
+
+def top_names(paths: list[str]) -> tuple[str, ...]:
+    """The first parts of dotted `paths`, in order: the fields of the module holding them."""
+    return tuple(dict.fromkeys(p.split(".")[0] for p in paths))
+
+
+def nest(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """`(dotted path, module)` pairs as `(field, module)` pairs of their holder, the modules
+    below a first part gathered in a `Container` (recursively), in order."""
+    groups: dict[str, list[tuple[str, Any]]] = {}
+    for path, module in items:
+        head, _, rest = path.partition(".")
+        groups.setdefault(head, []).append((rest, module))
+    out = []
+    for head, group in groups.items():
+        if group[0][0] == "":
+            out.append((head, group[0][1]))
+        else:
+            children = nest(group)
+            out.append((head, named(Container, top_names([n for n, _ in children]))(
+                **dict(children))))
+    return out
+
+
+def at(module: Any, path: str) -> Any:
+    """The module at the dotted `path` under `module`."""
+    return functools.reduce(getattr, path.split("."), module)
 
 
 class SelfAttention(eqx.Module):
@@ -180,8 +217,69 @@ class GatedMLP(eqx.Module):
         return jax.vmap(lambda t: self.down_proj(act(self.gate_proj(t)) * self.up_proj(t)))(x)
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+class QueryKeyValue(SelfAttention):
+    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
+    `ResidualOutput`)."""
+
+    query: Linear
+    key: Linear
+    value: Linear
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        kq, kk, kv = jax.random.split(key, 3)
+        a, e = spec.attention, spec.hidden_size
+        q = a.heads * a.head_dim
+        self.query = Linear(e, q, use_bias=a.qkv_bias, key=kq, dtype=dtype)
+        self.key = Linear(e, q, use_bias=a.qkv_bias, key=kk, dtype=dtype)
+        self.value = Linear(e, q, use_bias=a.qkv_bias, key=kv, dtype=dtype)
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        a, length = self.spec.attention, x.shape[0]
+        return tuple(_tokenwise(p, x).reshape(length, a.heads, a.head_dim)
+                     for p in (self.query, self.key, self.value))
+
+    def output(self, h: Array) -> Array:
+        return h
+
+
+class DenseMLP(eqx.Module):
+    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
+
+    dense: Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        self.dense = Linear(spec.hidden_size, spec.mlp.width, use_bias=spec.mlp.bias, key=key,
+                            dtype=dtype)
+        self.activation = spec.mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        return activation(self.activation)(_tokenwise(self.dense, x))
+
+
+class ResidualOutput(eqx.Module):
+    """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
+    `BertOutput`)."""
+
+    dense: Linear
+    LayerNorm: eqx.Module
+    dropout: eqx.nn.Dropout
+
+    def __init__(self, spec: DecoderSpec, width: int, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        self.dense = Linear(width, spec.hidden_size, key=key, dtype=dtype)
+        self.LayerNorm = make_norm(spec, spec.hidden_size, dtype)
+        self.dropout = eqx.nn.Dropout(spec.residual_dropout)
+
+    def __call__(self, h: Array, x: Array, *, key: Key = None) -> Array:
+        return _tokenwise(self.LayerNorm, self.dropout(_tokenwise(self.dense, h), key=key) + x)
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "query_key_value": QueryKeyValue}
+MLPS: dict[str, type[eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
 
 
 class Block(eqx.Module):
@@ -199,13 +297,13 @@ class Block(eqx.Module):
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
                                                                        dtype=dtype),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k2, dtype=dtype)}
-        for name, role in spec.names.block:
-            setattr(self, name, make[role]())
+        for name, module in nest([(name, make[role]()) for name, role in spec.names.block]):
+            setattr(self, name, module)
         self.residual_dropout = eqx.nn.Dropout(spec.residual_dropout)
         self.spec = spec
 
     def part(self, role: str) -> eqx.Module:
-        return getattr(self, self.spec.role(role))
+        return at(self, self.spec.role(role))
 
     def post(self, role: str, h: Array) -> Array:
         """`h` through the post-norm `role`, if the block has one."""
@@ -223,14 +321,47 @@ class Block(eqx.Module):
         return x + self.residual_dropout(h, key=k3), kv
 
 
-def make_block(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Block:
-    return named(Block, tuple(name for name, _ in spec.names.block))(spec, key=key, dtype=dtype)
+class PostNormBlock(eqx.Module):
+    """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
+    `mlp_output(mlp(x), x)`; `named(PostNormBlock, names)` gives it its modules' fields."""
+
+    spec: DecoderSpec = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        q = spec.attention.heads * spec.attention.head_dim
+        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
+                                                                       dtype=dtype),
+                "attention_output": lambda: ResidualOutput(spec, q, key=k2, dtype=dtype),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k3, dtype=dtype),
+                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width, key=k4,
+                                                     dtype=dtype)}
+        for name, module in nest([(name, make[role]()) for name, role in spec.names.block]):
+            setattr(self, name, module)
+        self.spec = spec
+
+    def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
+                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None
+                 ) -> tuple[Array, KV | None]:
+        k1, k2, k3 = _keys(key, 3)
+        part = lambda role: at(self, self.spec.role(role))
+        h, kv = part("attention")(x, positions, mask, inv_freq, kv, index, key=k1)
+        x = part("attention_output")(h, x, key=k2)
+        return part("mlp_output")(part("mlp")(x), x, key=k3), kv
+
+
+BLOCKS: dict[str, type[eqx.Module]] = {"pre": Block, "post": PostNormBlock}
+
+
+def make_block(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> eqx.Module:
+    fields = top_names([name for name, _ in spec.names.block])
+    return named(BLOCKS[spec.residual], fields)(spec, key=key, dtype=dtype)
 
 
 class Decoder(eqx.Module):
-    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
-    window and rotary frequencies) -> final norm; `named(Decoder, names)` gives it its
-    modules' fields."""
+    """Embedding (scaled, learned positions and token types, normed) -> dropout -> blocks
+    (each with its layer's window and rotary frequencies) -> final norm (if any);
+    `named(Decoder, names)` gives it its modules' fields."""
 
     embedding_dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
@@ -238,51 +369,65 @@ class Decoder(eqx.Module):
     def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
         names, e = spec.names, spec.hidden_size
         k1, k2, *kb = jax.random.split(key, 2 + spec.num_layers)
-        setattr(self, names.embedding, eqx.nn.Embedding(spec.vocab_size, e, key=k1,
-                                                        dtype=dtype))
+        k3 = jax.random.fold_in(k2, 1)
+        embed = lambda rows, k: eqx.nn.Embedding(rows, e, key=k, dtype=dtype)
+        items = [(names.embedding, embed(spec.vocab_size, k1))]
         if names.positions is not None:
-            setattr(self, names.positions, eqx.nn.Embedding(spec.max_positions, e, key=k2,
-                                                            dtype=dtype))
+            items.append((names.positions, embed(spec.max_positions, k2)))
+        if names.token_types is not None:
+            items.append((names.token_types, embed(spec.type_vocab_size, k3)))
+        if names.embedding_norm is not None:
+            items.append((names.embedding_norm, make_norm(spec, e, dtype)))
+        items.append((names.layers, tuple(make_block(spec, key=k, dtype=dtype) for k in kb)))
+        if names.norm is not None:
+            items.append((names.norm, make_norm(spec, e, dtype)))
+        for name, module in nest(items):
+            setattr(self, name, module)
         self.embedding_dropout = eqx.nn.Dropout(spec.embedding_dropout)
-        setattr(self, names.layers, tuple(make_block(spec, key=k, dtype=dtype) for k in kb))
-        setattr(self, names.norm, make_norm(spec, e, dtype))
         self.spec = spec
 
     def embedding(self) -> eqx.nn.Embedding:
-        return getattr(self, self.spec.names.embedding)
+        return at(self, self.spec.names.embedding)
 
     def __call__(self, input_ids: Array, attention_mask: Array | None,
-                 position_ids: Array | None, cache: KVCache | None, key: Key
-                 ) -> tuple[Array, list[KV | None]]:
+                 position_ids: Array | None, cache: KVCache | None, key: Key,
+                 token_type_ids: Array | None = None) -> tuple[Array, list[KV | None]]:
         """The hidden states after the final norm `(L, hidden_size)` and each layer's
         cached keys and values (None without a `cache`)."""
         s, names, length = self.spec, self.spec.names, input_ids.shape[0]
-        blocks = getattr(self, names.layers)
+        blocks = at(self, names.layers)
         k_embed, *k_blocks = _keys(key, 1 + len(blocks))
         index = 0 if cache is None else cache.index
+        if position_ids is None and s.padding_idx is not None:
+            position_ids = padded_positions(input_ids, s.padding_idx)
         positions = index + default_positions(length) if position_ids is None else position_ids
         h = _tokenwise(self.embedding(), input_ids)
         if s.embedding_scale is not None:
             h = h * jnp.asarray(s.embedding_scale, h.dtype)
+        if names.token_types is not None:
+            types = jnp.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            h = h + _tokenwise(at(self, names.token_types), types)
         if names.positions is not None:
-            h = h + _tokenwise(getattr(self, names.positions), positions)
+            h = h + _tokenwise(at(self, names.positions), positions)
+        if names.embedding_norm is not None:
+            h = _tokenwise(at(self, names.embedding_norm), h)
         h = self.embedding_dropout(h, key=k_embed)
         kv_length = None if cache is None else cache.max_length
-        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
-                 for w in s.windows}
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length,
+                                  s.attention.causal) for w in s.windows}
         written = []
         for i, (block, k) in enumerate(zip(blocks, k_blocks, strict=True)):
             layer = s.layer(i)
             h, kv = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
                           None if cache is None else cache.layer(i), index, key=k)
             written.append(kv)
-        return _tokenwise(getattr(self, names.norm), h), written
+        return (h if names.norm is None else _tokenwise(at(self, names.norm), h)), written
 
 
 def make_decoder(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Decoder:
     n = spec.names
-    fields = (n.embedding, *([n.positions] if n.positions else []), n.layers, n.norm)
-    return named(Decoder, fields)(spec, key=key, dtype=dtype)
+    paths = [n.embedding, n.positions, n.token_types, n.embedding_norm, n.layers, n.norm]
+    return named(Decoder, top_names([p for p in paths if p]))(spec, key=key, dtype=dtype)
 
 
 class CausalLM(eqx.Module):

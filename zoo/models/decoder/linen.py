@@ -4,6 +4,8 @@ named as its `Names` say. A tied head is `embedding.attend` (no array of its own
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -22,7 +24,7 @@ from zoo.layers.linen import (
     cached_kv,
 )
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
 
 NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
                                      "offset_rms_norm": OffsetRMSNorm}
@@ -30,6 +32,37 @@ NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNor
 
 def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
     return NORMS[spec.norm](epsilon=spec.norm_eps, param_dtype=dtype)
+
+
+Maker = Callable[[], Any]  # builds a module (or a list of modules) inside `setup`
+
+
+class Container(nn.Module):
+    """A plain node of transformers' nesting (the `attention` of `attention.self`): its
+    children made in its `setup` (`nest`)."""
+
+    makers: tuple[tuple[str, Maker], ...]
+
+    def setup(self) -> None:
+        for name, make in self.makers:
+            setattr(self, name, make())
+
+
+def nest(items: list[tuple[str, Maker]]) -> list[tuple[str, Maker]]:
+    """`(dotted path, maker)` pairs as `(attribute, maker)` pairs of their holder's `setup`,
+    the makers below a first part gathered in a `Container` (recursively), in order."""
+    groups: dict[str, list[tuple[str, Maker]]] = {}
+    for path, make in items:
+        head, _, rest = path.partition(".")
+        groups.setdefault(head, []).append((rest, make))
+    return [(head, group[0][1]) if group[0][0] == "" else
+            (head, functools.partial(Container, tuple(nest(group))))
+            for head, group in groups.items()]
+
+
+def at(module: Any, path: str) -> Any:
+    """The module at the dotted `path` under `module`."""
+    return functools.reduce(getattr, path.split("."), module)
 
 
 class SelfAttention(nn.Module):
@@ -137,8 +170,60 @@ class GatedMLP(nn.Module):
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+class QueryKeyValue(SelfAttention):
+    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
+    `ResidualOutput`)."""
+
+    def setup(self) -> None:
+        super().setup()
+        a, dt = self.spec.attention, dtype_of(self.param_dtype)
+        self.query = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.key = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.value = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).reshape(n, length, a.heads, a.head_dim)
+                     for p in (self.query, self.key, self.value))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return h
+
+
+class DenseMLP(nn.Module):
+    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m = self.spec.mlp
+        self.dense = nn.Dense(m.width, use_bias=m.bias, param_dtype=dtype_of(self.param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return activation(self.spec.mlp.activation)(self.dense(x))
+
+
+class ResidualOutput(nn.Module):
+    """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
+    `BertOutput`)."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        dt = dtype_of(self.param_dtype)
+        self.dense = nn.Dense(self.spec.hidden_size, param_dtype=dt)
+        self.LayerNorm = make_norm(self.spec, dt)
+        self.dropout = nn.Dropout(self.spec.residual_dropout)
+
+    def __call__(self, h: jax.Array, x: jax.Array, train: bool) -> jax.Array:
+        return self.LayerNorm(self.dropout(self.dense(h), deterministic=not train) + x)
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "query_key_value": QueryKeyValue}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
 
 
 class Block(nn.Module):
@@ -156,15 +241,15 @@ class Block(nn.Module):
                 "attention": lambda: ATTENTIONS[s.attention.layout](
                     s, self.param_dtype, self.decode),
                 "mlp": lambda: MLPS[s.mlp.kind](s, self.param_dtype)}
-        for name, role in s.names.block:  # transformers' definition order
-            setattr(self, name, make[role]())
+        for name, maker in nest([(n, make[role]) for n, role in s.names.block]):
+            setattr(self, name, maker())  # transformers' definition order
         self.residual_dropout = nn.Dropout(s.residual_dropout)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
                  inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
                  ) -> jax.Array:
         names = self.spec.names
-        part = lambda role: getattr(self, self.spec.role(role))
+        part = lambda role: at(self, self.spec.role(role))
         post = lambda role, h: part(role)(h) if names.has(role) else h
         drop = lambda h: self.residual_dropout(h, deterministic=not train)
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, train, index)
@@ -172,9 +257,38 @@ class Block(nn.Module):
         return x + drop(post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
 
 
+class PostNormBlock(nn.Module):
+    """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
+    `mlp_output(mlp(x), x)`; its modules are named and ordered by `spec.names.block`."""
+
+    spec: DecoderSpec
+    param_dtype: str = "float32"
+    decode: bool = False
+
+    def setup(self) -> None:
+        s, dt = self.spec, self.param_dtype
+        make = {"attention": lambda: ATTENTIONS[s.attention.layout](s, dt, self.decode),
+                "attention_output": lambda: ResidualOutput(s, dt),
+                "mlp": lambda: MLPS[s.mlp.kind](s, dt),
+                "mlp_output": lambda: ResidualOutput(s, dt)}
+        for name, maker in nest([(n, make[role]) for n, role in s.names.block]):
+            setattr(self, name, maker())
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
+                 ) -> jax.Array:
+        part = lambda role: at(self, self.spec.role(role))
+        h = part("attention")(x, positions, mask, inv_freq, train, index)
+        x = part("attention_output")(h, x, train)
+        return part("mlp_output")(part("mlp")(x), x, train)
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"pre": Block, "post": PostNormBlock}
+
+
 class Decoder(nn.Module):
-    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
-    window and rotary frequencies) -> final norm."""
+    """Embedding (scaled, learned positions and token types, normed) -> dropout -> blocks
+    (each with its layer's window and rotary frequencies) -> final norm (if any)."""
 
     spec: DecoderSpec
     param_dtype: str = "float32"
@@ -183,43 +297,59 @@ class Decoder(nn.Module):
     def setup(self) -> None:
         s, names, dt = self.spec, self.spec.names, dtype_of(self.param_dtype)
         init = nn.initializers.normal(1.0)
-        setattr(self, names.embedding, nn.Embed(s.vocab_size, s.hidden_size, param_dtype=dt,
-                                                embedding_init=init))
+        embed = lambda rows: lambda: nn.Embed(rows, s.hidden_size, param_dtype=dt,
+                                              embedding_init=init)
+        items = [(names.embedding, embed(s.vocab_size))]
         if names.positions is not None:
-            setattr(self, names.positions, nn.Embed(s.max_positions, s.hidden_size,
-                                                    param_dtype=dt, embedding_init=init))
+            items.append((names.positions, embed(s.max_positions)))
+        if names.token_types is not None:
+            items.append((names.token_types, embed(s.type_vocab_size)))
+        if names.embedding_norm is not None:
+            items.append((names.embedding_norm, lambda: make_norm(s, dt)))
+        items.append((names.layers, lambda: [BLOCKS[s.residual](s, self.param_dtype,
+                                                                self.decode)
+                                             for _ in range(s.num_layers)]))
+        if names.norm is not None:
+            items.append((names.norm, lambda: make_norm(s, dt)))
+        for name, maker in nest(items):
+            setattr(self, name, maker())
         self.embedding_dropout = nn.Dropout(s.embedding_dropout)
-        setattr(self, names.layers, [Block(s, self.param_dtype, self.decode)
-                                     for _ in range(s.num_layers)])
-        setattr(self, names.norm, make_norm(s, dt))
 
     @nn.compact
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
-                 position_ids: jax.Array | None, train: bool) -> jax.Array:
+                 position_ids: jax.Array | None, train: bool,
+                 token_type_ids: jax.Array | None = None) -> jax.Array:
         """The hidden states after the final norm, `(N, L, hidden_size)`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index = cache_index(self, length) if self.decode else 0
+        if position_ids is None and s.padding_idx is not None:
+            position_ids = padded_positions(input_ids, s.padding_idx)
         positions = (index + default_positions(length)[None] if position_ids is None
                      else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
-        h = getattr(self, names.embedding)(input_ids)
+        h = at(self, names.embedding)(input_ids)
         if s.embedding_scale is not None:
             h = h * jnp.asarray(s.embedding_scale, h.dtype)
+        if names.token_types is not None:
+            types = jnp.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            h = h + at(self, names.token_types)(types)
         if names.positions is not None:
-            h = h + getattr(self, names.positions)(positions)
+            h = h + at(self, names.positions)(positions)
+        if names.embedding_norm is not None:
+            h = at(self, names.embedding_norm)(h)
         h = self.embedding_dropout(h, deterministic=not train)
         kv_length = None if attention_mask is None else attention_mask.shape[-1]
-        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
-                 for w in s.windows}
-        for i, block in enumerate(getattr(self, names.layers)):
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length,
+                                  s.attention.causal) for w in s.windows}
+        for i, block in enumerate(at(self, names.layers)):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index)
-        return getattr(self, names.norm)(h)
+        return h if names.norm is None else at(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
         """The tied head's logits: `h @ embedding.T`, promoted as `nn.Embed.attend` does, with
         the table read where it lies (`zoo.layers.dense.contract`)."""
-        embed = getattr(self, self.spec.names.embedding)
+        embed = at(self, self.spec.names.embedding)
         table = embed.embedding
         dtype = embed.dtype or jnp.result_type(h, table)
         return contract(h.astype(dtype), table.astype(dtype))

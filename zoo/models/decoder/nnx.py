@@ -4,6 +4,7 @@ named as its `Names` say. A tied head is `embedding.attend` (no array of its own
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ from zoo.layers.nnx import (
     init_kv_cache,
 )
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
 
 Rngs = nnx.Rngs | jax.Array | None
 NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
@@ -31,6 +32,25 @@ NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNo
 
 def make_norm(spec: DecoderSpec, size: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Module:
     return NORMS[spec.norm](size, epsilon=spec.norm_eps, param_dtype=dtype, rngs=rngs)
+
+
+class Container(nnx.Module):
+    """A plain node of transformers' nesting (the `attention` of `attention.self`)."""
+
+
+def place(owner: nnx.Module, path: str, module: Any) -> None:
+    """`module` set at the dotted `path` under `owner`, `Container`s created on the way."""
+    *parents, name = path.split(".")
+    for part in parents:
+        if not hasattr(owner, part):
+            setattr(owner, part, Container())
+        owner = getattr(owner, part)
+    setattr(owner, name, module)
+
+
+def at(module: Any, path: str) -> Any:
+    """The module at the dotted `path` under `module`."""
+    return functools.reduce(getattr, path.split("."), module)
 
 
 class SelfAttention(nnx.Module):
@@ -132,8 +152,57 @@ class GatedMLP(nnx.Module):
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+class QueryKeyValue(SelfAttention):
+    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
+    `ResidualOutput`)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        a, e, dt = spec.attention, spec.hidden_size, param_dtype
+        q, b = a.heads * a.head_dim, a.qkv_bias
+        self.query = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.key = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.value = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).reshape(n, length, a.heads, a.head_dim)
+                     for p in (self.query, self.key, self.value))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return h
+
+
+class DenseMLP(nnx.Module):
+    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        self.activation = spec.mlp.activation
+        self.dense = nnx.Linear(spec.hidden_size, spec.mlp.width, use_bias=spec.mlp.bias,
+                                param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return activation(self.activation)(self.dense(x))
+
+
+class ResidualOutput(nnx.Module):
+    """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
+    `BertOutput`)."""
+
+    def __init__(self, spec: DecoderSpec, width: int, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e = spec.hidden_size
+        self.dense = nnx.Linear(width, e, param_dtype=param_dtype, rngs=rngs)
+        self.LayerNorm = make_norm(spec, e, param_dtype, rngs)
+        self.dropout = nnx.Dropout(spec.residual_dropout)
+
+    def __call__(self, h: jax.Array, x: jax.Array, rngs: Rngs = None) -> jax.Array:
+        return self.LayerNorm(self.dropout(self.dense(h), rngs=rngs) + x)
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "query_key_value": QueryKeyValue}
+MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
 
 
 class Block(nnx.Module):
@@ -148,12 +217,12 @@ class Block(nnx.Module):
                     spec, rngs=rngs, param_dtype=dt),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt)}
         for name, role in spec.names.block:  # transformers' definition order
-            setattr(self, name, make[role]())
+            place(self, name, make[role]())
         self.spec = spec
         self.residual_dropout = nnx.Dropout(spec.residual_dropout)
 
     def part(self, role: str) -> nnx.Module:
-        return getattr(self, self.spec.role(role))
+        return at(self, self.spec.role(role))
 
     def post(self, role: str, h: jax.Array) -> jax.Array:
         """`h` through the post-norm `role`, if the block has one."""
@@ -168,27 +237,64 @@ class Block(nnx.Module):
         return x + drop(self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
 
 
+class PostNormBlock(nnx.Module):
+    """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
+    `mlp_output(mlp(x), x)`; its modules are named and ordered by `spec.names.block`."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        dt, q = param_dtype, spec.attention.heads * spec.attention.head_dim
+        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](
+                    spec, rngs=rngs, param_dtype=dt),
+                "attention_output": lambda: ResidualOutput(spec, q, rngs=rngs, param_dtype=dt),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt),
+                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width, rngs=rngs,
+                                                     param_dtype=dt)}
+        for name, role in spec.names.block:
+            place(self, name, make[role]())
+        self.spec = spec
+
+    def part(self, role: str) -> nnx.Module:
+        return at(self, self.spec.role(role))
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
+                 ) -> jax.Array:
+        part = self.part
+        h = part("attention")(x, positions, mask, inv_freq, rngs, index)
+        x = part("attention_output")(h, x, rngs)
+        return part("mlp_output")(part("mlp")(x), x, rngs)
+
+
+BLOCKS: dict[str, type[nnx.Module]] = {"pre": Block, "post": PostNormBlock}
+
+
 class Decoder(nnx.Module):
-    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
-    window and rotary frequencies) -> final norm."""
+    """Embedding (scaled, learned positions and token types, normed) -> dropout -> blocks
+    (each with its layer's window and rotary frequencies) -> final norm (if any)."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
         names, e, dt = spec.names, spec.hidden_size, param_dtype
         init = nnx.initializers.normal(1.0)
-        setattr(self, names.embedding, nnx.Embed(spec.vocab_size, e, param_dtype=dt,
-                                                 embedding_init=init, rngs=rngs))
+        embed = lambda rows: nnx.Embed(rows, e, param_dtype=dt, embedding_init=init,
+                                       rngs=rngs)
+        place(self, names.embedding, embed(spec.vocab_size))
         if names.positions is not None:
-            setattr(self, names.positions, nnx.Embed(spec.max_positions, e, param_dtype=dt,
-                                                     embedding_init=init, rngs=rngs))
+            place(self, names.positions, embed(spec.max_positions))
+        if names.token_types is not None:
+            place(self, names.token_types, embed(spec.type_vocab_size))
+        if names.embedding_norm is not None:
+            place(self, names.embedding_norm, make_norm(spec, e, dt, rngs))
         self.embedding_dropout = nnx.Dropout(spec.embedding_dropout)
-        setattr(self, names.layers, nnx.List([Block(spec, rngs=rngs, param_dtype=dt)
-                                              for _ in range(spec.num_layers)]))
-        setattr(self, names.norm, make_norm(spec, e, dt, rngs))
+        place(self, names.layers, nnx.List([BLOCKS[spec.residual](spec, rngs=rngs,
+                                                                  param_dtype=dt)
+                                            for _ in range(spec.num_layers)]))
+        if names.norm is not None:
+            place(self, names.norm, make_norm(spec, e, dt, rngs))
         self.spec = spec
         self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
 
     def blocks(self) -> list[Block]:
-        return list(getattr(self, self.spec.names.layers))
+        return list(at(self, self.spec.names.layers))
 
     def init_cache(self, batch: int, max_length: int, dtype: Any) -> None:
         a = self.spec.attention
@@ -198,7 +304,8 @@ class Decoder(nnx.Module):
         self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
-                 position_ids: jax.Array | None, rngs: Rngs = None) -> jax.Array:
+                 position_ids: jax.Array | None, rngs: Rngs = None,
+                 token_type_ids: jax.Array | None = None) -> jax.Array:
         """The hidden states after the final norm, `(N, L, hidden_size)`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index, kv_length = 0, None
@@ -206,26 +313,33 @@ class Decoder(nnx.Module):
             index = self.cache_index[...]
             kv_length = self.blocks()[0].part("attention").cached_key.shape[1]
             self.cache_index[...] = index + length
+        if position_ids is None and s.padding_idx is not None:
+            position_ids = padded_positions(input_ids, s.padding_idx)
         positions = (index + default_positions(length)[None] if position_ids is None
                      else position_ids)
         positions = jnp.broadcast_to(positions, (n, length))
-        h = getattr(self, names.embedding)(input_ids)
+        h = at(self, names.embedding)(input_ids)
         if s.embedding_scale is not None:
             h = h * jnp.asarray(s.embedding_scale, h.dtype)
+        if names.token_types is not None:
+            types = jnp.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            h = h + at(self, names.token_types)(types)
         if names.positions is not None:
-            h = h + getattr(self, names.positions)(positions)
+            h = h + at(self, names.positions)(positions)
+        if names.embedding_norm is not None:
+            h = at(self, names.embedding_norm)(h)
         h = self.embedding_dropout(h, rngs=rngs)
-        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length)
-                 for w in s.windows}
+        masks = {w: sequence_mask(length, attention_mask, w, index, kv_length,
+                                  s.attention.causal) for w in s.windows}
         for i, block in enumerate(self.blocks()):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index)
-        return getattr(self, names.norm)(h)
+        return h if names.norm is None else at(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
         """The tied head's logits: `h @ embedding.T`, promoted as `nnx.Embed.attend` does, with
         the table read where it lies (`zoo.layers.dense.contract`)."""
-        embed = getattr(self, self.spec.names.embedding)
+        embed = at(self, self.spec.names.embedding)
         table = embed.embedding[...]
         dtype = embed.dtype or jnp.result_type(h, table)
         return contract(h.astype(dtype), table.astype(dtype))
@@ -251,7 +365,7 @@ class CausalLM(nnx.Module):
         (`nnx.Cache` variables; `dtype`: the weights'). From then on each call takes the next
         slots, its `attention_mask` `(N, max_length)` covering every slot."""
         body = self.body()
-        embedding = getattr(body, body.spec.names.embedding).embedding
+        embedding = at(body, body.spec.names.embedding).embedding
         body.init_cache(batch, max_length, embedding.dtype if dtype is None else dtype)
 
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,

@@ -1,25 +1,38 @@
 """What a decoder-only language model declares to the shared body: transformers' module names
 (`Names`) and the options of its layers (`DecoderSpec`). No library is imported here.
 
-The body is embedding (times `embedding_scale`, if any, + learned positions) -> dropout ->
-blocks -> final norm -> head (tied to the embedding or `lm_head`; its logits soft-capped,
-`cap * tanh(x / cap)`, with `logit_softcap`). A block's modules play roles (`ROLES`, and the
+The body is embedding (times `embedding_scale`, if any, + token types + learned positions,
+then the embedding norm, if any) -> dropout -> blocks -> final norm (if any) -> head (tied to
+the embedding or `lm_head`; its logits soft-capped, `cap * tanh(x / cap)`, with
+`logit_softcap`). A block's modules play roles (`ROLES`, and the
 optional `POST_ROLES`): `attention_norm`, `attention`, `mlp_norm`, `mlp`; a block computes
 `x + attention_post_norm(attention(attention_norm(x)))`, then
 `x + mlp_post_norm(mlp(mlp_norm(x)))` (an absent post-norm: the identity), each branch
-followed by the residual dropout. Each kind of layer is one entry of a table per library,
-chosen by the spec's kind:
+followed by the residual dropout. A post-norm block (BERT's, `residual` "post") plays the
+roles `POST_NORM_ROLES`: `x = attention_output(attention(x), x)`, then
+`x = mlp_output(mlp(x), x)`, each output `norm(x + dropout(dense(h)))`. Names are dotted
+paths where transformers nests its modules (`attention.self`, `embeddings.word_embeddings`):
+each library creates the containers on the way. Each kind of layer is one entry of a table
+per library, chosen by the spec's kind:
 
 - norm (`norm`): `layer_norm` (weight and bias), `rms_norm` (transformers' `LlamaRMSNorm`) or
   `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
 - attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
-  transformers' `Conv1D`) or `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window,
+  transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
+  optional per-head `q_norm` / `k_norm`) or `query_key_value` (BERT's `query`, `key`, `value`;
+  its output projection is the block's `attention_output`); causal, or bidirectional with
+  `causal=False` (only the padding masked); grouped key/value heads, biases, a sliding window,
   the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
-- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`) or `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`);
-- positions: learned absolute (`Names.positions`, `max_positions` rows) or rotary (`rope`,
-  the inverse frequencies), or both absent;
+- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
+  (`down_proj(act(gate_proj(x)) * up_proj(x))`) or `dense` (BERT's intermediate,
+  `act(dense(x))`; its second matrix is the block's `mlp_output`);
+- residual (`DecoderSpec.residual`, from the roles): `pre` (norm, branch, add) or `post`
+  (branch, add, norm);
+- positions: learned absolute (`Names.positions`, `max_positions` rows; counted from
+  `padding_idx + 1` over the non-padding tokens when `padding_idx` is set, RoBERTa's) or
+  rotary (`rope`, the inverse frequencies), or both absent; token type embeddings
+  (`Names.token_types`, `type_vocab_size` rows) and an embedding norm (`Names.embedding_norm`)
+  where the names have them;
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -32,12 +45,14 @@ family.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 ROLES = ("attention_norm", "attention", "mlp_norm", "mlp")
 POST_ROLES = ("attention_post_norm", "mlp_post_norm")  # optional: norms of a branch's output
+# A post-norm block's roles: each `*_output` holds `dense` and the norm
+POST_NORM_ROLES = ("attention", "attention_output", "mlp", "mlp_output")
 
 
 @dataclass(frozen=True)
@@ -45,19 +60,28 @@ class Names:
     """transformers' module names: the body's (`body.embedding`, `body.layers.0`, ...), each
     block's as `(name, role)` pairs in transformers' definition order (its `state_dict`'s)."""
 
-    body: str  # "transformer" (GPT-2), "model" (Llama)
+    body: str  # "transformer" (GPT-2), "model" (Llama), "bert"
     embedding: str
     layers: str
-    norm: str  # the final norm
+    norm: str | None  # the final norm (None: none, BERT's)
     block: tuple[tuple[str, str], ...]
     positions: str | None = None  # learned absolute position embedding
+    token_types: str | None = None  # token type embedding (BERT's segments)
+    embedding_norm: str | None = None  # the norm of the summed embeddings
 
     def __post_init__(self) -> None:
         roles = sorted(role for _, role in self.block if role not in POST_ROLES)
         post = [role for _, role in self.block if role in POST_ROLES]
-        if roles != sorted(ROLES) or len(set(post)) != len(post):
+        if (roles not in (sorted(ROLES), sorted(POST_NORM_ROLES)) or len(set(post)) != len(post)
+                or (post and roles != sorted(ROLES))):
             raise ValueError(f"a block needs one module per role {ROLES} (and at most one per "
-                             f"optional role {POST_ROLES}), found {roles + post}")
+                             f"optional role {POST_ROLES}) or per role {POST_NORM_ROLES}, "
+                             f"found {roles + post}")
+
+    @property
+    def residual(self) -> str:
+        """The residual its block's roles make: `pre` (ROLES) or `post` (POST_NORM_ROLES)."""
+        return "post" if self.has("attention_output") else "pre"
 
     def has(self, role: str) -> bool:
         """Whether a block has a module playing `role` (the optional post-norms)."""
@@ -69,7 +93,7 @@ class AttentionSpec:
     """The attention's layout and options (`c_attn`: transformers' `Conv1D`, always biased;
     `qkvo`: biases as `qkv_bias` and `out_bias`)."""
 
-    layout: Literal["c_attn", "qkvo"]
+    layout: Literal["c_attn", "qkvo", "query_key_value"]
     heads: int
     kv_heads: int
     head_dim: int
@@ -80,6 +104,7 @@ class AttentionSpec:
     dropout: float = 0.0  # on the attention weights, in training
     scale: float | None = None  # the scores' factor (None: head_dim ** -0.5)
     logit_softcap: float | None = None  # scores soft-capped, `cap * tanh(s / cap)`
+    causal: bool = True  # False: every token sees every other (but the padding)
 
     @property
     def scaling(self) -> float:
@@ -91,7 +116,7 @@ class MLPSpec:
     """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated`: biases
     as `bias`)."""
 
-    kind: Literal["c_fc", "gated"]
+    kind: Literal["c_fc", "gated", "dense"]
     width: int
     activation: str
     bias: bool = False
@@ -132,8 +157,14 @@ class DecoderSpec:
     logit_softcap: float | None = None  # the head's logits soft-capped, `cap * tanh(x / cap)`
     layer_types: tuple[str, ...] | None = None  # per layer, a name of `attention_types`
     attention_types: tuple[tuple[str, LayerAttention], ...] = ()
+    type_vocab_size: int | None = None  # rows of the token type embedding
+    padding_idx: int | None = None  # positions counted from padding_idx + 1 (RoBERTa)
 
     def __post_init__(self) -> None:
+        if (self.names.token_types is None) != (self.type_vocab_size is None):
+            raise ValueError("token types need both a name (Names.token_types) and "
+                             f"type_vocab_size, found {self.names.token_types!r} and "
+                             f"{self.type_vocab_size!r}")
         if self.layer_types is None:
             return
         known = dict(self.attention_types)
@@ -159,6 +190,19 @@ class DecoderSpec:
         return tuple(dict.fromkeys(self.layer(i).sliding_window
                                    for i in range(self.num_layers)))
 
+    @property
+    def residual(self) -> str:
+        """`pre` or `post`, as the block's roles say (`Names.residual`)."""
+        return self.names.residual
+
     def role(self, role: str) -> str:
         """The name of the block's module playing `role`."""
         return next(name for name, r in self.names.block if r == role)
+
+
+def padded_positions(input_ids: Any, padding_idx: int) -> Any:
+    """RoBERTa's position ids (transformers' `create_position_ids_from_input_ids`): the tokens
+    but `padding_idx` counted from `padding_idx + 1`, the padding at `padding_idx`. Works on
+    NumPy, JAX and PyTorch arrays alike."""
+    token = input_ids != padding_idx
+    return token.cumsum(-1) * token + padding_idx

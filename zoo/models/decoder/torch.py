@@ -25,7 +25,7 @@ from zoo.layers.torch import (
     rotary,
     softcap,
 )
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -43,6 +43,17 @@ NORMS: dict[str, type[nn.Module]] = {"layer_norm": nn.LayerNorm, "rms_norm": RMS
 
 def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
     return NORMS[spec.norm](size, eps=spec.norm_eps)
+
+
+def place(owner: nn.Module, path: str, module: nn.Module) -> None:
+    """`module` registered at the dotted `path` under `owner`, plain `nn.Module` containers
+    created on the way (transformers' `attention.self`, `embeddings.word_embeddings`)."""
+    *parents, name = path.split(".")
+    for part in parents:
+        if part not in owner._modules:
+            owner.add_module(part, nn.Module())
+        owner = owner.get_submodule(part)
+    owner.add_module(name, module)
 
 
 class SelfAttention(nn.Module):
@@ -141,8 +152,56 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+class QueryKeyValue(SelfAttention):
+    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
+    `ResidualOutput`)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        a, e = spec.attention, spec.hidden_size
+        q = a.heads * a.head_dim
+        self.query = nn.Linear(e, q, bias=a.qkv_bias)
+        self.key = nn.Linear(e, q, bias=a.qkv_bias)
+        self.value = nn.Linear(e, q, bias=a.qkv_bias)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).view(n, length, a.heads, a.head_dim)
+                     for p in (self.query, self.key, self.value))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return h
+
+
+class DenseMLP(nn.Module):
+    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        self.dense = nn.Linear(spec.hidden_size, spec.mlp.width, bias=spec.mlp.bias)
+        self.act = ACTIVATIONS[spec.mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class ResidualOutput(nn.Module):
+    """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
+    `BertOutput`)."""
+
+    def __init__(self, spec: DecoderSpec, width: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(width, spec.hidden_size)
+        self.LayerNorm = make_norm(spec, spec.hidden_size)
+        self.dropout = nn.Dropout(spec.residual_dropout)
+
+    def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(h)) + x)
+
+
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "query_key_value": QueryKeyValue}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
 
 
 class Block(nn.Module):
@@ -156,7 +215,7 @@ class Block(nn.Module):
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec),
                 "mlp": lambda: MLPS[spec.mlp.kind](spec)}
         for name, role in spec.names.block:  # transformers' definition order
-            self.add_module(name, make[role]())
+            place(self, name, make[role]())
         self.spec = spec
         self.residual_dropout = nn.Dropout(spec.residual_dropout)
 
@@ -176,49 +235,87 @@ class Block(nn.Module):
         return x + self.residual_dropout(h)
 
 
+class PostNormBlock(nn.Module):
+    """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
+    `mlp_output(mlp(x), x)`; its modules are named and ordered by `spec.names.block`."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        q = spec.attention.heads * spec.attention.head_dim
+        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec),
+                "attention_output": lambda: ResidualOutput(spec, q),
+                "mlp": lambda: MLPS[spec.mlp.kind](spec),
+                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width)}
+        for name, role in spec.names.block:
+            place(self, name, make[role]())
+        self.spec = spec
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
+        part = lambda role: self.get_submodule(self.spec.role(role))
+        x = part("attention_output")(part("attention")(x, positions, mask, inv_freq, cache), x)
+        return part("mlp_output")(part("mlp")(x), x)
+
+
+BLOCKS: dict[str, type[nn.Module]] = {"pre": Block, "post": PostNormBlock}
+
+
 class Decoder(nn.Module):
-    """Embedding (scaled, and learned positions) -> dropout -> blocks (each with its layer's
-    window and rotary frequencies) -> final norm."""
+    """Embedding (scaled, learned positions and token types, normed) -> dropout -> blocks
+    (each with its layer's window and rotary frequencies) -> final norm (if any)."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
         names, e = spec.names, spec.hidden_size
-        self.add_module(names.embedding, nn.Embedding(spec.vocab_size, e))
+        place(self, names.embedding, nn.Embedding(spec.vocab_size, e))
         if names.positions is not None:
-            self.add_module(names.positions, nn.Embedding(spec.max_positions, e))
+            place(self, names.positions, nn.Embedding(spec.max_positions, e))
+        if names.token_types is not None:
+            place(self, names.token_types, nn.Embedding(spec.type_vocab_size, e))
+        if names.embedding_norm is not None:
+            place(self, names.embedding_norm, make_norm(spec, e))
         self.embedding_dropout = nn.Dropout(spec.embedding_dropout)
-        self.add_module(names.layers, nn.ModuleList([Block(spec)
-                                                     for _ in range(spec.num_layers)]))
-        self.add_module(names.norm, make_norm(spec, e))
+        place(self, names.layers, nn.ModuleList([BLOCKS[spec.residual](spec)
+                                                 for _ in range(spec.num_layers)]))
+        if names.norm is not None:
+            place(self, names.norm, make_norm(spec, e))
         self.spec = spec
 
     def embedding(self) -> nn.Embedding:
         return self.get_submodule(self.spec.names.embedding)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                position_ids: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
+                position_ids: torch.Tensor | None, cache: KVCache | None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The hidden states after the final norm, `(N, L, hidden_size)`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index = 0 if cache is None else cache.index
+        if position_ids is None and s.padding_idx is not None:
+            position_ids = padded_positions(input_ids, s.padding_idx)
         if position_ids is None:
             position_ids = index + torch.arange(length, device=input_ids.device)[None]
         positions = position_ids.expand(n, length)
         h = self.embedding()(input_ids)
         if s.embedding_scale is not None:
             h = h * torch.tensor(s.embedding_scale, dtype=h.dtype)
+        if names.token_types is not None:
+            types = (torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids)
+            h = h + self.get_submodule(names.token_types)(types)
         if names.positions is not None:
             h = h + self.get_submodule(names.positions)(positions)
+        if names.embedding_norm is not None:
+            h = self.get_submodule(names.embedding_norm)(h)
         h = self.embedding_dropout(h)
         kv_length = None if cache is None else cache.max_length
-        masks = {w: causal_mask(length, attention_mask, w, index, kv_length).to(h.device)
-                 for w in s.windows}
+        masks = {w: causal_mask(length, attention_mask, w, index, kv_length,
+                                s.attention.causal).to(h.device) for w in s.windows}
         for i, block in enumerate(self.get_submodule(names.layers)):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
                       None if cache is None else cache.layer(i))
         if cache is not None:
             cache.index += length
-        return self.get_submodule(names.norm)(h)
+        return h if names.norm is None else self.get_submodule(names.norm)(h)
 
 
 class CausalLM(nn.Module):
