@@ -45,6 +45,17 @@ def next_token(y: jax.Array, labels: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(keep, losses, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
 
 
+def masked_token(y: jax.Array, labels: jax.Array) -> jax.Array:
+    """A masked language model's loss: the mean softmax cross-entropy of the logits `y`
+    `(N, L, V)` at every position against `labels` `(N, L)` there, over the labels not
+    `IGNORE`d (transformers' `...ForMaskedLM` loss for `labels=`: the masked tokens' ids,
+    -100 elsewhere)."""
+    keep = labels != IGNORE
+    losses = optax.softmax_cross_entropy_with_integer_labels(y.astype(jnp.float32),
+                                                            jnp.where(keep, labels, 0))
+    return jnp.sum(jnp.where(keep, losses, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
+
+
 def token_labels(input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
     """The next-token loss's labels for a batch of token ids: the ids, `IGNORE` where
     `attention_mask` is 0 (padding)."""
@@ -53,17 +64,19 @@ def token_labels(input_ids: jax.Array, attention_mask: jax.Array | None = None) 
     return jnp.where(attention_mask.astype(bool), input_ids, IGNORE)
 
 
-LOSSES: dict[str, Loss] = {"cross_entropy": cross_entropy, "mse": mse, "next_token": next_token}
+LOSSES: dict[str, Loss] = {"cross_entropy": cross_entropy, "mse": mse, "next_token": next_token,
+                           "masked_token": masked_token}
+TOKEN_LOSSES = ("next_token", "masked_token")  # labels are token ids (the input's)
 
 
 def targets(config: Config, batch: int, key: jax.Array, dtype: Any = "float32",
             x: jax.Array | None = None) -> jax.Array:
     """Targets of the architecture's task, canonical layout: random labels for cross_entropy,
-    random normal arrays shaped like the output for mse; for next_token the token labels of
+    random normal arrays shaped like the output for mse; for the token losses the token labels of
     the input `x` (the task of a language model), or random token ids without one."""
     if config.LOSS == "cross_entropy":
         return jax.random.randint(key, (batch,), 0, config.output_shape[0])
-    if config.LOSS == "next_token":
+    if config.LOSS in TOKEN_LOSSES:
         return x if x is not None else config.sample_input(key, batch)
     return jax.random.normal(key, (batch, *config.output_shape), jnp.float32).astype(dtype)
 

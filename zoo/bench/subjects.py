@@ -23,7 +23,7 @@ from zoo import fast, sharding
 from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
 from zoo.configs import Overrides
 from zoo.libraries import library
-from zoo.training import IGNORE, LOSSES, targets
+from zoo.training import IGNORE, LOSSES, TOKEN_LOSSES, targets
 
 LEARNING_RATE = 1e-3
 
@@ -139,7 +139,7 @@ class Subject:
 
     @property
     def target(self) -> Any:
-        if self.task.loss in ("cross_entropy", "next_token"):  # labels: no layout
+        if self.task.loss in ("cross_entropy", *TOKEN_LOSSES):  # labels: no layout
             return self._memo("t", lambda: self._native_array(self.task.target, layout=False))
         return self._memo("t", lambda: self._native_array(self.task.target))
 
@@ -164,6 +164,9 @@ class Subject:
         if self.task.loss == "next_token":  # zoo.training.next_token: shifted, -100 ignored
             return F.cross_entropy(y[:, :-1].flatten(0, 1).float(),
                                    target[:, 1:].flatten().long(), ignore_index=IGNORE)
+        if self.task.loss == "masked_token":  # zoo.training.masked_token: -100 ignored
+            return F.cross_entropy(y.flatten(0, 1).float(), target.flatten().long(),
+                                   ignore_index=IGNORE)
         return F.mse_loss(y.float(), target.float())
 
     @staticmethod

@@ -52,6 +52,7 @@ class LanguageModelConfig(Config):
     # head's logits then grow with the width)
     KIND_INITS: ClassVar[dict[str, Any]] = dict.fromkeys(
         ("linear", "hf_conv1d", "embedding"), normal_init)
+    GENERATES: ClassVar[bool] = True  # generates text (zoo.generation); False: an encoder
     EMBEDDING: ClassVar[str]  # the token embedding's canonical key
     HEAD: ClassVar[str] = "lm_head.weight"  # the output head's, when untied
 

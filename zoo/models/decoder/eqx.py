@@ -381,6 +381,9 @@ class Decoder(eqx.Module):
         items.append((names.layers, tuple(make_block(spec, key=k, dtype=dtype) for k in kb)))
         if names.norm is not None:
             items.append((names.norm, make_norm(spec, e, dtype)))
+        if names.pooler is not None:
+            items.append((names.pooler, Linear(e, e, key=jax.random.fold_in(k2, 2),
+                                               dtype=dtype)))
         for name, module in nest(items):
             setattr(self, name, module)
         self.embedding_dropout = eqx.nn.Dropout(spec.embedding_dropout)
@@ -388,6 +391,10 @@ class Decoder(eqx.Module):
 
     def embedding(self) -> eqx.nn.Embedding:
         return at(self, self.spec.names.embedding)
+
+    def pool(self, h: Array) -> Array:
+        """The pooler's output: `tanh(pooler(h[0]))` (`Names.pooler`)."""
+        return jnp.tanh(at(self, self.spec.names.pooler)(h[0]))
 
     def __call__(self, input_ids: Array, attention_mask: Array | None,
                  position_ids: Array | None, cache: KVCache | None, key: Key,
@@ -426,7 +433,8 @@ class Decoder(eqx.Module):
 
 def make_decoder(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Decoder:
     n = spec.names
-    paths = [n.embedding, n.positions, n.token_types, n.embedding_norm, n.layers, n.norm]
+    paths = [n.embedding, n.positions, n.token_types, n.embedding_norm, n.layers, n.norm,
+             n.pooler]
     return named(Decoder, top_names([p for p in paths if p]))(spec, key=key, dtype=dtype)
 
 

@@ -37,21 +37,29 @@ def make_norm(spec: DecoderSpec, dtype: jnp.dtype) -> nn.Module:
 Maker = Callable[[], Any]  # builds a module (or a list of modules) inside `setup`
 
 
+class Param:
+    """A maker of a bare parameter (zeros of `shape`) held by a `Container`."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any) -> None:
+        self.shape, self.dtype = shape, dtype
+
+
 class Container(nn.Module):
     """A plain node of transformers' nesting (the `attention` of `attention.self`): its
-    children made in its `setup` (`nest`)."""
+    children made in its `setup` (`nest`), modules or bare parameters (`Param`)."""
 
-    makers: tuple[tuple[str, Maker], ...]
+    makers: tuple[tuple[str, Maker | Param], ...]
 
     def setup(self) -> None:
         for name, make in self.makers:
-            setattr(self, name, make())
+            setattr(self, name, self.param(name, nn.initializers.zeros, make.shape, make.dtype)
+                    if isinstance(make, Param) else make())
 
 
-def nest(items: list[tuple[str, Maker]]) -> list[tuple[str, Maker]]:
+def nest(items: list[tuple[str, Maker | Param]]) -> list[tuple[str, Maker | Param]]:
     """`(dotted path, maker)` pairs as `(attribute, maker)` pairs of their holder's `setup`,
     the makers below a first part gathered in a `Container` (recursively), in order."""
-    groups: dict[str, list[tuple[str, Maker]]] = {}
+    groups: dict[str, list[tuple[str, Maker | Param]]] = {}
     for path, make in items:
         head, _, rest = path.partition(".")
         groups.setdefault(head, []).append((rest, make))
@@ -311,6 +319,8 @@ class Decoder(nn.Module):
                                              for _ in range(s.num_layers)]))
         if names.norm is not None:
             items.append((names.norm, lambda: make_norm(s, dt)))
+        if names.pooler is not None:
+            items.append((names.pooler, lambda: nn.Dense(s.hidden_size, param_dtype=dt)))
         for name, maker in nest(items):
             setattr(self, name, maker())
         self.embedding_dropout = nn.Dropout(s.embedding_dropout)
@@ -344,7 +354,13 @@ class Decoder(nn.Module):
         for i, block in enumerate(at(self, names.layers)):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index)
+        if names.pooler is not None:  # called (its result unused: compiled away) so that its
+            self.pool(h)  # parameters exist and the walkers see it in a model returning `h`
         return h if names.norm is None else at(self, names.norm)(h)
+
+    def pool(self, h: jax.Array) -> jax.Array:
+        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
+        return jnp.tanh(at(self, self.spec.names.pooler)(h[:, 0]))
 
     def attend(self, h: jax.Array) -> jax.Array:
         """The tied head's logits: `h @ embedding.T`, promoted as `nn.Embed.attend` does, with

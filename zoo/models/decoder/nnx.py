@@ -290,8 +290,14 @@ class Decoder(nnx.Module):
                                             for _ in range(spec.num_layers)]))
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e, dt, rngs))
+        if names.pooler is not None:
+            place(self, names.pooler, nnx.Linear(e, e, param_dtype=dt, rngs=rngs))
         self.spec = spec
         self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
+
+    def pool(self, h: jax.Array) -> jax.Array:
+        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
+        return jnp.tanh(at(self, self.spec.names.pooler)(h[:, 0]))
 
     def blocks(self) -> list[Block]:
         return list(at(self, self.spec.names.layers))

@@ -32,7 +32,7 @@ per library, chosen by the spec's kind:
   `padding_idx + 1` over the non-padding tokens when `padding_idx` is set, RoBERTa's) or
   rotary (`rope`, the inverse frequencies), or both absent; token type embeddings
   (`Names.token_types`, `type_vocab_size` rows) and an embedding norm (`Names.embedding_norm`)
-  where the names have them;
+  where the names have them; a pooler (`Names.pooler`: `tanh(dense(h[0]))`, the body's `pool`);
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -68,6 +68,7 @@ class Names:
     positions: str | None = None  # learned absolute position embedding
     token_types: str | None = None  # token type embedding (BERT's segments)
     embedding_norm: str | None = None  # the norm of the summed embeddings
+    pooler: str | None = None  # a Linear of the first token's state, then tanh (BERT's)
 
     def __post_init__(self) -> None:
         roles = sorted(role for _, role in self.block if role not in POST_ROLES)

@@ -45,13 +45,17 @@ def make_norm(spec: DecoderSpec, size: int) -> nn.Module:
     return NORMS[spec.norm](size, eps=spec.norm_eps)
 
 
+class Container(nn.Module):
+    """A plain node of transformers' nesting (the `attention` of `attention.self`)."""
+
+
 def place(owner: nn.Module, path: str, module: nn.Module) -> None:
-    """`module` registered at the dotted `path` under `owner`, plain `nn.Module` containers
-    created on the way (transformers' `attention.self`, `embeddings.word_embeddings`)."""
+    """`module` registered at the dotted `path` under `owner`, `Container`s created on the
+    way (transformers' `attention.self`, `embeddings.word_embeddings`)."""
     *parents, name = path.split(".")
     for part in parents:
         if part not in owner._modules:
-            owner.add_module(part, nn.Module())
+            owner.add_module(part, Container())
         owner = owner.get_submodule(part)
     owner.add_module(name, module)
 
@@ -279,7 +283,13 @@ class Decoder(nn.Module):
                                                  for _ in range(spec.num_layers)]))
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e))
+        if names.pooler is not None:
+            place(self, names.pooler, nn.Linear(e, e))
         self.spec = spec
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
+        return torch.tanh(self.get_submodule(self.spec.names.pooler)(h[:, 0]))
 
     def embedding(self) -> nn.Embedding:
         return self.get_submodule(self.spec.names.embedding)
