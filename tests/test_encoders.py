@@ -342,3 +342,20 @@ def test_named_models_match_their_published_config_and_transformers(name):
     assert sum(np.prod(s) for s in want.values()) == sum(
         p.numel() for p in reference.parameters())
 
+
+@pytest.mark.parametrize("impl", zoo.IMPLS)
+def test_embed_pools_as_sentence_transformers(impl):
+    """`zoo.embed`'s mean pooling (the padding left out) and first-token pooling equal those
+    of transformers' hidden states; a config without `pooling` asks for one."""
+    name = "bert-base"
+    cfg = VARIANTS[name]
+    ids, mask, types = batch(cfg)
+    h = hf_outputs(name, ids, mask, types)
+    weights = mask[..., None].astype(np.float32)
+    want = {"mean": (h * weights).sum(1) / weights.sum(1), "cls": h[:, 0]}
+    model = _model(name, impl)
+    for pooling, expected in want.items():
+        got = zoo.embed(model, impl, ids, mask, token_type_ids=types, pooling=pooling)
+        assert relative(np.asarray(got), expected) <= RELATIVE, pooling
+    with pytest.raises(ValueError, match="pooling None"):
+        zoo.embed(model, impl, ids, mask)

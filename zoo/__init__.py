@@ -19,6 +19,7 @@ import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
 from zoo import sharding
 from zoo.configs import Config, ConfigError
+from zoo.embed import embed
 from zoo.generation import generate
 from zoo.hub import Source
 from zoo.init import canonical_init
@@ -54,8 +55,8 @@ from zoo.weights import source_config
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "Pretrained",
-    "architecture", "canonical_init", "create", "data_config", "example_input", "generate",
-    "interface",
+    "architecture", "canonical_init", "create", "data_config", "embed", "example_input",
+    "generate", "interface",
     "labels", "library", "list_implementations", "list_models", "list_pretrained",
     "load_weights", "make_config", "model_class", "native_interface", "register", "sharding",
     "tiny_config", "transform",
