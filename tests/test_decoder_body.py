@@ -17,7 +17,7 @@ from zoo.models.decoder.spec import DecoderSpec
 LIBRARIES = ("eqx", "linen", "nnx", "torch")
 
 
-@pytest.mark.parametrize("table", ["NORMS", "ATTENTIONS", "MLPS"])
+@pytest.mark.parametrize("table", ["NORMS", "ATTENTIONS", "MLPS", "BLOCKS"])
 def test_every_library_offers_the_same_kinds(table):
     pytest.importorskip("torch")
     kinds = {lib: sorted(getattr(importlib.import_module(f"zoo.models.decoder.{lib}"), table))

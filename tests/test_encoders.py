@@ -282,6 +282,20 @@ def test_dropout_is_off_in_eval_and_on_in_training(impl):
     assert np.isfinite(train).all() and not np.allclose(train, eval_, atol=1e-3)
 
 
+def test_an_encoder_does_not_generate():
+    """Encoders declare it (`GENERATES`): generation refuses them in one line, and the
+    generation benchmark too."""
+    from zoo.bench.generation import run_from_args
+
+    cfg = VARIANTS[QUICK]
+    assert not cfg.GENERATES and zoo.tiny_config("gpt2").GENERATES
+    with pytest.raises(ValueError, match="does not generate"):
+        zoo.generate(_model(QUICK, "torch"), "torch", batch(cfg)[0])
+    args = type("Args", (), {"preset": None, "arch": "bert", "config": None})()
+    with pytest.raises(ValueError, match="does not generate"):
+        run_from_args(args)
+
+
 ROUND_TRIPS = [pytest.param(*case, marks=pytest.mark.full_only) if case[0] != QUICK else case
                for case in (("bert-mlm", "eqx"), ("bert-classifier", "linen"),
                             ("bert-base", "nnx"), ("roberta-mlm", "torch"),
