@@ -1,7 +1,8 @@
 """The shared decoder body (`zoo.models.decoder`): every library offers the same kinds, a
 spec names one module per role of a block (the post-norms at most once), and its per-layer
-attention types name known types, one per layer. (Its numbers are checked through GPT-2, the
-Llama and the Gemma families in tests/test_language_models.py and tests/test_generation.py.)"""
+attention types name known types, one per layer; a mixture of experts is an MLP kind, and layers
+may differ in their MLP. (Its numbers are checked through GPT-2, the Llama and the Gemma
+families in tests/test_language_models.py and tests/test_generation.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib
 import pytest
 
 import zoo
-from zoo.models.decoder import AttentionSpec, LayerAttention, MLPSpec, Names
+from zoo.models.decoder import AttentionSpec, LayerAttention, MLPSpec, MoESpec, Names
 from zoo.models.decoder.spec import DecoderSpec
 
 LIBRARIES = ("eqx", "linen", "nnx", "torch")
@@ -66,3 +67,19 @@ def test_layer_types_give_each_layer_its_window_and_rope():
     for bad in (("local", "full"), ("local", "full", "global")):
         with pytest.raises(ValueError, match="layer_types needs one of"):
             _spec(layer_types=bad, attention_types=types)
+
+
+def test_a_mixture_of_experts_is_an_mlp_kind_with_per_layer_mlps():
+    moe = MLPSpec("moe", 6, "silu", moe=MoESpec(4, 2))
+    spec = _spec(layer_mlps=(moe, MLPSpec("gated", 8, "silu"), moe),
+                 output_router_logits=True)
+    assert spec.sparse_layers == (0, 2) and spec.mlp_of(1).kind == "gated"
+    assert _spec().mlp_of(2) == _spec().mlp and not _spec().sparse_layers
+    with pytest.raises(ValueError, match="needs moe set exactly when its kind is 'moe'"):
+        MLPSpec("moe", 6, "silu")
+    with pytest.raises(ValueError, match=r"routes each token to 1 \.\. 4 of them, found top_k 5"):
+        MoESpec(4, 5)
+    with pytest.raises(ValueError, match=r"layer_mlps needs one MLPSpec per layer \(3\)"):
+        _spec(layer_mlps=(moe,))
+    with pytest.raises(ValueError, match="output_router_logits needs a layer whose MLP"):
+        _spec(output_router_logits=True)

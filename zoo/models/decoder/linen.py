@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import canonical
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
 from zoo.layers.linen import (
@@ -21,8 +22,9 @@ from zoo.layers.linen import (
     cache_index,
     cached_kv,
 )
+from zoo.layers.moe import DISPATCHES, route
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec
 
 NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
                                      "offset_rms_norm": OffsetRMSNorm}
@@ -109,36 +111,91 @@ class MLP(nn.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
     spec: DecoderSpec
+    mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
         dt = dtype_of(self.param_dtype)
-        self.c_fc = Conv1D(self.spec.mlp.width, param_dtype=dt)
+        self.c_fc = Conv1D(self.mlp.width, param_dtype=dt)
         self.c_proj = Conv1D(self.spec.hidden_size, param_dtype=dt)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.c_proj(activation(self.spec.mlp.activation)(self.c_fc(x)))
+        return self.c_proj(activation(self.mlp.activation)(self.c_fc(x)))
 
 
 class GatedMLP(nn.Module):
     """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
 
     spec: DecoderSpec
+    mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        m, dt = self.spec.mlp, dtype_of(self.param_dtype)
+        m, dt = self.mlp, dtype_of(self.param_dtype)
         self.gate_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
         self.up_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
         self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = activation(self.spec.mlp.activation)
+        act = activation(self.mlp.activation)
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Experts(nn.Module):
+    """A mixture's experts (layer kind `experts`): `gate_up_proj` `(E, hidden, 2 * width)` and
+    `down_proj` `(E, width, hidden)`, transformers' fused weights as kernels, over tokens
+    `(T, hidden)` and their routing, computed by `dispatch` (`zoo.layers.moe`)."""
+
+    experts: int
+    width: int
+    activation: str
+    dispatch: str = "sorted"
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, weights: jax.Array, experts: jax.Array) -> jax.Array:
+        e, hidden = self.experts, x.shape[-1]
+        init = nn.initializers.lecun_normal(in_axis=1, out_axis=2, batch_axis=(0,))
+        gate_up = self.param("gate_up_proj", init, (e, hidden, 2 * self.width), self.param_dtype)
+        down = self.param("down_proj", init, (e, self.width, hidden), self.param_dtype)
+        dtype = jnp.result_type(x, gate_up)
+        return DISPATCHES[self.dispatch](x.astype(dtype), weights, experts,
+                                         gate_up.astype(dtype), down.astype(dtype),
+                                         activation(self.activation))
+
+
+canonical.register_class("experts", "linen", Experts)
+
+
+class SparseMoE(nn.Module):
+    """A mixture of experts (transformers' sparse MoE block): the router `gate` (a Dense
+    without bias, one logit per expert), softmax, top-k routing, the `experts` (defined in
+    transformers' order, `MoESpec.router_first`)."""
+
+    spec: DecoderSpec
+    mlp: MLPSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.mlp.moe, dtype_of(self.param_dtype)
+        make = {"gate": lambda: nn.Dense(m.experts, use_bias=False, param_dtype=dt),
+                "experts": lambda: Experts(m.experts, self.mlp.width, self.mlp.activation,
+                                           m.dispatch, param_dtype=dt)}
+        for name in ("gate", "experts") if m.router_first else ("experts", "gate"):
+            setattr(self, name, make[name]())
+
+    def router_logits(self, x: jax.Array) -> jax.Array:
+        """The router's logits `(N, L, experts)`."""
+        return self.gate(x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        m, flat = self.mlp.moe, x.reshape(-1, x.shape[-1])
+        weights, experts = route(self.gate(flat), m.top_k, m.normalize)
+        return self.experts(flat, weights, experts).reshape(x.shape)
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -148,28 +205,33 @@ class Block(nn.Module):
     spec: DecoderSpec
     param_dtype: str = "float32"
     decode: bool = False
+    mlp_spec: MLPSpec | None = None  # this layer's (None: the spec's)
 
     def setup(self) -> None:
-        s, dt = self.spec, dtype_of(self.param_dtype)
+        s, dt, mlp = self.spec, dtype_of(self.param_dtype), self.mlp_spec or self.spec.mlp
         norm = lambda: make_norm(s, dt)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[s.attention.layout](
                     s, self.param_dtype, self.decode),
-                "mlp": lambda: MLPS[s.mlp.kind](s, self.param_dtype)}
+                "mlp": lambda: MLPS[mlp.kind](s, mlp, self.param_dtype)}
         for name, role in s.names.block:  # transformers' definition order
             setattr(self, name, make[role]())
         self.residual_dropout = nn.Dropout(s.residual_dropout)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output; a mixture's router logits appended to `router`."""
         names = self.spec.names
         part = lambda role: getattr(self, self.spec.role(role))
         post = lambda role, h: part(role)(h) if names.has(role) else h
         drop = lambda h: self.residual_dropout(h, deterministic=not train)
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, train, index)
         x = x + drop(post("attention_post_norm", h))
-        return x + drop(post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
+        normed = part("mlp_norm")(x)
+        if router is not None and (self.mlp_spec or self.spec.mlp).kind == "moe":
+            router.append(part("mlp").router_logits(normed))
+        return x + drop(post("mlp_post_norm", part("mlp")(normed)))
 
 
 class Decoder(nn.Module):
@@ -189,14 +251,16 @@ class Decoder(nn.Module):
             setattr(self, names.positions, nn.Embed(s.max_positions, s.hidden_size,
                                                     param_dtype=dt, embedding_init=init))
         self.embedding_dropout = nn.Dropout(s.embedding_dropout)
-        setattr(self, names.layers, [Block(s, self.param_dtype, self.decode)
-                                     for _ in range(s.num_layers)])
+        setattr(self, names.layers, [Block(s, self.param_dtype, self.decode, s.mlp_of(i))
+                                     for i in range(s.num_layers)])
         setattr(self, names.norm, make_norm(s, dt))
 
     @nn.compact
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
-                 position_ids: jax.Array | None, train: bool) -> jax.Array:
-        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+                 position_ids: jax.Array | None, train: bool,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`; the sparse layers'
+        router logits appended to `router`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index = cache_index(self, length) if self.decode else 0
         positions = (index + default_positions(length)[None] if position_ids is None
@@ -213,7 +277,8 @@ class Decoder(nn.Module):
                  for w in s.windows}
         for i, block in enumerate(getattr(self, names.layers)):
             layer = s.layer(i)
-            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index,
+                      router)
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -246,9 +311,14 @@ class CausalLM(nn.Module):
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, train: bool = False) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
-        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With the spec's
+        `output_router_logits` (and no cache), `(logits, router_logits (N, layers, L,
+        experts))`."""
         self.config.check_input(input_ids.shape)
-        body = getattr(self, self.config.decoder.names.body)
-        h = body(input_ids, attention_mask, position_ids, train)
+        spec = self.config.decoder
+        body = getattr(self, spec.names.body)
+        router = [] if spec.output_router_logits and not self.decode else None
+        h = body(input_ids, attention_mask, position_ids, train, router)
         logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
-        return softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        return logits if router is None else (logits, jnp.stack(router, axis=1))

@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import canonical
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
+from zoo.layers.moe import DISPATCHES, route
 from zoo.layers.nnx import (
     Conv1D,
     LayerNorm,
@@ -22,7 +24,7 @@ from zoo.layers.nnx import (
     init_kv_cache,
 )
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec
 
 Rngs = nnx.Rngs | jax.Array | None
 NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
@@ -107,9 +109,10 @@ class Attention(SelfAttention):
 class MLP(nnx.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        e, m = spec.hidden_size, spec.mlp.width
-        self.activation = spec.mlp.activation
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m = spec.hidden_size, mlp.width
+        self.activation = mlp.activation
         self.c_fc = Conv1D(e, m, param_dtype=param_dtype, rngs=rngs)
         self.c_proj = Conv1D(m, e, param_dtype=param_dtype, rngs=rngs)
 
@@ -120,9 +123,10 @@ class MLP(nnx.Module):
 class GatedMLP(nnx.Module):
     """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        e, m, b, dt = spec.hidden_size, spec.mlp.width, spec.mlp.bias, param_dtype
-        self.activation = spec.mlp.activation
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
+        self.activation = mlp.activation
         self.gate_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
         self.up_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
         self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
@@ -132,24 +136,76 @@ class GatedMLP(nnx.Module):
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Experts(nnx.Module):
+    """A mixture's experts (layer kind `experts`): `gate_up_proj` `(E, hidden, 2 * width)` and
+    `down_proj` `(E, width, hidden)`, transformers' fused weights as kernels, over tokens
+    `(T, hidden)` and their routing, computed by `dispatch` (`zoo.layers.moe`)."""
+
+    def __init__(self, experts: int, hidden: int, width: int, activation: str, *,
+                 dispatch: str = "sorted", param_dtype: Any = None, rngs: nnx.Rngs) -> None:
+        init = nnx.initializers.lecun_normal(in_axis=1, out_axis=2, batch_axis=(0,))
+        dt = param_dtype or jnp.float32
+        self.gate_up_proj = nnx.Param(init(rngs.params(), (experts, hidden, 2 * width), dt))
+        self.down_proj = nnx.Param(init(rngs.params(), (experts, width, hidden), dt))
+        self.activation, self.dispatch = activation, dispatch
+
+    def __call__(self, x: jax.Array, weights: jax.Array, experts: jax.Array) -> jax.Array:
+        gate_up, down = self.gate_up_proj[...], self.down_proj[...]
+        dtype = jnp.result_type(x, gate_up)
+        return DISPATCHES[self.dispatch](x.astype(dtype), weights, experts,
+                                         gate_up.astype(dtype), down.astype(dtype),
+                                         activation(self.activation))
+
+
+canonical.register_class("experts", "nnx", Experts)
+
+
+class SparseMoE(nnx.Module):
+    """A mixture of experts (transformers' sparse MoE block): the router `gate` (a Linear
+    without bias, one logit per expert), softmax, top-k routing, the `experts` (defined in
+    transformers' order, `MoESpec.router_first`)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, dt = spec.hidden_size, mlp.moe, param_dtype
+        make = {"gate": lambda: nnx.Linear(e, m.experts, use_bias=False, param_dtype=dt,
+                                           rngs=rngs),
+                "experts": lambda: Experts(m.experts, e, mlp.width, mlp.activation,
+                                           dispatch=m.dispatch, param_dtype=dt, rngs=rngs)}
+        for name in ("gate", "experts") if m.router_first else ("experts", "gate"):
+            setattr(self, name, make[name]())
+        self.top_k, self.normalize = m.top_k, m.normalize
+
+    def router_logits(self, x: jax.Array) -> jax.Array:
+        """The router's logits `(N, L, experts)`."""
+        return self.gate(x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, experts = route(self.gate(flat), self.top_k, self.normalize)
+        return self.experts(flat, weights, experts).reshape(x.shape)
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP}
+MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": SparseMoE}
 
 
 class Block(nnx.Module):
     """Pre-norm residual block (and the optional post-norms of its branches): its modules are
     named and ordered by `spec.names.block`."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
         e, dt = spec.hidden_size, param_dtype
         norm = lambda: make_norm(spec, e, dt, rngs)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](
                     spec, rngs=rngs, param_dtype=dt),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp, rngs=rngs, param_dtype=dt)}
         for name, role in spec.names.block:  # transformers' definition order
             setattr(self, name, make[role]())
         self.spec = spec
+        self.sparse = mlp.kind == "moe"
         self.residual_dropout = nnx.Dropout(spec.residual_dropout)
 
     def part(self, role: str) -> nnx.Module:
@@ -160,12 +216,16 @@ class Block(nnx.Module):
         return self.part(role)(h) if self.spec.names.has(role) else h
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output; a mixture's router logits appended to `router`."""
         part, drop = self.part, lambda h: self.residual_dropout(h, rngs=rngs)
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, rngs, index)
         x = x + drop(self.post("attention_post_norm", h))
-        return x + drop(self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
+        normed = part("mlp_norm")(x)
+        if router is not None and self.sparse:
+            router.append(part("mlp").router_logits(normed))
+        return x + drop(self.post("mlp_post_norm", part("mlp")(normed)))
 
 
 class Decoder(nnx.Module):
@@ -181,8 +241,9 @@ class Decoder(nnx.Module):
             setattr(self, names.positions, nnx.Embed(spec.max_positions, e, param_dtype=dt,
                                                      embedding_init=init, rngs=rngs))
         self.embedding_dropout = nnx.Dropout(spec.embedding_dropout)
-        setattr(self, names.layers, nnx.List([Block(spec, rngs=rngs, param_dtype=dt)
-                                              for _ in range(spec.num_layers)]))
+        setattr(self, names.layers, nnx.List([Block(spec, spec.mlp_of(i), rngs=rngs,
+                                                    param_dtype=dt)
+                                              for i in range(spec.num_layers)]))
         setattr(self, names.norm, make_norm(spec, e, dt, rngs))
         self.spec = spec
         self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
@@ -198,8 +259,10 @@ class Decoder(nnx.Module):
         self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
-                 position_ids: jax.Array | None, rngs: Rngs = None) -> jax.Array:
-        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+                 position_ids: jax.Array | None, rngs: Rngs = None,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`; the sparse layers'
+        router logits appended to `router`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index, kv_length = 0, None
         if self.cache_index is not None:
@@ -219,7 +282,8 @@ class Decoder(nnx.Module):
                  for w in s.windows}
         for i, block in enumerate(self.blocks()):
             layer = s.layer(i)
-            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index,
+                      router)
         return getattr(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -257,9 +321,13 @@ class CausalLM(nnx.Module):
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, rngs: Rngs = None) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
-        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With the spec's
+        `output_router_logits` (and no cache), `(logits, router_logits (N, layers, L,
+        experts))`."""
         self.config.check_input(input_ids.shape)
-        body = self.body()
-        h = body(input_ids, attention_mask, position_ids, rngs)
+        body, spec = self.body(), self.config.decoder
+        router = ([] if spec.output_router_logits and body.cache_index is None else None)
+        h = body(input_ids, attention_mask, position_ids, rngs, router)
         logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
-        return softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        return logits if router is None else (logits, jnp.stack(router, axis=1))

@@ -16,8 +16,13 @@ chosen by the spec's kind:
   transformers' `Conv1D`) or `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
   optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window,
   the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
-- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`) or `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`);
+- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
+  (`down_proj(act(gate_proj(x)) * up_proj(x))`) or `moe` (a mixture of gated experts,
+  `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers' fused
+  `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
+  (`layer_mlps`, one `MLPSpec` per layer: Qwen3-MoE's dense layers among sparse ones). With
+  `output_router_logits` a model returns `(logits, router_logits)`, the sparse layers' router
+  logits `(N, layers, L, experts)` (`zoo.layers.moe.load_balancing_loss`);
 - positions: learned absolute (`Names.positions`, `max_positions` rows) or rotary (`rope`,
   the inverse frequencies), or both absent;
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
@@ -87,14 +92,40 @@ class AttentionSpec:
 
 
 @dataclass(frozen=True)
+class MoESpec:
+    """A mixture of experts: `experts` gated MLPs, each token sent to its `top_k` most probable
+    (router softmax), their outputs summed with the top-k probabilities, renormalised to sum 1
+    when `normalize`. `dispatch`: `sorted` (tokens grouped by expert, one grouped matmul) or
+    `dense` (every expert on every token: the reference); `router_first`: the router `gate`
+    defined before `experts` (transformers' definition order)."""
+
+    experts: int
+    top_k: int
+    normalize: bool = True
+    dispatch: Literal["sorted", "dense"] = "sorted"
+    router_first: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.experts:
+            raise ValueError(f"a mixture of {self.experts} experts routes each token to 1 .. "
+                             f"{self.experts} of them, found top_k {self.top_k}")
+
+
+@dataclass(frozen=True)
 class MLPSpec:
     """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated`: biases
-    as `bias`)."""
+    as `bias`; `moe`: `moe` says the mixture, `width` is each expert's)."""
 
-    kind: Literal["c_fc", "gated"]
+    kind: Literal["c_fc", "gated", "moe"]
     width: int
     activation: str
     bias: bool = False
+    moe: MoESpec | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "moe") != (self.moe is not None):
+            raise ValueError(f"an MLP of kind {self.kind!r} needs moe set exactly when its kind "
+                             "is 'moe'")
 
 
 @dataclass(frozen=True)
@@ -132,8 +163,16 @@ class DecoderSpec:
     logit_softcap: float | None = None  # the head's logits soft-capped, `cap * tanh(x / cap)`
     layer_types: tuple[str, ...] | None = None  # per layer, a name of `attention_types`
     attention_types: tuple[tuple[str, LayerAttention], ...] = ()
+    layer_mlps: tuple[MLPSpec, ...] | None = None  # per layer (None: `mlp` in every layer)
+    output_router_logits: bool = False  # the output is (logits, router logits)
 
     def __post_init__(self) -> None:
+        if self.layer_mlps is not None and len(self.layer_mlps) != self.num_layers:
+            raise ValueError(f"layer_mlps needs one MLPSpec per layer ({self.num_layers}), "
+                             f"found {len(self.layer_mlps)}")
+        if self.output_router_logits and not self.sparse_layers:
+            raise ValueError("output_router_logits needs a layer whose MLP is a mixture of "
+                             "experts (kind 'moe')")
         if self.layer_types is None:
             return
         known = dict(self.attention_types)
@@ -146,6 +185,15 @@ class DecoderSpec:
     def inv_freq(self) -> np.ndarray | None:
         """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
+
+    def mlp_of(self, i: int) -> MLPSpec:
+        """The MLP of layer `i`."""
+        return self.mlp if self.layer_mlps is None else self.layer_mlps[i]
+
+    @property
+    def sparse_layers(self) -> tuple[int, ...]:
+        """The layers whose MLP is a mixture of experts (their router logits are output)."""
+        return tuple(i for i in range(self.num_layers) if self.mlp_of(i).kind == "moe")
 
     def layer(self, i: int) -> LayerAttention:
         """The window and rotary frequencies of layer `i`."""
