@@ -1,8 +1,8 @@
 """The shared decoder body (`zoo.models.decoder`): every library offers the same kinds, a
 spec names one module per role of a block (the post-norms at most once), and its per-layer
 attention types name known types, one per layer; a mixture of experts is an MLP kind, and layers
-may differ in their MLP. (Its numbers are checked through GPT-2, the Llama and the Gemma
-families in tests/test_language_models.py and tests/test_generation.py.)"""
+may differ in their MLP. (Its numbers are checked through GPT-2, the Llama, the Gemma and the
+mixture-of-experts families in tests/test_language_models.py and tests/test_generation.py.)"""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_every_library_offers_the_same_kinds(table):
     assert len({tuple(k) for k in kinds.values()}) == 1, kinds
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma", "mixtral"])
 def test_the_families_configure_the_body(arch):
     spec = zoo.tiny_config(arch).decoder
     assert isinstance(spec, DecoderSpec)
