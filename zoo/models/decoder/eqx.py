@@ -143,16 +143,16 @@ class Attention(SelfAttention):
 
 class FusedQKVAttention(SelfAttention):
     """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj`."""
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
 
-    qkv_proj: Linear
     o_proj: Linear
+    qkv_proj: Linear
 
     def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
         k1, k2 = jax.random.split(key)
         a, e = spec.attention, spec.hidden_size
-        self.qkv_proj = Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, key=k1, dtype=dtype)
         self.o_proj = Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, key=k2, dtype=dtype)
+        self.qkv_proj = Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, key=k1, dtype=dtype)
         self.dropout = eqx.nn.Dropout(a.dropout)
         self.spec = spec
 

@@ -107,13 +107,13 @@ class Attention(SelfAttention):
 
 class FusedQKVAttention(SelfAttention):
     """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj`."""
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
 
     def setup(self) -> None:
         super().setup()
         a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
-        self.qkv_proj = nn.Dense(sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt)
         self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
+        self.qkv_proj = nn.Dense(sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt)
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         a, (n, length, _) = self.spec.attention, x.shape

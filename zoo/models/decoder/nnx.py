@@ -106,15 +106,15 @@ class Attention(SelfAttention):
 
 class FusedQKVAttention(SelfAttention):
     """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj`."""
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
 
     def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
         super().__init__(spec)
         a, e, dt = spec.attention, spec.hidden_size, param_dtype
-        self.qkv_proj = nnx.Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt,
-                                   rngs=rngs)
         self.o_proj = nnx.Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, param_dtype=dt,
                                  rngs=rngs)
+        self.qkv_proj = nnx.Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt,
+                                   rngs=rngs)
 
     def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         a, (n, length, _) = self.spec.attention, x.shape

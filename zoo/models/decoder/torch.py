@@ -115,13 +115,13 @@ class Attention(SelfAttention):
 
 class FusedQKVAttention(SelfAttention):
     """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj`."""
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__(spec)
         a, e = spec.attention, spec.hidden_size
-        self.qkv_proj = nn.Linear(e, sum(a.qkv_sizes), bias=a.qkv_bias)
         self.o_proj = nn.Linear(a.heads * a.head_dim, e, bias=a.out_bias)
+        self.qkv_proj = nn.Linear(e, sum(a.qkv_sizes), bias=a.qkv_bias)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a, (n, length, _) = self.spec.attention, x.shape
