@@ -106,6 +106,11 @@ class MLPSpec:
     activation: str
     bias: bool = False
 
+    @property
+    def gated(self) -> bool:
+        """Whether a gate multiplies the up projection (three `width`-wide matrices, else two)."""
+        return self.kind != "c_fc"
+
 
 @dataclass(frozen=True)
 class LayerAttention:
