@@ -28,7 +28,7 @@ def test_every_library_offers_the_same_kinds(table):
     assert len({tuple(k) for k in kinds.values()}) == 1, kinds
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma", "phi3"])
 def test_the_families_configure_the_body(arch):
     spec = zoo.tiny_config(arch).decoder
     assert isinstance(spec, DecoderSpec)
