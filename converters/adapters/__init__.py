@@ -6,7 +6,7 @@ SigLIP image towers and Swin, big_vision's ViT (read only), torchvision's ConvNe
 EfficientNet and MobileNetV3; and the hub folders' `config.json` readers
 (`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers, Swin and
 language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3; `hf_gemma`: gemma, gemma2,
-gemma3_text), timm, the zoo's own).
+gemma3_text; `hf_phi3`: phi3), timm, the zoo's own).
 
 One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
 new layout is one `Adapter` value and one `register` call below, a new hub family one
@@ -33,6 +33,7 @@ from converters.adapters.hf_clip import (
 from converters.adapters.hf_dinov2 import HF_DINOV2, HF_DINOV2_MODULES, HFDinov2Reader
 from converters.adapters.hf_gemma import READERS as GEMMA_READERS
 from converters.adapters.hf_lm import READERS as LM_READERS
+from converters.adapters.hf_phi3 import READERS as PHI3_READERS
 from converters.adapters.hf_swin import HF_SWIN, HF_SWIN_MODULES, HFSwinReader
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
@@ -95,7 +96,8 @@ for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_V
                  TORCHVISION_MOBILENET_V3_SMALL):
     register(_adapter)
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
-                HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, ZooReader()):
+                HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, *PHI3_READERS,
+                ZooReader()):
     hub.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Transform",

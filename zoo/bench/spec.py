@@ -106,7 +106,7 @@ def decoder_flops(config: Any, batch: int, mode: str) -> float:
     s, t = config.decoder, config.length
     e, a = s.hidden_size, s.attention
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-    mlp = (3 if s.mlp.kind == "gated" else 2) * s.mlp.width
+    mlp = (3 if s.mlp.gated else 2) * s.mlp.width
     block = 2 * t * e * (2 * q + 2 * kv + mlp) + 2 * 2 * t * t * q
     forward = batch * (s.num_layers * block + 2 * t * e * s.vocab_size)
     return float(forward if mode == "forward" else 3 * forward)

@@ -13,13 +13,17 @@ chosen by the spec's kind:
 - norm (`norm`): `layer_norm` (weight and bias), `rms_norm` (transformers' `LlamaRMSNorm`) or
   `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
 - attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
-  transformers' `Conv1D`) or `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window,
+  transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
+  optional per-head `q_norm` / `k_norm`) or `qkv_proj` (Phi-3's: one `qkv_proj` linear layer,
+  its output queries, keys, values stacked, `heads * head_dim` then twice
+  `kv_heads * head_dim`, and `o_proj`); grouped key/value heads, biases, a sliding window,
   the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
-- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`) or `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`);
+- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
+  (`down_proj(act(gate_proj(x)) * up_proj(x))`) or `gate_up` (Phi-3's: the same with the
+  gate and up projections in one `gate_up_proj`, gate first);
 - positions: learned absolute (`Names.positions`, `max_positions` rows) or rotary (`rope`,
-  the inverse frequencies), or both absent;
+  the inverse frequencies: `2 * len(rope)` leading dimensions of each head rotated, the rest
+  passed through, transformers' partial rotary), or both absent;
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -67,9 +71,9 @@ class Names:
 @dataclass(frozen=True)
 class AttentionSpec:
     """The attention's layout and options (`c_attn`: transformers' `Conv1D`, always biased;
-    `qkvo`: biases as `qkv_bias` and `out_bias`)."""
+    `qkvo` and `qkv_proj`: biases as `qkv_bias` and `out_bias`)."""
 
-    layout: Literal["c_attn", "qkvo"]
+    layout: Literal["c_attn", "qkvo", "qkv_proj"]
     heads: int
     kv_heads: int
     head_dim: int
@@ -85,16 +89,27 @@ class AttentionSpec:
     def scaling(self) -> float:
         return self.head_dim ** -0.5 if self.scale is None else self.scale
 
+    @property
+    def qkv_sizes(self) -> tuple[int, int, int]:
+        """The widths of the queries, keys and values (`qkv_proj` stacks them in this order)."""
+        kv = self.kv_heads * self.head_dim
+        return self.heads * self.head_dim, kv, kv
+
 
 @dataclass(frozen=True)
 class MLPSpec:
-    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated`: biases
-    as `bias`)."""
+    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated` and
+    `gate_up`: biases as `bias`)."""
 
-    kind: Literal["c_fc", "gated"]
+    kind: Literal["c_fc", "gated", "gate_up"]
     width: int
     activation: str
     bias: bool = False
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate multiplies the up projection (three `width`-wide matrices, else two)."""
+        return self.kind != "c_fc"
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,7 @@ class LayerAttention:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
 
 
@@ -144,7 +159,7 @@ class DecoderSpec:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
 
     def layer(self, i: int) -> LayerAttention:
