@@ -674,8 +674,8 @@ def test_every_subcommand_is_a_function_of_the_rest_of_the_line(capsys):
     assert not set(cli.SUBCOMMANDS) & set(ARCHS)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "gemma-2b", "mixtral-8x7b-v0.1",
-                                  "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "gemma-2b", "phi-3-mini-4k",
+                                  "mixtral-8x7b-v0.1", "qwen3-30b-a3b"])
 def test_decoder_flops_are_each_familys_count_from_its_own_fields(name):
     """The one FLOP floor of the decoder-only families (read from the body's spec) equals
     each family's count written from its config's own field names."""

@@ -6,8 +6,8 @@ SigLIP image towers and Swin, big_vision's ViT (read only), torchvision's ConvNe
 EfficientNet and MobileNetV3; and the hub folders' `config.json` readers
 (`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers, Swin and
 language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3; `hf_gemma`: gemma, gemma2,
-gemma3_text; `hf_moe`: mixtral, qwen3_moe, with the layouts of their per-expert files), timm,
-the zoo's own).
+gemma3_text; `hf_phi3`: phi3; `hf_moe`: mixtral, qwen3_moe, with the layouts of their
+per-expert files), timm, the zoo's own).
 
 One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
 new layout is one `Adapter` value and one `register` call below, a new hub family one
@@ -45,6 +45,7 @@ from converters.adapters.hf_gemma import READERS as GEMMA_READERS
 from converters.adapters.hf_lm import READERS as LM_READERS
 from converters.adapters.hf_moe import HF_MIXTRAL, HF_QWEN3_MOE
 from converters.adapters.hf_moe import READERS as MOE_READERS
+from converters.adapters.hf_phi3 import READERS as PHI3_READERS
 from converters.adapters.hf_swin import HF_SWIN, HF_SWIN_MODULES, HFSwinReader
 from converters.adapters.hf_vit import HF_VIT, HF_VIT_MODULES, HFViTReader
 from converters.adapters.timm_hub import TimmReader
@@ -107,7 +108,7 @@ for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_V
                  TORCHVISION_MOBILENET_V3_SMALL, HF_MIXTRAL, HF_QWEN3_MOE):
     register(_adapter)
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
-                HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS,
+                HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, *PHI3_READERS,
                 *MOE_READERS, ZooReader()):
     hub.register(_reader)
 

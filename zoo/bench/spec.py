@@ -101,7 +101,7 @@ def _mlp_width(mlp: Any) -> int:
     """The multiply-adds per token and hidden unit of one layer's MLP (a `MLPSpec`)."""
     if mlp.kind == "moe":
         return mlp.moe.experts + mlp.moe.top_k * 3 * mlp.width
-    return (3 if mlp.kind == "gated" else 2) * mlp.width
+    return (3 if mlp.gated else 2) * mlp.width
 
 
 def decoder_flops(config: Any, batch: int, mode: str) -> float:

@@ -143,6 +143,31 @@ class Attention(SelfAttention):
         return _tokenwise(self.o_proj, h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    o_proj: Linear
+    qkv_proj: Linear
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        a, e = spec.attention, spec.hidden_size
+        self.o_proj = Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, key=k2, dtype=dtype)
+        self.qkv_proj = Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, key=k1, dtype=dtype)
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        a, length = self.spec.attention, x.shape[0]
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(length, -1, a.head_dim)
+                     for t in jnp.split(_tokenwise(self.qkv_proj, x), (q, q + kv), axis=-1))
+
+    def output(self, h: Array) -> Array:
+        return _tokenwise(self.o_proj, h)
+
+
 class MLP(eqx.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s), over a sequence."""
 
@@ -182,6 +207,32 @@ class GatedMLP(eqx.Module):
     def __call__(self, x: Array) -> Array:
         act = activation(self.activation)
         return jax.vmap(lambda t: self.down_proj(act(self.gate_proj(t)) * self.up_proj(t)))(x)
+
+
+class GateUpMLP(eqx.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first),
+    over a sequence."""
+
+    gate_up_proj: Linear
+    down_proj: Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        k1, k2 = jax.random.split(key)
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
+        self.gate_up_proj = Linear(e, 2 * m, use_bias=b, key=k1, dtype=dtype)
+        self.down_proj = Linear(m, e, use_bias=b, key=k2, dtype=dtype)
+        self.activation = mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        act = activation(self.activation)
+
+        def token(t: Array) -> Array:
+            gate, up = jnp.split(self.gate_up_proj(t), 2)
+            return self.down_proj(up * act(gate))
+
+        return jax.vmap(token)(x)
 
 
 class Experts(eqx.Module):
@@ -243,8 +294,10 @@ def make_moe(spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any) 
     return named(SparseMoE, fields)(spec, mlp, key=key, dtype=dtype)
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, Callable[..., eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": make_moe}
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention}
+MLPS: dict[str, Callable[..., eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                              "moe": make_moe}
 
 
 class Block(eqx.Module):

@@ -107,6 +107,26 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def setup(self) -> None:
+        super().setup()
+        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
+        self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
+        self.qkv_proj = nn.Dense(sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(n, length, -1, a.head_dim)
+                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
 class MLP(nn.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
@@ -139,6 +159,23 @@ class GatedMLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation(self.mlp.activation)
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nn.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    spec: DecoderSpec
+    mlp: MLPSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.mlp, dtype_of(self.param_dtype)
+        self.gate_up_proj = nn.Dense(2 * m.width, use_bias=m.bias, param_dtype=dt)
+        self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
+        return self.down_proj(up * activation(self.mlp.activation)(gate))
 
 
 class Experts(nn.Module):
@@ -194,8 +231,10 @@ class SparseMoE(nn.Module):
         return self.experts(flat, weights, experts).reshape(x.shape)
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": SparseMoE}
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                    "moe": SparseMoE}
 
 
 class Block(nn.Module):

@@ -106,6 +106,28 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        a, e, dt = spec.attention, spec.hidden_size, param_dtype
+        self.o_proj = nnx.Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, param_dtype=dt,
+                                 rngs=rngs)
+        self.qkv_proj = nnx.Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt,
+                                   rngs=rngs)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(n, length, -1, a.head_dim)
+                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
 class MLP(nnx.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
@@ -134,6 +156,21 @@ class GatedMLP(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation(self.activation)
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nnx.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
+        self.activation = mlp.activation
+        self.gate_up_proj = nnx.Linear(e, 2 * m, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
+        return self.down_proj(up * activation(self.activation)(gate))
 
 
 class Experts(nnx.Module):
@@ -186,8 +223,10 @@ class SparseMoE(nnx.Module):
         return self.experts(flat, weights, experts).reshape(x.shape)
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": SparseMoE}
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention}
+MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                     "moe": SparseMoE}
 
 
 class Block(nnx.Module):

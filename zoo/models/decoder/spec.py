@@ -13,18 +13,22 @@ chosen by the spec's kind:
 - norm (`norm`): `layer_norm` (weight and bias), `rms_norm` (transformers' `LlamaRMSNorm`) or
   `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
 - attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
-  transformers' `Conv1D`) or `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`); grouped key/value heads, biases, a sliding window,
+  transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
+  optional per-head `q_norm` / `k_norm`) or `qkv_proj` (Phi-3's: one `qkv_proj` linear layer,
+  its output queries, keys, values stacked, `heads * head_dim` then twice
+  `kv_heads * head_dim`, and `o_proj`); grouped key/value heads, biases, a sliding window,
   the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
 - MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`) or `moe` (a mixture of gated experts,
-  `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers' fused
-  `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
+  (`down_proj(act(gate_proj(x)) * up_proj(x))`), `gate_up` (Phi-3's: the same with the
+  gate and up projections in one `gate_up_proj`, gate first) or `moe` (a mixture of gated
+  experts, `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers'
+  fused `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
   (`layer_mlps`, one `MLPSpec` per layer: Qwen3-MoE's dense layers among sparse ones). With
   `output_router_logits` a model returns `(logits, router_logits)`, the sparse layers' router
   logits `(N, layers, L, experts)` (`zoo.layers.moe.load_balancing_loss`);
 - positions: learned absolute (`Names.positions`, `max_positions` rows) or rotary (`rope`,
-  the inverse frequencies), or both absent;
+  the inverse frequencies: `2 * len(rope)` leading dimensions of each head rotated, the rest
+  passed through, transformers' partial rotary), or both absent;
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -72,9 +76,9 @@ class Names:
 @dataclass(frozen=True)
 class AttentionSpec:
     """The attention's layout and options (`c_attn`: transformers' `Conv1D`, always biased;
-    `qkvo`: biases as `qkv_bias` and `out_bias`)."""
+    `qkvo` and `qkv_proj`: biases as `qkv_bias` and `out_bias`)."""
 
-    layout: Literal["c_attn", "qkvo"]
+    layout: Literal["c_attn", "qkvo", "qkv_proj"]
     heads: int
     kv_heads: int
     head_dim: int
@@ -89,6 +93,12 @@ class AttentionSpec:
     @property
     def scaling(self) -> float:
         return self.head_dim ** -0.5 if self.scale is None else self.scale
+
+    @property
+    def qkv_sizes(self) -> tuple[int, int, int]:
+        """The widths of the queries, keys and values (`qkv_proj` stacks them in this order)."""
+        kv = self.kv_heads * self.head_dim
+        return self.heads * self.head_dim, kv, kv
 
 
 @dataclass(frozen=True)
@@ -113,10 +123,10 @@ class MoESpec:
 
 @dataclass(frozen=True)
 class MLPSpec:
-    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated`: biases
-    as `bias`; `moe`: `moe` says the mixture, `width` is each expert's)."""
+    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated` and
+    `gate_up`: biases as `bias`; `moe`: `moe` says the mixture, `width` is each expert's)."""
 
-    kind: Literal["c_fc", "gated", "moe"]
+    kind: Literal["c_fc", "gated", "gate_up", "moe"]
     width: int
     activation: str
     bias: bool = False
@@ -126,6 +136,11 @@ class MLPSpec:
         if (self.kind == "moe") != (self.moe is not None):
             raise ValueError(f"an MLP of kind {self.kind!r} needs moe set exactly when its kind "
                              "is 'moe'")
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate multiplies the up projection (three `width`-wide matrices, else two)."""
+        return self.kind != "c_fc"
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,7 @@ class LayerAttention:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
 
 
@@ -183,7 +198,7 @@ class DecoderSpec:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
 
     def mlp_of(self, i: int) -> MLPSpec:

@@ -114,6 +114,25 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        a, e = spec.attention, spec.hidden_size
+        self.o_proj = nn.Linear(a.heads * a.head_dim, e, bias=a.out_bias)
+        self.qkv_proj = nn.Linear(e, sum(a.qkv_sizes), bias=a.qkv_bias)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(t.view(n, length, -1, a.head_dim)
+                     for t in self.qkv_proj(x).split(a.qkv_sizes, dim=-1))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(h)
+
+
 class MLP(nn.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
@@ -140,6 +159,21 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nn.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
+        super().__init__()
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
+        self.gate_up_proj = nn.Linear(e, 2 * m, bias=b)
+        self.down_proj = nn.Linear(m, e, bias=b)
+        self.act = ACTIVATIONS[mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * self.act(gate))
 
 
 class Experts(nn.Module):
@@ -198,8 +232,10 @@ class SparseMoE(nn.Module):
         return self.experts(flat, experts, weights).reshape(x.shape)
 
 
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "moe": SparseMoE}
+ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                    "moe": SparseMoE}
 
 
 class Block(nn.Module):
