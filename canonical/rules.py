@@ -10,7 +10,8 @@ Initialisation (PyTorch's defaults): Linear, Conv and ConvTranspose weights and 
 weight 1, bias 0, BatchNorm statistics mean 0, var 1, counter 0; Embedding ``N(0, 1)``; bare
 parameters ``N(0, 0.02)`` (timm's class token and position embedding); GRN weight and bias 0
 (timm's: the layer starts as the identity); transformers' `Conv1D` its own ``N(0, 0.02)`` weight
-and zero bias; the `(1 + weight)` RMSNorm (Gemma's) weight 0.
+and zero bias; the `(1 + weight)` RMSNorm (Gemma's) weight 0; a mixture's stacked experts
+``U(-b, b)`` per expert with ``b = 1/sqrt(in)`` (each expert as a Linear).
 """
 
 from __future__ import annotations
@@ -143,6 +144,19 @@ def conv1d_to_canonical(family: str, n: Arrays, layer: Layer) -> Arrays:
                     **({} if f.channels_last else {"weight": lambda w: w.T}))
 
 
+# transformers' fused experts (`MixtralExperts`, `Qwen3MoeExperts`): `gate_up_proj` (E, 2I, H)
+# (gate rows first, then up) and `down_proj` (E, H, I), Linear weights (out, in) stacked on an
+# expert axis. Equinox holds them so; Flax as kernels (E, in, out).
+def experts_to_native(family: str, c: Arrays, layer: Layer) -> Arrays:
+    flip = layout(family).channels_last
+    return {k: v.swapaxes(1, 2) if flip else v for k, v in c.items()}
+
+
+def _experts_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
+    return {k: rng.uniform(-1 / math.sqrt(s[-1]), 1 / math.sqrt(s[-1]), s)
+            for k, s in shapes.items()}
+
+
 def _conv1d_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> Arrays:
     """transformers' `Conv1D.__init__`: weight N(0, 0.02), bias 0."""
     out = {"weight": 0.02 * rng.standard_normal(shapes["weight"])}
@@ -183,6 +197,10 @@ _LAYER_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
 _GRN_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("mlp",)),
              "flax": dict.fromkeys(("scale", "bias"), ("mlp",))}
 _EMBEDDING_AXES = {"eqx": {"weight": ("vocab", "embed")}, "flax": {"embedding": ("vocab", "embed")}}
+_EXPERTS_AXES = {"eqx": {"gate_up_proj": ("expert", "mlp", "embed"),
+                         "down_proj": ("expert", "embed", "mlp")},
+                 "flax": {"gate_up_proj": ("expert", "embed", "mlp"),
+                          "down_proj": ("expert", "mlp", "embed")}}
 _RMS_NORM_AXES = {"eqx": dict.fromkeys(("weight", "bias"), ("embed",)),
                   "flax": {"scale": ("embed",)}}
 
@@ -266,6 +284,12 @@ CONV1D = register_kind(LayerKind(
     native={"eqx": ("weight", "bias"), "flax": ("kernel", "bias")},
     init=_conv1d_init, to_native=conv1d_to_native, to_canonical=conv1d_to_canonical,
     axes=_LINEAR_AXES))
+# A mixture's experts: no library has the class; the zoo registers its own (`zoo.layers`).
+EXPERTS = register_kind(LayerKind(
+    "experts", classes={},
+    native={"eqx": ("gate_up_proj", "down_proj"), "flax": ("gate_up_proj", "down_proj")},
+    init=_experts_init, to_native=experts_to_native, to_canonical=experts_to_native,
+    axes=_EXPERTS_AXES))
 EMBEDDING = register_kind(LayerKind(
     "embedding",
     classes={"eqx": ("equinox.nn.Embedding",), "linen": ("flax.linen.Embed",),

@@ -24,6 +24,19 @@ if "huggingface_hub" in sys.modules:  # imported by a plugin already: its consta
 
     huggingface_hub.constants.HF_HUB_OFFLINE = True
     huggingface_hub.constants.HF_HUB_CACHE = os.environ["HF_HUB_CACHE"]
+# The suite checks functions, not XLA's optimiser: programs compile with most optimisations off,
+# which takes about 40% less compile time on CPU, and with XLA:CPU's elemental emitter rather
+# than its MLIR fusion emitters, which took 2-4x the compile time on the suite's tiny programs
+# (tests/test_fast.py: 192 -> 90 CPU-seconds, equal results). The commands and examples the
+# tests run in fresh interpreters inherit both (XLA reads XLA_FLAGS when its backend starts,
+# after this point). The benchmarks compile as users do outside the suite; ZOO_TEST_OPTIMIZED=1
+# runs the suite on fully optimised programs from the default emitters, and a test of XLA's
+# optimiser itself sets its own flags (tests/test_xla_cpu_repros.py).
+if os.environ.get("ZOO_TEST_OPTIMIZED") != "1":
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true"
+    if "--xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):  # else: theirs
+        os.environ["XLA_FLAGS"] = " ".join(f for f in (
+            os.environ.get("XLA_FLAGS", ""), "--xla_cpu_use_fusion_emitters=false") if f)
 # One persistent compilation cache for the run: the xdist workers and the commands the tests
 # run in fresh interpreters compile many of the same programs (the same tiny models in several
 # modules), and JAX's cache (keyed by the program, the compile options and the versions)
@@ -63,14 +76,8 @@ def torch_marked(cases: Iterable[Any]) -> list[Any]:
 # Exactness is claimed at full float32 on every backend (TF32 on GPUs otherwise).
 precision.set_global(precision.EXACT)
 
-# The suite checks functions, not XLA's optimiser: programs compile with most optimisations off,
-# which takes about 40% less compile time on CPU; so do the commands and examples the tests run
-# in fresh interpreters (they inherit the variable). The benchmarks compile as users do outside
-# the suite; ZOO_TEST_OPTIMIZED=1 runs the suite on fully optimised programs, and a test of
-# XLA's optimiser itself clears the variable for its own process (tests/test_xla_cpu_repros.py).
 UNOPTIMIZED = os.environ.get("ZOO_TEST_OPTIMIZED") != "1"
-if UNOPTIMIZED:
-    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true"
+ELEMENTAL_EMITTER = "--xla_cpu_use_fusion_emitters=false"  # in XLA_FLAGS when UNOPTIMIZED
 jax.config.update("jax_disable_most_optimizations", UNOPTIMIZED)
 
 

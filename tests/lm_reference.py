@@ -1,7 +1,7 @@
 """`transformers` references for the language-model tests: small configs of every variant of
-the zoo's GPT-2, Llama and Gemma families, the `transformers` model of a zoo config (built from the
-`config.json` the zoo writes, eager attention, float32, random weights with every array
-perturbed), and left-padded batches."""
+the zoo's GPT-2, Llama, Gemma, Phi-3 and mixture-of-experts families, the `transformers` model
+of a zoo config (built from the `config.json` the zoo writes, eager attention, float32, random
+weights with every array perturbed), and left-padded batches."""
 
 from __future__ import annotations
 
@@ -46,6 +46,19 @@ VARIANTS: dict[str, zoo.Config] = {
                                                  rope_type="linear", rope_factor=8.0,
                                                  sliding_window=3, layer_types=pattern(3, 2),
                                                  query_pre_attn_scalar=16),
+    # Phi-3: fused qkv_proj (grouped: q, k, v of unequal widths) and gate_up_proj, a sliding
+    # window, untied; then half of each head rotated (partial rotary), tied
+    "phi3-gqa-window": zoo.tiny_config("phi3", sliding_window=3),
+    "phi3-partial-rope-tied": zoo.tiny_config("phi3", partial_rotary_factor=0.5,
+                                              rope_theta=100.0, tie_word_embeddings=True),
+    # Mixtral: 4 experts, top 2 (renormalised), grouped-query attention, untied
+    "mixtral-moe": zoo.tiny_config("mixtral"),
+    # Qwen3-MoE: q/k norms, own head and expert sizes, a dense layer between two sparse ones,
+    # top-k weights not renormalised, tied
+    "qwen3-moe-dense-layer": zoo.tiny_config("mixtral", model_type="qwen3_moe", qk_norm=True,
+                                             head_dim=12, num_hidden_layers=3,
+                                             moe_intermediate_size=16, mlp_only_layers=(1,),
+                                             norm_topk_prob=False, tie_word_embeddings=True),
 }
 PADDING = (0, 3, 1)  # left padding of each row of the batch
 QUICK = "llama-gqa-rope3"  # the variant `--quick` keeps (the Llama family's tiny config)

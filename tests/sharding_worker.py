@@ -1,9 +1,10 @@
 """One process on 8 CPU devices: a training step of the architectures whose tiny configs hold
 every layer kind, loss and input between them (`tests.kind_cover`), on one
 device (in the first JAX library) and on 8 devices under dp and fsdp (and tp on 4x2 where there
-are attention heads or a vocabulary); prints a JSON report that tests/test_sharding.py checks:
-each sharded step against the one-device step. Each (architecture, strategy) runs in one JAX
-library, the libraries taken in turn per strategy so that every library meets every strategy;
+are attention heads or a vocabulary, ep on 4x2 where there are experts); prints a JSON report
+that tests/test_sharding.py checks: each sharded step against the one-device step. Each
+(architecture, strategy) runs in one JAX library, the libraries taken in turn per strategy so
+that every library meets every strategy (ep, which one architecture has, in every library);
 with `--exhaustive`, in every library, and the libraries are also compared with each other
 under each strategy. Run as `python -m tests.sharding_worker [--exhaustive]` (it sets the
 device count before JAX starts, so it cannot run inside the test process)."""
@@ -33,7 +34,8 @@ from zoo.registry import walk_facts
 from zoo.training import LOSSES, targets
 
 BATCH = 16
-MESHES = {"dp": (8,), "fsdp": (8,), "tp": (4, 2)}
+MESHES = {"dp": (8,), "fsdp": (8,), "tp": (4, 2), "ep": (4, 2)}
+EVERY_LIBRARY = {"ep"}  # one architecture has experts: it meets ep in every library
 AXES = {1: (sharding.DATA,), 2: (sharding.DATA, sharding.MODEL)}
 # Every dimension divisible by 8: fsdp must then divide the bytes per device by 8.
 DIVISIBLE_MLP = {"in_features": 64, "hidden": (128, 128), "out_features": 16}
@@ -60,10 +62,11 @@ def _step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None, strategy: 
 def _strategies(cfg: zoo.Config, impl: str) -> list[str]:
     """dp (the batch sharded), fsdp (the parameters too); tp where the model has attention
     heads or a vocabulary to split (a language model's q/k/v projections are linear layers:
-    their heads are split with the MLP's outputs)."""
+    their heads are split with the MLP's outputs); ep where it has a mixture's experts."""
     axes = {a for arrays in sharding.logical_axes(zoo.create(cfg, impl), impl, cfg).values()
             for names in arrays.values() for a in names}
-    return ["dp", "fsdp", *(["tp"] if {"heads", "vocab"} & axes else [])]
+    return ["dp", "fsdp", *(["tp"] if {"heads", "vocab"} & axes else []),
+            *(["ep"] if "expert" in axes else [])]
 
 
 def _diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -91,7 +94,8 @@ def _runs(cfg: zoo.Config, impls: list[str], turns: dict[str, int],
         able = [i for i in impls if name in of[i]]
         start = turns.get(name, list(MESHES).index(name))
         turns[name] = start + 1
-        runs += [(i, name) for i in (able if every else [able[start % len(able)]])]
+        each_library = every or name in EVERY_LIBRARY
+        runs += [(i, name) for i in (able if each_library else [able[start % len(able)]])]
     return runs
 
 

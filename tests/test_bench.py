@@ -674,7 +674,8 @@ def test_every_subcommand_is_a_function_of_the_rest_of_the_line(capsys):
     assert not set(cli.SUBCOMMANDS) & set(ARCHS)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "gemma-2b"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-3.2-1b", "gemma-2b", "phi-3-mini-4k",
+                                  "mixtral-8x7b-v0.1", "qwen3-30b-a3b"])
 def test_decoder_flops_are_each_familys_count_from_its_own_fields(name):
     """The one FLOP floor of the decoder-only families (read from the body's spec) equals
     each family's count written from its config's own field names."""
@@ -690,6 +691,9 @@ def test_decoder_flops_are_each_familys_count_from_its_own_fields(name):
         d = e // c.num_attention_heads if getattr(c, "head_dim", None) is None else c.head_dim
         q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
         mlp = 3 * c.intermediate_size
+        if c.arch == "mixtral":  # every layer sparse: the router and each token's top-k experts
+            width = c.moe_intermediate_size or c.intermediate_size
+            mlp = c.num_local_experts + c.num_experts_per_tok * 3 * width
     t = c.length
     forward = 2 * (layers * (2 * t * e * (2 * q + 2 * kv + mlp) + 2 * 2 * t * t * q)
                    + 2 * t * e * vocab)

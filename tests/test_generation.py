@@ -1,12 +1,13 @@
 """`zoo.generate` against `transformers`' `generate`, and the KV caches under it (issue 35).
 
 - greedy decoding of 32 new tokens equal token for token to `transformers`'
-  `generate(do_sample=False)` in all four libraries, for GPT-2 and every Llama- and Gemma-family
-  variant
+  `generate(do_sample=False)` in all four libraries, for GPT-2 and every Llama-, Gemma- and
+  Phi-3-family variant
   (tests/lm_reference.py), one prompt and a left-padded batch, with and without EOS stopping;
 - sampling with one seed draws the same tokens in the three JAX libraries;
 - every library's cached decoding gives the full forward's logits at every position (one
-  sliding window; sliding and full layers with their own rotary frequencies);
+  sliding window; sliding and full layers with their own rotary frequencies; Phi-3's fused
+  `qkv_proj` with a window);
 - the decode step compiles once (the Python-loop style and the whole loop), and the three
   call styles give the same tokens; `zoo.generate` compiles nothing more over calls with new
   prompts of one bucket, other contents and seeds (tokens still `transformers`');
@@ -148,7 +149,8 @@ def _cached_logits(name: str, impl: str, ids: np.ndarray, mask: np.ndarray) -> n
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("name", [QUICK, *(pytest.param(n, marks=pytest.mark.full_only) for n in (
-    "mistral-window", "gemma2-softcap-window", "gemma3-qk-norm-local-rope"))])
+    "mistral-window", "gemma2-softcap-window", "gemma3-qk-norm-local-rope",
+    "phi3-gqa-window"))])
 def test_cached_logits_equal_full_forward(name: str, impl: str) -> None:
     """Every library's cache, for one window (Mistral) and for sliding and full layers with
     their own rotary frequencies and soft-capping (Gemma 2 and 3)."""

@@ -48,7 +48,7 @@ def _loads_strictly(folder):
     return model.eval()
 
 
-# Each family (and each Gemma generation) through one library's format, every format at least
+# Each family (each Gemma generation, Phi-3) through one library's format, every format at least
 # once (and the canonical layout);
 # `--quick` keeps the Llama family's tiny config through Equinox.
 ROUND_TRIPS = [pytest.param(*case, marks=pytest.mark.full_only) if case[0] != QUICK else case
@@ -56,7 +56,9 @@ ROUND_TRIPS = [pytest.param(*case, marks=pytest.mark.full_only) if case[0] != QU
                             ("mistral-window", "linen"), ("qwen2-bias-tied", "torch"),
                             ("qwen3-norm-head-dim", "nnx"), ("gpt2-untied", "canonical"),
                             ("gemma-tied", "linen"), ("gemma2-softcap-window", "eqx"),
-                            ("gemma3-qk-norm-local-rope", "torch"))]
+                            ("gemma3-qk-norm-local-rope", "torch"),
+                            ("phi3-partial-rope-tied", "nnx"), ("mixtral-moe", "nnx"),
+                            ("qwen3-moe-dense-layer", "eqx"))]
 
 
 @pytest.mark.parametrize(("name", "fmt"), ROUND_TRIPS)
@@ -150,7 +152,7 @@ def _folder_with(tmp_path, name: str, **fields):
                                                r"counterpart"),
     ("mistral-window", {"model_type": "falcon"},
      r"model_type 'falcon' is not one the zoo reads; known: vit, gpt2, llama, mistral, qwen2, "
-     r"qwen3, gemma, gemma2, gemma3_text, gemma3"),
+     r"qwen3, gemma, gemma2, gemma3_text, gemma3, phi3, mixtral, qwen3_moe"),
     ("gemma2-softcap-window", {"use_bidirectional_attention": True},
      r"use_bidirectional_attention True is not supported by the zoo's gemma2"),
     ("gemma2-softcap-window", {"hidden_activation": "gelu"},
@@ -160,6 +162,19 @@ def _folder_with(tmp_path, name: str, **fields):
      r"rope_scaling type 'yarn' is not supported by the zoo's gemma"),
     ("gemma3-qk-norm-local-rope", {"model_type": "gemma3"},
      r"model_type 'gemma3' is Gemma3ForConditionalGeneration, a multimodal checkpoint"),
+    ("phi3-gqa-window", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 4,
+                                          "long_factor": [2.0] * 4},
+                         "original_max_position_embeddings": 256},
+     r"rope_scaling type 'longrope' \(longrope: short_factor / long_factor switched at "
+     r"original_max_position_embeddings"),
+    ("phi3-gqa-window", {"hidden_act": "gelu"}, r"hidden_act 'gelu' is not supported by the "
+                                                r"zoo's phi3 \(Phi3ForCausalLM\)"),
+    ("mixtral-moe", {"router_jitter_noise": 0.1},
+     r"router_jitter_noise 0.1 is not supported by the zoo's mixtral"),
+    ("qwen3-moe-dense-layer", {"use_sliding_window": True},
+     r"use_sliding_window True is not supported by the zoo's qwen3_moe"),
+    ("qwen3-moe-dense-layer", {"shared_expert_intermediate_size": 8},
+     r"config field\(s\) shared_expert_intermediate_size have no counterpart"),
 ])
 def test_unsupported_fields_are_refused_in_one_line_naming_them(tmp_path, capsys, name, fields,
                                                                 message):
@@ -171,14 +186,21 @@ def test_unsupported_fields_are_refused_in_one_line_naming_them(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
-def test_a_config_its_model_type_cannot_express_is_not_written(tmp_path, capsys):
+@pytest.mark.parametrize(("arch", "fields", "message"), [
+    ("llama", {"qk_norm": True},
+     "LlamaForCausalLM (model_type 'llama') has no per-head q/k norm (qk_norm)"),
+    ("mixtral", {"mlp_only_layers": (0,)},
+     "MixtralForCausalLM (model_type 'mixtral') has no dense layers (mlp_only_layers, "
+     "decoder_sparse_step)")])
+def test_a_config_its_model_type_cannot_express_is_not_written(tmp_path, capsys, arch, fields,
+                                                                message):
     import zoo
 
-    config = zoo.tiny_config("llama", qk_norm=True)  # model_type llama: no q/k norm
+    config = zoo.tiny_config(arch, **fields)
     converters.save(zoo.create(config, "nnx"), tmp_path / "m", "nnx")
     code, _, err = cli(capsys, "convert", tmp_path / "m", tmp_path / "hub", "--to", "hub")
     assert code == 1 and len(err.strip().splitlines()) == 1, err
-    assert "LlamaForCausalLM (model_type 'llama') has no per-head q/k norm (qk_norm)" in err
+    assert message in err
 
 
 def test_rotary_settings_of_both_families_are_read_by_one_rule():

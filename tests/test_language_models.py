@@ -1,9 +1,10 @@
-"""GPT-2, the Llama and the Gemma families equal `transformers` in all four libraries, on every
+"""GPT-2, the Llama, Gemma and Phi-3 families equal `transformers` in all four libraries, on every
 variant of the issues (tests/lm_reference.py: GPT-2 tied and untied; Llama with grouped-query
 attention and Llama 3's rope scaling, untied; Mistral's sliding window; Qwen2's q/k/v biases,
 tied; Qwen3's q/k norm, own head size and biases, tied; Gemma 1, tied; Gemma 2's post-norms,
 soft-capping and sliding / full layers, untied; Gemma 3's q/k norms and per-layer-type rotary
-bases, tied), each a small config of the `transformers` model
+bases, tied; Phi-3's fused qkv_proj and gate_up_proj with a sliding window, untied, and with
+partial rotary, tied), each a small config of the `transformers` model
 with random weights, float32, eager attention:
 
 - the canonical keys of every library in transformers' `state_dict()` order (less a tied
@@ -268,4 +269,5 @@ def test_list_models_finds_the_language_models():
                                          "gemma-2b", "gemma-3-12b", "gemma-3-1b", "gemma-3-27b",
                                          "gemma-3-4b", "gemma-7b"]
     assert zoo.list_models("gpt2*") == ["gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl"]
+    assert zoo.list_models("phi*") == ["phi-3-medium-4k", "phi-3-mini-4k", "phi3"]
     assert {"llama-3.2-1b", "llama-3.1-8b", "mistral-7b-v0.1"} <= set(zoo.list_models())

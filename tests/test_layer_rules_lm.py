@@ -234,6 +234,31 @@ def test_rotary_frequencies_and_rotation_are_transformers(scaling):
     assert_close(np.asarray(got), want)
 
 
+@pytest.mark.parametrize("factor", [0.5, 0.75])
+def test_partial_rotary_is_transformers(factor):
+    """Frequencies of `partial_rotary_factor * head_dim` dimensions rotate those leading
+    dimensions of each head and pass the others through, as transformers' Phi-3 does."""
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding, apply_rotary_pos_emb
+
+    from zoo.layers.torch import rotary as torch_rotary
+
+    d = 16
+    hf = Phi3RotaryEmbedding(Phi3Config(hidden_size=4 * d, num_attention_heads=4,
+                                        rope_theta=100.0, partial_rotary_factor=factor))
+    inv = rope_frequencies(int(d * factor), 100.0)
+    np.testing.assert_allclose(inv, hf.inv_freq.numpy(), rtol=2e-7, atol=0)
+    q = np.random.default_rng(0).standard_normal((2, 5, 3, d)).astype(np.float32)
+    pos = np.array([[0, 1, 2, 3, 4], [7, 3, 0, 11, 100]])
+    cos, sin = hf(torch.zeros(1), torch.from_numpy(pos))
+    qt = torch.from_numpy(q).transpose(1, 2)
+    want = apply_rotary_pos_emb(qt, qt, cos, sin)[0].transpose(1, 2).numpy()
+    assert_close(np.asarray(rotary(jnp.asarray(q), jnp.asarray(pos), inv)), want)
+    got = torch_rotary(qt, torch.from_numpy(pos), inv).transpose(1, 2).numpy()
+    assert_close(got, want)
+    assert np.array_equal(want[..., int(d * factor):], q[..., int(d * factor):])
+
+
 def _meta_interleaved(w: np.ndarray, heads: int) -> np.ndarray:
     """q/k rows in Meta's original layout (pairs `(2i, 2i + 1)`), the inverse of the permutation
     transformers' `convert_llama_weights_to_hf.py` applies."""

@@ -18,6 +18,7 @@ from converters.adapters.base import (
     Fuse,
     Rename,
     Split,
+    Stack,
     reshape,
 )
 
@@ -95,6 +96,26 @@ def test_stacked_layers_read_as_one_key_per_layer():
     with pytest.raises(AdapterError, match=r"changed one way only \(\(E, heads, D\) -> "
                                            r"\(heads \* D, E\)\): the layout is read"):
         layout.from_zoo(a)
+
+
+def test_per_index_tensors_stack_into_one_and_back():
+    """`Stack`: a mixture's experts stored one by one (two parts each) read as one stacked
+    tensor, written back one by one; an index's missing part is named."""
+    stack = Adapter("experts", "per-expert", "toy", renames=(Rename("{r}", "{r}"),),
+                    stacks=(Stack(("l.{i}.e.{j}.a", "l.{i}.e.{j}.b"), "l.{i}.fused", "a and b"),))
+    foreign = {f"l.0.e.{j}.{p}": np.full((2, 3), 10 * j + n) for j in range(3)
+               for n, p in enumerate("ab")}
+    foreign["l.0.other"] = np.zeros(1)
+    state = stack.to_zoo(foreign)
+    assert state["l.0.fused"].shape == (3, 4, 3) and state["l.0.fused"][2, 2:].min() == 21
+    assert "l.0.other" in state
+    back = stack.from_zoo(state)
+    assert back.keys() == foreign.keys()
+    assert all(np.array_equal(back[k], foreign[k]) for k in foreign)
+    del foreign["l.0.e.1.b"]
+    with pytest.raises(AdapterError, match=r"a and b of 'l.0.fused' are stored apart and 1 "
+                                           r"are missing \(index, part\): \[\(1, 1\)\]"):
+        stack.to_zoo(foreign)
 
 
 def test_refusals_name_the_keys():

@@ -23,7 +23,7 @@ PINNED = {k: v for k, v in json.loads((FIXTURES / "named_hf_language_models.json
 
 
 def test_every_named_language_model_is_pinned():
-    named = {n for arch in ("gpt2", "llama", "gemma")
+    named = {n for arch in ("gpt2", "llama", "gemma", "phi3", "mixtral")
              for n in zoo.architecture(arch).config.NAMED}
     assert named | {"gpt2"} == set(PINNED)
 

@@ -205,6 +205,22 @@ def test_equinox_constrains_with_filter_shard(monkeypatch):
     assert zoo.libraries.EQX.constrain(tree, where)[1:] == ("static", None)
 
 
+@pytest.mark.parametrize("impl", zoo.JAX_IMPLS)
+def test_expert_parallelism_splits_the_stacked_experts_only(impl):
+    """`ep`: a mixture's experts (their leading "expert" axis) over "model", every other array
+    replicated (the batch goes over "data")."""
+    cfg = zoo.tiny_config("mixtral")
+    where = sharding.shardings(skeleton(cfg, impl), impl, AbstractMesh((4, 2), (
+        sharding.DATA, sharding.MODEL)), "ep", config=cfg)
+    specs = {f"{layer}.{name}": s.spec for layer, arrays in where.items()
+             for name, s in arrays.items()}
+    experts = {k for k in specs if ".experts." in k}
+    assert len(experts) == 2 * cfg.num_hidden_layers
+    assert all(specs[k] == PartitionSpec(sharding.MODEL, None, None) for k in experts)
+    assert all(specs[k] == PartitionSpec(*[None] * len(specs[k])) for k in specs
+               if k not in experts)
+
+
 @pytest.fixture(scope="module")
 def report(request):
     env = {**os.environ, "PYTHONPATH": ROOT}
@@ -218,7 +234,8 @@ def report(request):
 def test_eight_devices_train_as_one(report, request):
     """The architectures covering every layer kind, loss and input (`tests.kind_cover`): one
     step on 8 devices under dp and fsdp (and tp on a 4x2 mesh where there are heads or a
-    vocabulary: the language models' q/k/v, MLP and embedding split over "model") equals the
+    vocabulary: the language models' q/k/v, MLP and embedding split over "model"; ep on 4x2
+    where there are experts: a mixture's stacked experts split over "model") equals the
     first library's step on one device (loss, updated parameters, BatchNorm statistics: global
     batch statistics). Each architecture meets each strategy in one library, the libraries
     in turn, so every library meets every strategy (`--exhaustive`: every library)."""
@@ -230,8 +247,8 @@ def test_eight_devices_train_as_one(report, request):
     assert {s["arch"] for s in report["steps"]} == set(covered)
     for arch in covered:
         assert {s for a, _, s in cases if a == arch} >= {"dp", "fsdp"}, arch
-    assert {s for *_, s in cases} == {"dp", "fsdp", "tp"}
-    for name in ("dp", "fsdp", "tp"):
+    assert {s for *_, s in cases} == {"dp", "fsdp", "tp", "ep"}
+    for name in ("dp", "fsdp", "tp", "ep"):
         assert {i for _, i, s in cases if s == name} == set(zoo.JAX_IMPLS), name
     if request.config.getoption("--exhaustive"):
         for arch, impl in CASES:

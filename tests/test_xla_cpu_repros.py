@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import ELEMENTAL_EMITTER, UNOPTIMIZED
 from zoo.bench.investigations import xla_cpu
 from zoo.bench.xla_flags import PRESETS
 
@@ -77,3 +78,18 @@ def test_command_refuses_bad_arguments(argv, message, capsys):
         xla_cpu.xla_cpu_main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.pinned("jaxlib")
+def test_the_suite_compiles_with_the_elemental_emitter():
+    """The suite's processes, and the fresh interpreters its tests start, compile with XLA:CPU's
+    elemental emitter (tests/conftest.py; its MLIR fusion emitters took 2-4x the compile time on
+    the suite's tiny programs), a flag this jaxlib knows: XLA aborts a process on one it does
+    not."""
+    if not UNOPTIMIZED:
+        pytest.skip("ZOO_TEST_OPTIMIZED=1: the default emitters")
+    assert ELEMENTAL_EMITTER in os.environ["XLA_FLAGS"].split()
+    code = "import jax, os; jax.devices(); print(os.environ['XLA_FLAGS'])"
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert ELEMENTAL_EMITTER in started.stdout.split()

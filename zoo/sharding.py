@@ -16,6 +16,9 @@ Every native array carries logical axis names, given once per layer kind
   axis, e.g. `(4, 2)`. A language model's q/k/v projections are linear layers, so their
   outputs, the query heads and the key/value heads, are split over "model" with the MLP's
   gate and up projections; its token embedding (and a tied head) over the vocabulary.
+- `ep`: as dp, and a mixture's stacked experts (their "expert" axis) split over "model" where
+  it divides them (expert parallelism; the router and the rest replicated): each device holds
+  its share of the experts, `jax.jit` moves the tokens to them.
 
 The arrays are placed with `jax.device_put` onto `NamedSharding`s through the canonical walkers
 (one mechanism for every library); `jax.jit` then partitions the computation (GSPMD). Each
@@ -110,6 +113,7 @@ STRATEGIES: dict[str, Strategy] = {
     "dp": Strategy("dp"),
     "fsdp": Strategy("fsdp", fully_sharded=True),
     "tp": Strategy("tp", rules=(("heads", MODEL), ("mlp", MODEL), ("vocab", MODEL))),
+    "ep": Strategy("ep", rules=(("expert", MODEL),)),
 }
 
 

@@ -15,6 +15,7 @@ import optax
 
 from zoo.configs import Config
 from zoo.interface import Interface
+from zoo.layers.moe import load_balancing_loss
 
 Loss = Callable[[jax.Array, Any], jax.Array]
 
@@ -62,6 +63,21 @@ def token_labels(input_ids: jax.Array, attention_mask: jax.Array | None = None) 
     if attention_mask is None:
         return input_ids
     return jnp.where(attention_mask.astype(bool), input_ids, IGNORE)
+
+
+def router_loss(loss_fn: Loss, coef: float, top_k: int) -> Loss:
+    """The training loss of a mixture of experts whose output is `(logits, router_logits)`
+    (a decoder spec's `output_router_logits`): `loss_fn(logits, labels)` plus `coef` times
+    the load-balancing loss (`zoo.layers.moe.load_balancing_loss`) over the tokens the labels
+    keep (`IGNORE`: padding), as transformers' `labels=` loss with `output_router_logits`
+    (`router_aux_loss_coef * aux_loss`)."""
+
+    def loss(y: tuple[jax.Array, jax.Array], labels: jax.Array) -> jax.Array:
+        logits, router = y
+        aux = load_balancing_loss(router, top_k, labels != IGNORE)
+        return loss_fn(logits, labels) + coef * aux
+
+    return loss
 
 
 LOSSES: dict[str, Loss] = {"cross_entropy": cross_entropy, "mse": mse, "next_token": next_token,

@@ -2,7 +2,9 @@
 canonical names, fuses separate tensors into one (q, k, v into `qkv`) or splits one into
 unequal parts (a packed q / kv projection), changes values on the way (`Transform`: a
 transpose, a reshape, ...), drops foreign keys the zoo has no place for (with the reason), and
-reads scanned checkpoints (one tensor per layer type, the layers stacked on its first axis).
+reads scanned checkpoints (one tensor per layer type, the layers stacked on its first axis);
+`Stack` gathers per-index tensors (a mixture's experts stored one by one) into one stacked
+tensor.
 
 Key templates use placeholders: `{i}` and `{j}` are indices (digits), `{p}` a parameter name
 (`weight`, `bias`), `{r}` any rest of a key (for drops). A zoo template may offset an index,
@@ -153,6 +155,18 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Stack:
+    """Per-index foreign tensors stacked on a new leading axis into one zoo tensor (a
+    mixture's experts, `{j}` their index): for each index the `parts` (in order) concatenated
+    along axis 0, then the indices `0 .. n-1` stacked; unstacked and split into equal parts
+    the other way. `label` names the parts in errors."""
+
+    parts: tuple[str, ...]
+    zoo: str
+    label: str
+
+
+@dataclass(frozen=True)
 class Drop:
     """Foreign keys the zoo has no place for, left out on reading (`reason` says why: a buffer
     derived from the config, a token used only in pre-training, a pooler timm's model has
@@ -162,7 +176,7 @@ class Drop:
     reason: str
 
 
-Rule = Rename | Fuse | Split | Drop
+Rule = Rename | Fuse | Split | Stack | Drop
 
 
 @dataclass(frozen=True)
@@ -187,11 +201,13 @@ class Adapter:
     drops: tuple[Drop, ...] = ()
     strip: tuple[str, ...] = ()
     unstack: tuple[tuple[str, str], ...] = ()
+    stacks: tuple[Stack, ...] = ()
 
     @cached_property
     def _rules(self) -> list[tuple[_Template, Rule, int]]:
-        out: list[tuple[_Template, Rule, int]] = [(_compile(r.foreign), r, 0)
-                                                  for r in self.renames]
+        out: list[tuple[_Template, Rule, int]] = [(_compile(t), s, n) for s in self.stacks
+                                                  for n, t in enumerate(s.parts)]
+        out += [(_compile(r.foreign), r, 0) for r in self.renames]
         out += [(_compile(t), f, n) for f in self.fuses for n, t in enumerate(f.parts)]
         out += [(_compile(s.foreign), s, 0) for s in self.splits]
         out += [(_compile(d.foreign), d, 0) for d in self.drops]
@@ -200,7 +216,8 @@ class Adapter:
     @cached_property
     def _zoo_rules(self) -> list[tuple[_Template, Rule, int]]:
         out: list[tuple[_Template, Rule, int]] = [(_compile(r.zoo), r, 0)
-                                                  for r in (*self.renames, *self.fuses)]
+                                                  for r in (*self.stacks, *self.renames,
+                                                            *self.fuses)]
         out += [(_compile(t), s, n) for s in self.splits for n, t in enumerate(s.parts)]
         return out
 
@@ -259,6 +276,7 @@ class Adapter:
                                f"checkpoint")
         out: dict[str, Any] = {}
         pending: dict[tuple[Fuse, str], dict[int, Any]] = {}
+        stacked: dict[tuple[Stack, str], dict[tuple[int, int], Any]] = {}
         unknown = []
         for key, value in self._expanded(state).items():
             found = self._rule_of(key)
@@ -266,7 +284,10 @@ class Adapter:
                 unknown.append(key)
                 continue
             rule, n, slots = found
-            if isinstance(rule, Rename):
+            if isinstance(rule, Stack):
+                stacked.setdefault((rule, _fill(rule.zoo, slots)), {})[
+                    (int(slots["j"]), n)] = value
+            elif isinstance(rule, Rename):
                 out[_fill(rule.zoo, slots)] = _to_zoo(rule.transform, value)
             elif isinstance(rule, Fuse):
                 pending.setdefault((rule, _fill(rule.zoo, slots)), {})[n] = (value, slots)
@@ -286,7 +307,23 @@ class Adapter:
                                    f"{', '.join(repr(names[i]) for i in sorted(parts))})")
             out[zoo_key] = np.concatenate([np.asarray(_to_zoo(fuse.transform, parts[i][0]))
                                            for i in range(len(parts))])
+        for (rule, zoo_key), parts in stacked.items():
+            out[zoo_key] = self._stacked(rule, zoo_key, parts)
         return out
+
+    def _stacked(self, rule: Stack, zoo_key: str, parts: dict[tuple[int, int], Any]
+                 ) -> np.ndarray:
+        """The zoo tensor of a `Stack`: every index's parts concatenated, then stacked."""
+        count = 1 + max(j for j, _ in parts)
+        missing = [(j, n) for j in range(count) for n in range(len(rule.parts))
+                   if (j, n) not in parts]
+        if missing:
+            raise AdapterError(f"{self.description}: {rule.label} of {zoo_key!r} are stored "
+                               f"apart and {len(missing)} are missing (index, part): "
+                               f"{missing[:6]}")
+        return np.stack([np.concatenate([np.asarray(parts[(j, n)])
+                                         for n in range(len(rule.parts))])
+                         for j in range(count)])
 
     def _split(self, rule: Split, key: str, value: Any, slots: dict[str, str]
                ) -> dict[str, np.ndarray]:
@@ -313,7 +350,11 @@ class Adapter:
             if hit is None:
                 raise AdapterError(f"{self.description} has no place for the zoo key {key!r}")
             slots, rule, n = hit
-            if isinstance(rule, Rename):
+            if isinstance(rule, Stack):
+                for j, one in enumerate(np.asarray(value)):
+                    for t, part in zip(rule.parts, np.split(one, len(rule.parts)), strict=True):
+                        out[_fill(t, {**slots, "j": str(j)})] = part
+            elif isinstance(rule, Rename):
                 out[_fill(rule.foreign, slots)] = _to_foreign(rule.transform, value, key)
             elif isinstance(rule, Fuse):
                 for t, part in zip(rule.parts, np.split(np.asarray(value), len(rule.parts)),

@@ -49,11 +49,15 @@ _MOE = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermed
 
 
 def refuse_fields(raw: Mapping[str, Any], known: set[str], where: str, family: str) -> None:
-    moe = [k for k in _MOE if raw.get(k) not in (None, 0, [], False)]
+    """Refuse the fields of `raw` neither `known` nor inert; a dense family's (one that knows
+    no mixture-of-experts field) set mixture-of-experts fields first, as such."""
+    unset = {k for k in _MOE if raw.get(k) in (None, 0, [], False)}
+    dense = not known & set(_MOE)
+    moe = [k for k in _MOE if dense and k not in unset and k in raw]
     if moe:
         raise ConfigError(f"{where}: mixture-of-experts fields ({', '.join(moe)}): the zoo's "
                           f"{family} models are dense")
-    unknown = sorted(set(raw) - known - _INERT - set(_MOE))
+    unknown = sorted(set(raw) - known - _INERT - unset)
     if unknown:
         raise ConfigError(f"{where}: {family} config field(s) {', '.join(unknown)} have no "
                           "counterpart in the zoo (unknown: refused rather than ignored)")

@@ -97,18 +97,26 @@ class ZooSubjects:
                                       **zoo.walk_facts(config, impl)) for impl in impls}
 
 
+def _mlp_width(mlp: Any) -> int:
+    """The multiply-adds per token and hidden unit of one layer's MLP (a `MLPSpec`)."""
+    if mlp.kind == "moe":
+        return mlp.moe.experts + mlp.moe.top_k * 3 * mlp.width
+    return (3 if mlp.gated else 2) * mlp.width
+
+
 def decoder_flops(config: Any, batch: int, mode: str) -> float:
     """The useful FLOPs of a decoder-only language model (a config with a `decoder` spec,
     zoo.models.decoder): multiply-adds x 2 of the q/k/v/o projections, the two attention
-    products (the whole square, as computed: a mask or a sliding window does not skip), the
-    MLP (three matrices gated, two otherwise) and the head, per token of `config.length`; a
-    training step three times that."""
+    products (the whole square, as computed: a mask or a sliding window does not skip), each
+    layer's MLP (three matrices gated, two otherwise; a mixture: its router and the three
+    matrices of each of the top-k experts a token is sent to) and the head, per token of
+    `config.length`; a training step three times that."""
     s, t = config.decoder, config.length
     e, a = s.hidden_size, s.attention
     q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-    mlp = (3 if s.mlp.kind == "gated" else 2) * s.mlp.width
-    block = 2 * t * e * (2 * q + 2 * kv + mlp) + 2 * 2 * t * t * q
-    forward = batch * (s.num_layers * block + 2 * t * e * s.vocab_size)
+    block = 2 * t * e * (2 * q + 2 * kv) + 2 * 2 * t * t * q
+    mlps = sum(2 * t * e * _mlp_width(s.mlp_of(i)) for i in range(s.num_layers))
+    forward = batch * (s.num_layers * block + mlps + 2 * t * e * s.vocab_size)
     return float(forward if mode == "forward" else 3 * forward)
 
 

@@ -149,9 +149,14 @@ def _rotate_half(x: Array) -> Array:
 def rotary(x: Array, positions: Array, inv_freq: np.ndarray) -> Array:
     """`x` `(..., L, heads, D)` rotated by the angles `position * inv_freq` of each token
     (`positions` `(..., L)`, integers), in `transformers`' half-split convention: the angles in
-    float32, their cosines and sines cast to `x`'s dtype, `x * cos + rotate_half(x) * sin`."""
+    float32, their cosines and sines cast to `x`'s dtype, `x * cos + rotate_half(x) * sin`.
+    Its first `2 * len(inv_freq)` dimensions are rotated, the others passed through
+    (transformers' partial rotary)."""
     freq = jnp.asarray(inv_freq).reshape((1,) * positions.ndim + (-1,))
-    angles = positions.astype(jnp.float32)[..., None] * freq  # (..., L, D / 2)
-    angles = jnp.concatenate([angles, angles], axis=-1)[..., None, :]  # (..., L, 1, D)
+    angles = positions.astype(jnp.float32)[..., None] * freq  # (..., L, R / 2)
+    angles = jnp.concatenate([angles, angles], axis=-1)[..., None, :]  # (..., L, 1, R)
     cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
-    return x * cos + _rotate_half(x) * sin
+    r = angles.shape[-1]
+    rotated, passed = x[..., :r], x[..., r:]
+    out = rotated * cos + _rotate_half(rotated) * sin
+    return out if passed.shape[-1] == 0 else jnp.concatenate([out, passed], axis=-1)

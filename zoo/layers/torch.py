@@ -221,8 +221,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: np.ndarray) -> torch.Tensor:
     """`x` `(N, heads, L, D)` rotated at `positions` `(N, L)` (transformers' `rotate_half`
-    convention; angles in float32, cosines and sines cast to `x`'s dtype)."""
+    convention; angles in float32, cosines and sines cast to `x`'s dtype). Its first
+    `2 * len(inv_freq)` dimensions are rotated, the others passed through (transformers'
+    partial rotary)."""
     freqs = positions[..., None].float() * torch.from_numpy(inv_freq).to(x.device)
-    emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (N, 1, L, D)
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (N, 1, L, R)
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-    return x * cos + _rotate_half(x) * sin
+    rotated, passed = x[..., :emb.shape[-1]], x[..., emb.shape[-1]:]
+    out = rotated * cos + _rotate_half(rotated) * sin
+    return out if passed.shape[-1] == 0 else torch.cat((out, passed), dim=-1)

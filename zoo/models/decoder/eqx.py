@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
+import canonical
 from zoo.layers.causal import (
     attend,
     default_positions,
@@ -25,8 +26,9 @@ from zoo.layers.causal import (
 )
 from zoo.layers.dense import contract
 from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, OffsetRMSNorm, RMSNorm
+from zoo.layers.moe import dense_experts, route
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
 
 KV = tuple[Array, Array]  # one layer's cached keys and values
 Key = PRNGKeyArray | None
@@ -178,6 +180,31 @@ class Attention(SelfAttention):
         return _tokenwise(self.o_proj, h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    o_proj: Linear
+    qkv_proj: Linear
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        a, e = spec.attention, spec.hidden_size
+        self.o_proj = Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, key=k2, dtype=dtype)
+        self.qkv_proj = Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, key=k1, dtype=dtype)
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        a, length = self.spec.attention, x.shape[0]
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(length, -1, a.head_dim)
+                     for t in jnp.split(_tokenwise(self.qkv_proj, x), (q, q + kv), axis=-1))
+
+    def output(self, h: Array) -> Array:
+        return _tokenwise(self.o_proj, h)
+
+
 class MLP(eqx.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s), over a sequence."""
 
@@ -185,12 +212,13 @@ class MLP(eqx.Module):
     c_proj: Conv1D
     activation: str = eqx.field(static=True)
 
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
         k1, k2 = jax.random.split(key)
-        e, m = spec.hidden_size, spec.mlp.width
+        e, m = spec.hidden_size, mlp.width
         self.c_fc = Conv1D(e, m, key=k1, dtype=dtype)
         self.c_proj = Conv1D(m, e, key=k2, dtype=dtype)
-        self.activation = spec.mlp.activation
+        self.activation = mlp.activation
 
     def __call__(self, x: Array) -> Array:
         return _tokenwise(self.c_proj, activation(self.activation)(_tokenwise(self.c_fc, x)))
@@ -204,17 +232,103 @@ class GatedMLP(eqx.Module):
     down_proj: Linear
     activation: str = eqx.field(static=True)
 
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
-        e, m, b = spec.hidden_size, spec.mlp.width, spec.mlp.bias
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
         self.gate_proj = Linear(e, m, use_bias=b, key=k1, dtype=dtype)
         self.up_proj = Linear(e, m, use_bias=b, key=k2, dtype=dtype)
         self.down_proj = Linear(m, e, use_bias=b, key=k3, dtype=dtype)
-        self.activation = spec.mlp.activation
+        self.activation = mlp.activation
 
     def __call__(self, x: Array) -> Array:
         act = activation(self.activation)
         return jax.vmap(lambda t: self.down_proj(act(self.gate_proj(t)) * self.up_proj(t)))(x)
+
+
+class GateUpMLP(eqx.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first),
+    over a sequence."""
+
+    gate_up_proj: Linear
+    down_proj: Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        k1, k2 = jax.random.split(key)
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
+        self.gate_up_proj = Linear(e, 2 * m, use_bias=b, key=k1, dtype=dtype)
+        self.down_proj = Linear(m, e, use_bias=b, key=k2, dtype=dtype)
+        self.activation = mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        act = activation(self.activation)
+
+        def token(t: Array) -> Array:
+            gate, up = jnp.split(self.gate_up_proj(t), 2)
+            return self.down_proj(up * act(gate))
+
+        return jax.vmap(token)(x)
+
+
+class Experts(eqx.Module):
+    """A mixture's experts (layer kind `experts`): transformers' fused `gate_up_proj`
+    `(E, 2 * width, hidden)` (gate rows, then up) and `down_proj` `(E, hidden, width)`, over
+    one sequence's tokens `(L, hidden)` and their routing (`zoo.layers.moe`). Per sample under
+    `vmap`, the grouping of the sorted dispatch differs from sample to sample, and
+    `jax.lax.ragged_dot` has no batching rule for that (jax 0.10): Equinox computes the dense
+    reference, `dense_experts` (every expert on every token, equal to the dispatch)."""
+
+    gate_up_proj: Array
+    down_proj: Array
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, experts: int, hidden: int, width: int, activation: str, *,
+                 key: PRNGKeyArray, dtype: Any) -> None:
+        k1, k2 = jax.random.split(key)
+        b1, b2 = hidden ** -0.5, width ** -0.5
+        dt = dtype or jnp.float32
+        self.gate_up_proj = jax.random.uniform(k1, (experts, 2 * width, hidden), dt, -b1, b1)
+        self.down_proj = jax.random.uniform(k2, (experts, hidden, width), dt, -b2, b2)
+        self.activation = activation
+
+    def __call__(self, x: Array, weights: Array, experts: Array) -> Array:
+        return dense_experts(x, weights, experts, jnp.swapaxes(self.gate_up_proj, 1, 2),
+                             jnp.swapaxes(self.down_proj, 1, 2), activation(self.activation))
+
+
+canonical.register_class("experts", "eqx", Experts)
+
+
+class SparseMoE(eqx.Module):
+    """A mixture of experts (transformers' sparse MoE block): the router `gate` (a Linear
+    without bias, one logit per expert), softmax, top-k routing, the `experts`; `named`
+    gives it its two fields in transformers' definition order (`MoESpec.router_first`)."""
+
+    mlp: MLPSpec = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        k1, k2 = jax.random.split(key)
+        e, moe = spec.hidden_size, mlp.moe
+        self.gate = Linear(e, moe.experts, use_bias=False, key=k1, dtype=dtype)
+        self.experts = Experts(moe.experts, e, mlp.width, mlp.activation, key=k2, dtype=dtype)
+        self.mlp = mlp
+
+    def router_logits(self, x: Array) -> Array:
+        """The router's logits `(L, experts)`."""
+        return _tokenwise(self.gate, x)
+
+    def __call__(self, x: Array) -> Array:
+        weights, experts = route(self.router_logits(x), self.mlp.moe.top_k,
+                                 self.mlp.moe.normalize)
+        return self.experts(x, weights, experts)
+
+
+def make_moe(spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any) -> SparseMoE:
+    fields = ("gate", "experts") if mlp.moe.router_first else ("experts", "gate")
+    return named(SparseMoE, fields)(spec, mlp, key=key, dtype=dtype)
 
 
 class QueryKeyValue(SelfAttention):
@@ -250,10 +364,10 @@ class DenseMLP(eqx.Module):
     dense: Linear
     activation: str = eqx.field(static=True)
 
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        self.dense = Linear(spec.hidden_size, spec.mlp.width, use_bias=spec.mlp.bias, key=key,
-                            dtype=dtype)
-        self.activation = spec.mlp.activation
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        self.dense = Linear(spec.hidden_size, mlp.width, use_bias=mlp.bias, key=key, dtype=dtype)
+        self.activation = mlp.activation
 
     def __call__(self, x: Array) -> Array:
         return activation(self.activation)(_tokenwise(self.dense, x))
@@ -278,8 +392,10 @@ class ResidualOutput(eqx.Module):
 
 
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention,
                                               "query_key_value": QueryKeyValue}
-MLPS: dict[str, type[eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
+MLPS: dict[str, Callable[..., eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                              "dense": DenseMLP, "moe": make_moe}
 
 
 class Block(eqx.Module):
@@ -288,19 +404,22 @@ class Block(eqx.Module):
 
     residual_dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
+    mlp_spec: MLPSpec = eqx.field(static=True)
 
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
         k1, k2 = jax.random.split(key)
         e = spec.hidden_size
         norm = lambda: make_norm(spec, e, dtype)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
                                                                        dtype=dtype),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k2, dtype=dtype)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp, key=k2, dtype=dtype)}
         for name, module in nest([(name, make[role]()) for name, role in spec.names.block]):
             setattr(self, name, module)
         self.residual_dropout = eqx.nn.Dropout(spec.residual_dropout)
         self.spec = spec
+        self.mlp_spec = mlp
 
     def part(self, role: str) -> eqx.Module:
         return at(self, self.spec.role(role))
@@ -310,14 +429,18 @@ class Block(eqx.Module):
         return _tokenwise(self.part(role), h) if self.spec.names.has(role) else h
 
     def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
-                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None
-                 ) -> tuple[Array, KV | None]:
+                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None,
+                 router: list[Array] | None = None) -> tuple[Array, KV | None]:
+        """The block's output and cache; a mixture's router logits appended to `router`."""
         k1, k2, k3 = _keys(key, 3)
         part = self.part
         h, kv = part("attention")(_tokenwise(part("attention_norm"), x), positions, mask,
                                   inv_freq, kv, index, key=k1)
         x = x + self.residual_dropout(self.post("attention_post_norm", h), key=k2)
-        h = self.post("mlp_post_norm", part("mlp")(_tokenwise(part("mlp_norm"), x)))
+        normed = _tokenwise(part("mlp_norm"), x)
+        if router is not None and self.mlp_spec.kind == "moe":
+            router.append(part("mlp").router_logits(normed))
+        h = self.post("mlp_post_norm", part("mlp")(normed))
         return x + self.residual_dropout(h, key=k3), kv
 
 
@@ -327,22 +450,23 @@ class PostNormBlock(eqx.Module):
 
     spec: DecoderSpec = eqx.field(static=True)
 
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
         k1, k2, k3, k4 = jax.random.split(key, 4)
         q = spec.attention.heads * spec.attention.head_dim
         make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
                                                                        dtype=dtype),
                 "attention_output": lambda: ResidualOutput(spec, q, key=k2, dtype=dtype),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec, key=k3, dtype=dtype),
-                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width, key=k4,
-                                                     dtype=dtype)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp, key=k3, dtype=dtype),
+                "mlp_output": lambda: ResidualOutput(spec, mlp.width, key=k4, dtype=dtype)}
         for name, module in nest([(name, make[role]()) for name, role in spec.names.block]):
             setattr(self, name, module)
         self.spec = spec
 
     def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
-                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None
-                 ) -> tuple[Array, KV | None]:
+                 kv: KV | None = None, index: Array | int = 0, *, key: Key = None,
+                 router: list[Array] | None = None) -> tuple[Array, KV | None]:
+        """The block's output and cache (`router`: a pre-norm block's; no mixture here)."""
         k1, k2, k3 = _keys(key, 3)
         part = lambda role: at(self, self.spec.role(role))
         h, kv = part("attention")(x, positions, mask, inv_freq, kv, index, key=k1)
@@ -353,9 +477,10 @@ class PostNormBlock(eqx.Module):
 BLOCKS: dict[str, type[eqx.Module]] = {"pre": Block, "post": PostNormBlock}
 
 
-def make_block(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> eqx.Module:
+def make_block(spec: DecoderSpec, i: int, *, key: PRNGKeyArray, dtype: Any) -> eqx.Module:
+    """The block of layer `i` (its MLP: `spec.mlp_of(i)`)."""
     fields = top_names([name for name, _ in spec.names.block])
-    return named(BLOCKS[spec.residual], fields)(spec, key=key, dtype=dtype)
+    return named(BLOCKS[spec.residual], fields)(spec, spec.mlp_of(i), key=key, dtype=dtype)
 
 
 class Decoder(eqx.Module):
@@ -378,7 +503,8 @@ class Decoder(eqx.Module):
             items.append((names.token_types, embed(spec.type_vocab_size, k3)))
         if names.embedding_norm is not None:
             items.append((names.embedding_norm, make_norm(spec, e, dtype)))
-        items.append((names.layers, tuple(make_block(spec, key=k, dtype=dtype) for k in kb)))
+        items.append((names.layers, tuple(make_block(spec, i, key=k, dtype=dtype)
+                                          for i, k in enumerate(kb))))
         if names.norm is not None:
             items.append((names.norm, make_norm(spec, e, dtype)))
         if names.pooler is not None:
@@ -398,9 +524,11 @@ class Decoder(eqx.Module):
 
     def __call__(self, input_ids: Array, attention_mask: Array | None,
                  position_ids: Array | None, cache: KVCache | None, key: Key,
-                 token_type_ids: Array | None = None) -> tuple[Array, list[KV | None]]:
+                 token_type_ids: Array | None = None, router: list[Array] | None = None
+                 ) -> tuple[Array, list[KV | None]]:
         """The hidden states after the final norm `(L, hidden_size)` and each layer's
-        cached keys and values (None without a `cache`)."""
+        cached keys and values (None without a `cache`); the sparse layers' router logits
+        appended to `router`."""
         s, names, length = self.spec, self.spec.names, input_ids.shape[0]
         blocks = at(self, names.layers)
         k_embed, *k_blocks = _keys(key, 1 + len(blocks))
@@ -426,7 +554,8 @@ class Decoder(eqx.Module):
         for i, (block, k) in enumerate(zip(blocks, k_blocks, strict=True)):
             layer = s.layer(i)
             h, kv = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
-                          None if cache is None else cache.layer(i), index, key=k)
+                          None if cache is None else cache.layer(i), index, key=k,
+                          router=router)
             written.append(kv)
         return (h if names.norm is None else _tokenwise(at(self, names.norm), h)), written
 
@@ -462,13 +591,17 @@ class CausalLM(eqx.Module):
         (0: padding) and `position_ids` `(L,)` (default `0 .. L-1`) as transformers'.
 
         With a `cache` (`init_cache`) the tokens take its next slots, `attention_mask`
-        `(max_length,)` covers every slot, and the call returns `(logits, cache)`."""
+        `(max_length,)` covers every slot, and the call returns `(logits, cache)`; else with
+        the spec's `output_router_logits`, `(logits, router_logits (layers, L, experts))`."""
         self.config.check_input(input_ids.shape, batched=False)
-        body = self.body()
-        h, written = body(input_ids, attention_mask, position_ids, cache, key)
+        body, spec = self.body(), self.config.decoder
+        router = [] if spec.output_router_logits and cache is None else None
+        h, written = body(input_ids, attention_mask, position_ids, cache, key, router=router)
         logits = (contract(h, body.embedding().weight) if self.lm_head is None
                   else _tokenwise(self.lm_head, h))
-        logits = softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        if router is not None:
+            return logits, jnp.stack(router)
         return logits if cache is None else (logits, cache.updated(written, len(input_ids)))
 
     def init_cache(self, max_length: int, dtype: Any = None) -> KVCache:

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import canonical
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
 from zoo.layers.linen import (
@@ -23,8 +24,9 @@ from zoo.layers.linen import (
     cache_index,
     cached_kv,
 )
+from zoo.layers.moe import DISPATCHES, route
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
 
 NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
                                      "offset_rms_norm": OffsetRMSNorm}
@@ -146,36 +148,128 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def setup(self) -> None:
+        super().setup()
+        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
+        self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
+        self.qkv_proj = nn.Dense(sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(n, length, -1, a.head_dim)
+                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
 class MLP(nn.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
     spec: DecoderSpec
+    mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
         dt = dtype_of(self.param_dtype)
-        self.c_fc = Conv1D(self.spec.mlp.width, param_dtype=dt)
+        self.c_fc = Conv1D(self.mlp.width, param_dtype=dt)
         self.c_proj = Conv1D(self.spec.hidden_size, param_dtype=dt)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.c_proj(activation(self.spec.mlp.activation)(self.c_fc(x)))
+        return self.c_proj(activation(self.mlp.activation)(self.c_fc(x)))
 
 
 class GatedMLP(nn.Module):
     """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
 
     spec: DecoderSpec
+    mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        m, dt = self.spec.mlp, dtype_of(self.param_dtype)
+        m, dt = self.mlp, dtype_of(self.param_dtype)
         self.gate_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
         self.up_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
         self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = activation(self.spec.mlp.activation)
+        act = activation(self.mlp.activation)
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nn.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    spec: DecoderSpec
+    mlp: MLPSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.mlp, dtype_of(self.param_dtype)
+        self.gate_up_proj = nn.Dense(2 * m.width, use_bias=m.bias, param_dtype=dt)
+        self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
+        return self.down_proj(up * activation(self.mlp.activation)(gate))
+
+
+class Experts(nn.Module):
+    """A mixture's experts (layer kind `experts`): `gate_up_proj` `(E, hidden, 2 * width)` and
+    `down_proj` `(E, width, hidden)`, transformers' fused weights as kernels, over tokens
+    `(T, hidden)` and their routing, computed by `dispatch` (`zoo.layers.moe`)."""
+
+    experts: int
+    width: int
+    activation: str
+    dispatch: str = "sorted"
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, weights: jax.Array, experts: jax.Array) -> jax.Array:
+        e, hidden = self.experts, x.shape[-1]
+        init = nn.initializers.lecun_normal(in_axis=1, out_axis=2, batch_axis=(0,))
+        gate_up = self.param("gate_up_proj", init, (e, hidden, 2 * self.width), self.param_dtype)
+        down = self.param("down_proj", init, (e, self.width, hidden), self.param_dtype)
+        dtype = jnp.result_type(x, gate_up)
+        return DISPATCHES[self.dispatch](x.astype(dtype), weights, experts,
+                                         gate_up.astype(dtype), down.astype(dtype),
+                                         activation(self.activation))
+
+
+canonical.register_class("experts", "linen", Experts)
+
+
+class SparseMoE(nn.Module):
+    """A mixture of experts (transformers' sparse MoE block): the router `gate` (a Dense
+    without bias, one logit per expert), softmax, top-k routing, the `experts` (defined in
+    transformers' order, `MoESpec.router_first`)."""
+
+    spec: DecoderSpec
+    mlp: MLPSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.mlp.moe, dtype_of(self.param_dtype)
+        make = {"gate": lambda: nn.Dense(m.experts, use_bias=False, param_dtype=dt),
+                "experts": lambda: Experts(m.experts, self.mlp.width, self.mlp.activation,
+                                           m.dispatch, param_dtype=dt)}
+        for name in ("gate", "experts") if m.router_first else ("experts", "gate"):
+            setattr(self, name, make[name]())
+
+    def router_logits(self, x: jax.Array) -> jax.Array:
+        """The router's logits `(N, L, experts)`."""
+        return self.gate(x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        m, flat = self.mlp.moe, x.reshape(-1, x.shape[-1])
+        weights, experts = route(self.gate(flat), m.top_k, m.normalize)
+        return self.experts(flat, weights, experts).reshape(x.shape)
 
 
 class QueryKeyValue(SelfAttention):
@@ -202,14 +296,15 @@ class DenseMLP(nn.Module):
     """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
 
     spec: DecoderSpec
+    mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        m = self.spec.mlp
+        m = self.mlp
         self.dense = nn.Dense(m.width, use_bias=m.bias, param_dtype=dtype_of(self.param_dtype))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return activation(self.spec.mlp.activation)(self.dense(x))
+        return activation(self.mlp.activation)(self.dense(x))
 
 
 class ResidualOutput(nn.Module):
@@ -230,8 +325,10 @@ class ResidualOutput(nn.Module):
 
 
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention,
                                               "query_key_value": QueryKeyValue}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                    "dense": DenseMLP, "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -241,28 +338,33 @@ class Block(nn.Module):
     spec: DecoderSpec
     param_dtype: str = "float32"
     decode: bool = False
+    mlp_spec: MLPSpec | None = None  # this layer's (None: the spec's)
 
     def setup(self) -> None:
-        s, dt = self.spec, dtype_of(self.param_dtype)
+        s, dt, mlp = self.spec, dtype_of(self.param_dtype), self.mlp_spec or self.spec.mlp
         norm = lambda: make_norm(s, dt)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[s.attention.layout](
                     s, self.param_dtype, self.decode),
-                "mlp": lambda: MLPS[s.mlp.kind](s, self.param_dtype)}
+                "mlp": lambda: MLPS[mlp.kind](s, mlp, self.param_dtype)}
         for name, maker in nest([(n, make[role]) for n, role in s.names.block]):
             setattr(self, name, maker())  # transformers' definition order
         self.residual_dropout = nn.Dropout(s.residual_dropout)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output; a mixture's router logits appended to `router`."""
         names = self.spec.names
         part = lambda role: at(self, self.spec.role(role))
         post = lambda role, h: part(role)(h) if names.has(role) else h
         drop = lambda h: self.residual_dropout(h, deterministic=not train)
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, train, index)
         x = x + drop(post("attention_post_norm", h))
-        return x + drop(post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
+        normed = part("mlp_norm")(x)
+        if router is not None and (self.mlp_spec or self.spec.mlp).kind == "moe":
+            router.append(part("mlp").router_logits(normed))
+        return x + drop(post("mlp_post_norm", part("mlp")(normed)))
 
 
 class PostNormBlock(nn.Module):
@@ -272,19 +374,21 @@ class PostNormBlock(nn.Module):
     spec: DecoderSpec
     param_dtype: str = "float32"
     decode: bool = False
+    mlp_spec: MLPSpec | None = None  # this layer's (None: the spec's)
 
     def setup(self) -> None:
-        s, dt = self.spec, self.param_dtype
+        s, dt, mlp = self.spec, self.param_dtype, self.mlp_spec or self.spec.mlp
         make = {"attention": lambda: ATTENTIONS[s.attention.layout](s, dt, self.decode),
                 "attention_output": lambda: ResidualOutput(s, dt),
-                "mlp": lambda: MLPS[s.mlp.kind](s, dt),
+                "mlp": lambda: MLPS[mlp.kind](s, mlp, dt),
                 "mlp_output": lambda: ResidualOutput(s, dt)}
         for name, maker in nest([(n, make[role]) for n, role in s.names.block]):
             setattr(self, name, maker())
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output (`router`: a pre-norm block's; no mixture here)."""
         part = lambda role: at(self, self.spec.role(role))
         h = part("attention")(x, positions, mask, inv_freq, train, index)
         x = part("attention_output")(h, x, train)
@@ -315,8 +419,8 @@ class Decoder(nn.Module):
         if names.embedding_norm is not None:
             items.append((names.embedding_norm, lambda: make_norm(s, dt)))
         items.append((names.layers, lambda: [BLOCKS[s.residual](s, self.param_dtype,
-                                                                self.decode)
-                                             for _ in range(s.num_layers)]))
+                                                                self.decode, s.mlp_of(i))
+                                             for i in range(s.num_layers)]))
         if names.norm is not None:
             items.append((names.norm, lambda: make_norm(s, dt)))
         if names.pooler is not None:
@@ -328,8 +432,10 @@ class Decoder(nn.Module):
     @nn.compact
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  position_ids: jax.Array | None, train: bool,
-                 token_type_ids: jax.Array | None = None) -> jax.Array:
-        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+                 token_type_ids: jax.Array | None = None,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`; the sparse layers'
+        router logits appended to `router`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index = cache_index(self, length) if self.decode else 0
         if position_ids is None and s.padding_idx is not None:
@@ -353,7 +459,8 @@ class Decoder(nn.Module):
                                   s.attention.causal) for w in s.windows}
         for i, block in enumerate(at(self, names.layers)):
             layer = s.layer(i)
-            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index,
+                      router)
         if names.pooler is not None:  # called (its result unused: compiled away) so that its
             self.pool(h)  # parameters exist and the walkers see it in a model returning `h`
         return h if names.norm is None else at(self, names.norm)(h)
@@ -392,9 +499,14 @@ class CausalLM(nn.Module):
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, train: bool = False) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
-        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With the spec's
+        `output_router_logits` (and no cache), `(logits, router_logits (N, layers, L,
+        experts))`."""
         self.config.check_input(input_ids.shape)
-        body = getattr(self, self.config.decoder.names.body)
-        h = body(input_ids, attention_mask, position_ids, train)
+        spec = self.config.decoder
+        body = getattr(self, spec.names.body)
+        router = [] if spec.output_router_logits and not self.decode else None
+        h = body(input_ids, attention_mask, position_ids, train, router=router)
         logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
-        return softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        return logits if router is None else (logits, jnp.stack(router, axis=1))

@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import canonical
 from zoo.layers.causal import attend, default_positions, rotary, sequence_mask, softcap
 from zoo.layers.dense import contract
+from zoo.layers.moe import DISPATCHES, route
 from zoo.layers.nnx import (
     Conv1D,
     LayerNorm,
@@ -23,7 +25,7 @@ from zoo.layers.nnx import (
     init_kv_cache,
 )
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
 
 Rngs = nnx.Rngs | jax.Array | None
 NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
@@ -124,12 +126,35 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        a, e, dt = spec.attention, spec.hidden_size, param_dtype
+        self.o_proj = nnx.Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, param_dtype=dt,
+                                 rngs=rngs)
+        self.qkv_proj = nnx.Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt,
+                                   rngs=rngs)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        q, kv, _ = a.qkv_sizes
+        return tuple(t.reshape(n, length, -1, a.head_dim)
+                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.o_proj(h)
+
+
 class MLP(nnx.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        e, m = spec.hidden_size, spec.mlp.width
-        self.activation = spec.mlp.activation
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m = spec.hidden_size, mlp.width
+        self.activation = mlp.activation
         self.c_fc = Conv1D(e, m, param_dtype=param_dtype, rngs=rngs)
         self.c_proj = Conv1D(m, e, param_dtype=param_dtype, rngs=rngs)
 
@@ -140,9 +165,10 @@ class MLP(nnx.Module):
 class GatedMLP(nnx.Module):
     """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        e, m, b, dt = spec.hidden_size, spec.mlp.width, spec.mlp.bias, param_dtype
-        self.activation = spec.mlp.activation
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
+        self.activation = mlp.activation
         self.gate_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
         self.up_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
         self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
@@ -150,6 +176,71 @@ class GatedMLP(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation(self.activation)
         return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nnx.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
+        self.activation = mlp.activation
+        self.gate_up_proj = nnx.Linear(e, 2 * m, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
+        return self.down_proj(up * activation(self.activation)(gate))
+
+
+class Experts(nnx.Module):
+    """A mixture's experts (layer kind `experts`): `gate_up_proj` `(E, hidden, 2 * width)` and
+    `down_proj` `(E, width, hidden)`, transformers' fused weights as kernels, over tokens
+    `(T, hidden)` and their routing, computed by `dispatch` (`zoo.layers.moe`)."""
+
+    def __init__(self, experts: int, hidden: int, width: int, activation: str, *,
+                 dispatch: str = "sorted", param_dtype: Any = None, rngs: nnx.Rngs) -> None:
+        init = nnx.initializers.lecun_normal(in_axis=1, out_axis=2, batch_axis=(0,))
+        dt = param_dtype or jnp.float32
+        self.gate_up_proj = nnx.Param(init(rngs.params(), (experts, hidden, 2 * width), dt))
+        self.down_proj = nnx.Param(init(rngs.params(), (experts, width, hidden), dt))
+        self.activation, self.dispatch = activation, dispatch
+
+    def __call__(self, x: jax.Array, weights: jax.Array, experts: jax.Array) -> jax.Array:
+        gate_up, down = self.gate_up_proj[...], self.down_proj[...]
+        dtype = jnp.result_type(x, gate_up)
+        return DISPATCHES[self.dispatch](x.astype(dtype), weights, experts,
+                                         gate_up.astype(dtype), down.astype(dtype),
+                                         activation(self.activation))
+
+
+canonical.register_class("experts", "nnx", Experts)
+
+
+class SparseMoE(nnx.Module):
+    """A mixture of experts (transformers' sparse MoE block): the router `gate` (a Linear
+    without bias, one logit per expert), softmax, top-k routing, the `experts` (defined in
+    transformers' order, `MoESpec.router_first`)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, dt = spec.hidden_size, mlp.moe, param_dtype
+        make = {"gate": lambda: nnx.Linear(e, m.experts, use_bias=False, param_dtype=dt,
+                                           rngs=rngs),
+                "experts": lambda: Experts(m.experts, e, mlp.width, mlp.activation,
+                                           dispatch=m.dispatch, param_dtype=dt, rngs=rngs)}
+        for name in ("gate", "experts") if m.router_first else ("experts", "gate"):
+            setattr(self, name, make[name]())
+        self.top_k, self.normalize = m.top_k, m.normalize
+
+    def router_logits(self, x: jax.Array) -> jax.Array:
+        """The router's logits `(N, L, experts)`."""
+        return self.gate(x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        flat = x.reshape(-1, x.shape[-1])
+        weights, experts = route(self.gate(flat), self.top_k, self.normalize)
+        return self.experts(flat, weights, experts).reshape(x.shape)
 
 
 class QueryKeyValue(SelfAttention):
@@ -176,9 +267,10 @@ class QueryKeyValue(SelfAttention):
 class DenseMLP(nnx.Module):
     """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        self.activation = spec.mlp.activation
-        self.dense = nnx.Linear(spec.hidden_size, spec.mlp.width, use_bias=spec.mlp.bias,
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        self.activation = mlp.activation
+        self.dense = nnx.Linear(spec.hidden_size, mlp.width, use_bias=mlp.bias,
                                 param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -201,24 +293,28 @@ class ResidualOutput(nnx.Module):
 
 
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention,
                                               "query_key_value": QueryKeyValue}
-MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
+MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                     "dense": DenseMLP, "moe": SparseMoE}
 
 
 class Block(nnx.Module):
     """Pre-norm residual block (and the optional post-norms of its branches): its modules are
     named and ordered by `spec.names.block`."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
         e, dt = spec.hidden_size, param_dtype
         norm = lambda: make_norm(spec, e, dt, rngs)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](
                     spec, rngs=rngs, param_dtype=dt),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp, rngs=rngs, param_dtype=dt)}
         for name, role in spec.names.block:  # transformers' definition order
             place(self, name, make[role]())
         self.spec = spec
+        self.sparse = mlp.kind == "moe"
         self.residual_dropout = nnx.Dropout(spec.residual_dropout)
 
     def part(self, role: str) -> nnx.Module:
@@ -229,25 +325,30 @@ class Block(nnx.Module):
         return self.part(role)(h) if self.spec.names.has(role) else h
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output; a mixture's router logits appended to `router`."""
         part, drop = self.part, lambda h: self.residual_dropout(h, rngs=rngs)
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, rngs, index)
         x = x + drop(self.post("attention_post_norm", h))
-        return x + drop(self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x))))
+        normed = part("mlp_norm")(x)
+        if router is not None and self.sparse:
+            router.append(part("mlp").router_logits(normed))
+        return x + drop(self.post("mlp_post_norm", part("mlp")(normed)))
 
 
 class PostNormBlock(nnx.Module):
     """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
     `mlp_output(mlp(x), x)`; its modules are named and ordered by `spec.names.block`."""
 
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
         dt, q = param_dtype, spec.attention.heads * spec.attention.head_dim
         make = {"attention": lambda: ATTENTIONS[spec.attention.layout](
                     spec, rngs=rngs, param_dtype=dt),
                 "attention_output": lambda: ResidualOutput(spec, q, rngs=rngs, param_dtype=dt),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec, rngs=rngs, param_dtype=dt),
-                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width, rngs=rngs,
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp, rngs=rngs, param_dtype=dt),
+                "mlp_output": lambda: ResidualOutput(spec, mlp.width, rngs=rngs,
                                                      param_dtype=dt)}
         for name, role in spec.names.block:
             place(self, name, make[role]())
@@ -257,8 +358,9 @@ class PostNormBlock(nnx.Module):
         return at(self, self.spec.role(role))
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
-                 ) -> jax.Array:
+                 inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The block's output (`router`: a pre-norm block's; no mixture here)."""
         part = self.part
         h = part("attention")(x, positions, mask, inv_freq, rngs, index)
         x = part("attention_output")(h, x, rngs)
@@ -285,9 +387,9 @@ class Decoder(nnx.Module):
         if names.embedding_norm is not None:
             place(self, names.embedding_norm, make_norm(spec, e, dt, rngs))
         self.embedding_dropout = nnx.Dropout(spec.embedding_dropout)
-        place(self, names.layers, nnx.List([BLOCKS[spec.residual](spec, rngs=rngs,
-                                                                  param_dtype=dt)
-                                            for _ in range(spec.num_layers)]))
+        place(self, names.layers, nnx.List([BLOCKS[spec.residual](spec, spec.mlp_of(i),
+                                                                  rngs=rngs, param_dtype=dt)
+                                            for i in range(spec.num_layers)]))
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e, dt, rngs))
         if names.pooler is not None:
@@ -311,8 +413,10 @@ class Decoder(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None,
                  position_ids: jax.Array | None, rngs: Rngs = None,
-                 token_type_ids: jax.Array | None = None) -> jax.Array:
-        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+                 token_type_ids: jax.Array | None = None,
+                 router: list[jax.Array] | None = None) -> jax.Array:
+        """The hidden states after the final norm, `(N, L, hidden_size)`; the sparse layers'
+        router logits appended to `router`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index, kv_length = 0, None
         if self.cache_index is not None:
@@ -339,7 +443,8 @@ class Decoder(nnx.Module):
                                   s.attention.causal) for w in s.windows}
         for i, block in enumerate(self.blocks()):
             layer = s.layer(i)
-            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index)
+            h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, rngs, index,
+                      router)
         return h if names.norm is None else at(self, names.norm)(h)
 
     def attend(self, h: jax.Array) -> jax.Array:
@@ -377,9 +482,13 @@ class CausalLM(nnx.Module):
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, rngs: Rngs = None) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
-        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'."""
+        and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With the spec's
+        `output_router_logits` (and no cache), `(logits, router_logits (N, layers, L,
+        experts))`."""
         self.config.check_input(input_ids.shape)
-        body = self.body()
-        h = body(input_ids, attention_mask, position_ids, rngs)
+        body, spec = self.body(), self.config.decoder
+        router = ([] if spec.output_router_logits and body.cache_index is None else None)
+        h = body(input_ids, attention_mask, position_ids, rngs, router=router)
         logits = body.attend(h) if self.lm_head is None else self.lm_head(h)
-        return softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        return logits if router is None else (logits, jnp.stack(router, axis=1))

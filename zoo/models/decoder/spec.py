@@ -19,20 +19,30 @@ per library, chosen by the spec's kind:
   `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
 - attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
   transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`) or `query_key_value` (BERT's `query`, `key`, `value`;
+  optional per-head `q_norm` / `k_norm`), `qkv_proj` (Phi-3's: one `qkv_proj` linear layer,
+  its output queries, keys, values stacked, `heads * head_dim` then twice
+  `kv_heads * head_dim`, and `o_proj`) or `query_key_value` (BERT's `query`, `key`, `value`;
   its output projection is the block's `attention_output`); causal, or bidirectional with
   `causal=False` (only the padding masked); grouped key/value heads, biases, a sliding window,
   the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
 - MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`) or `dense` (BERT's intermediate,
-  `act(dense(x))`; its second matrix is the block's `mlp_output`);
+  (`down_proj(act(gate_proj(x)) * up_proj(x))`), `gate_up` (Phi-3's: the same with the
+  gate and up projections in one `gate_up_proj`, gate first), `dense` (BERT's intermediate,
+  `act(dense(x))`; its second matrix is the block's `mlp_output`) or `moe` (a mixture of gated
+  experts, `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers'
+  fused `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
+  (`layer_mlps`, one `MLPSpec` per layer: Qwen3-MoE's dense layers among sparse ones). With
+  `output_router_logits` a model returns `(logits, router_logits)`, the sparse layers' router
+  logits `(N, layers, L, experts)` (`zoo.layers.moe.load_balancing_loss`);
 - residual (`DecoderSpec.residual`, from the roles): `pre` (norm, branch, add) or `post`
   (branch, add, norm);
 - positions: learned absolute (`Names.positions`, `max_positions` rows; counted from
   `padding_idx + 1` over the non-padding tokens when `padding_idx` is set, RoBERTa's) or
-  rotary (`rope`, the inverse frequencies), or both absent; token type embeddings
-  (`Names.token_types`, `type_vocab_size` rows) and an embedding norm (`Names.embedding_norm`)
-  where the names have them; a pooler (`Names.pooler`: `tanh(dense(h[0]))`, the body's `pool`);
+  rotary (`rope`, the inverse frequencies: `2 * len(rope)` leading dimensions of each head
+  rotated, the rest passed through, transformers' partial rotary), or both absent; token type
+  embeddings (`Names.token_types`, `type_vocab_size` rows) and an embedding norm
+  (`Names.embedding_norm`) where the names have them; a pooler (`Names.pooler`:
+  `tanh(dense(h[0]))`, the body's `pool`);
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -92,9 +102,9 @@ class Names:
 @dataclass(frozen=True)
 class AttentionSpec:
     """The attention's layout and options (`c_attn`: transformers' `Conv1D`, always biased;
-    `qkvo`: biases as `qkv_bias` and `out_bias`)."""
+    `qkvo` and `qkv_proj`: biases as `qkv_bias` and `out_bias`)."""
 
-    layout: Literal["c_attn", "qkvo", "query_key_value"]
+    layout: Literal["c_attn", "qkvo", "qkv_proj", "query_key_value"]
     heads: int
     kv_heads: int
     head_dim: int
@@ -111,16 +121,53 @@ class AttentionSpec:
     def scaling(self) -> float:
         return self.head_dim ** -0.5 if self.scale is None else self.scale
 
+    @property
+    def qkv_sizes(self) -> tuple[int, int, int]:
+        """The widths of the queries, keys and values (`qkv_proj` stacks them in this order)."""
+        kv = self.kv_heads * self.head_dim
+        return self.heads * self.head_dim, kv, kv
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A mixture of experts: `experts` gated MLPs, each token sent to its `top_k` most probable
+    (router softmax), their outputs summed with the top-k probabilities, renormalised to sum 1
+    when `normalize`. `dispatch`: `sorted` (tokens grouped by expert, one grouped matmul) or
+    `dense` (every expert on every token: the reference); `router_first`: the router `gate`
+    defined before `experts` (transformers' definition order)."""
+
+    experts: int
+    top_k: int
+    normalize: bool = True
+    dispatch: Literal["sorted", "dense"] = "sorted"
+    router_first: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.experts:
+            raise ValueError(f"a mixture of {self.experts} experts routes each token to 1 .. "
+                             f"{self.experts} of them, found top_k {self.top_k}")
+
 
 @dataclass(frozen=True)
 class MLPSpec:
-    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated`: biases
-    as `bias`)."""
+    """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated` and
+    `gate_up`: biases as `bias`; `moe`: `moe` says the mixture, `width` is each expert's)."""
 
-    kind: Literal["c_fc", "gated", "dense"]
+    kind: Literal["c_fc", "gated", "gate_up", "dense", "moe"]
     width: int
     activation: str
     bias: bool = False
+    moe: MoESpec | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "moe") != (self.moe is not None):
+            raise ValueError(f"an MLP of kind {self.kind!r} needs moe set exactly when its kind "
+                             "is 'moe'")
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate multiplies the up projection (three `width`-wide matrices, else two)."""
+        return self.kind in ("gated", "gate_up", "moe")
 
 
 @dataclass(frozen=True)
@@ -133,7 +180,7 @@ class LayerAttention:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
 
 
@@ -158,6 +205,8 @@ class DecoderSpec:
     logit_softcap: float | None = None  # the head's logits soft-capped, `cap * tanh(x / cap)`
     layer_types: tuple[str, ...] | None = None  # per layer, a name of `attention_types`
     attention_types: tuple[tuple[str, LayerAttention], ...] = ()
+    layer_mlps: tuple[MLPSpec, ...] | None = None  # per layer (None: `mlp` in every layer)
+    output_router_logits: bool = False  # the output is (logits, router logits)
     type_vocab_size: int | None = None  # rows of the token type embedding
     padding_idx: int | None = None  # positions counted from padding_idx + 1 (RoBERTa)
 
@@ -166,6 +215,12 @@ class DecoderSpec:
             raise ValueError("token types need both a name (Names.token_types) and "
                              f"type_vocab_size, found {self.names.token_types!r} and "
                              f"{self.type_vocab_size!r}")
+        if self.layer_mlps is not None and len(self.layer_mlps) != self.num_layers:
+            raise ValueError(f"layer_mlps needs one MLPSpec per layer ({self.num_layers}), "
+                             f"found {len(self.layer_mlps)}")
+        if self.output_router_logits and not self.sparse_layers:
+            raise ValueError("output_router_logits needs a layer whose MLP is a mixture of "
+                             "experts (kind 'moe')")
         if self.layer_types is None:
             return
         known = dict(self.attention_types)
@@ -176,8 +231,17 @@ class DecoderSpec:
 
     @property
     def inv_freq(self) -> np.ndarray | None:
-        """The rotary inverse frequencies `(head_dim / 2,)` float32, or None."""
+        """The rotary inverse frequencies `(rotated dims / 2,)` float32, or None."""
         return None if self.rope is None else np.asarray(self.rope, np.float32)
+
+    def mlp_of(self, i: int) -> MLPSpec:
+        """The MLP of layer `i`."""
+        return self.mlp if self.layer_mlps is None else self.layer_mlps[i]
+
+    @property
+    def sparse_layers(self) -> tuple[int, ...]:
+        """The layers whose MLP is a mixture of experts (their router logits are output)."""
+        return tuple(i for i in range(self.num_layers) if self.mlp_of(i).kind == "moe")
 
     def layer(self, i: int) -> LayerAttention:
         """The window and rotary frequencies of layer `i`."""

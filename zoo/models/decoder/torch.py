@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import canonical
 from zoo.layers.torch import (
     Conv1D,
     KVCache,
@@ -25,7 +26,7 @@ from zoo.layers.torch import (
     rotary,
     softcap,
 )
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, padded_positions
+from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -128,14 +129,33 @@ class Attention(SelfAttention):
         return self.o_proj(h)
 
 
+class FusedQKVAttention(SelfAttention):
+    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
+    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        a, e = spec.attention, spec.hidden_size
+        self.o_proj = nn.Linear(a.heads * a.head_dim, e, bias=a.out_bias)
+        self.qkv_proj = nn.Linear(e, sum(a.qkv_sizes), bias=a.qkv_bias)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(t.view(n, length, -1, a.head_dim)
+                     for t in self.qkv_proj(x).split(a.qkv_sizes, dim=-1))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(h)
+
+
 class MLP(nn.Module):
     """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
-        self.c_fc = Conv1D(spec.mlp.width, spec.hidden_size)
-        self.c_proj = Conv1D(spec.hidden_size, spec.mlp.width)
-        self.act = ACTIVATIONS[spec.mlp.activation]
+        self.c_fc = Conv1D(mlp.width, spec.hidden_size)
+        self.c_proj = Conv1D(spec.hidden_size, mlp.width)
+        self.act = ACTIVATIONS[mlp.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(self.act(self.c_fc(x)))
@@ -144,16 +164,87 @@ class MLP(nn.Module):
 class GatedMLP(nn.Module):
     """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
-        e, m, b = spec.hidden_size, spec.mlp.width, spec.mlp.bias
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
         self.gate_proj = nn.Linear(e, m, bias=b)
         self.up_proj = nn.Linear(e, m, bias=b)
         self.down_proj = nn.Linear(m, e, bias=b)
-        self.act = ACTIVATIONS[spec.mlp.activation]
+        self.act = ACTIVATIONS[mlp.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GateUpMLP(nn.Module):
+    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
+        super().__init__()
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
+        self.gate_up_proj = nn.Linear(e, 2 * m, bias=b)
+        self.down_proj = nn.Linear(m, e, bias=b)
+        self.act = ACTIVATIONS[mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * self.act(gate))
+
+
+class Experts(nn.Module):
+    """transformers' fused experts (`MixtralExperts`, layer kind `experts`): `gate_up_proj`
+    `(E, 2 * width, hidden)` (gate rows, then up) and `down_proj` `(E, hidden, width)`; each
+    expert's gated MLP on the tokens routed to it, weighted and added back, as transformers
+    computes it."""
+
+    def __init__(self, experts: int, hidden: int, width: int, activation: str) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * width, hidden))
+        self.down_proj = nn.Parameter(torch.empty(experts, hidden, width))
+        for w in (self.gate_up_proj, self.down_proj):
+            bound = w.shape[-1] ** -0.5
+            nn.init.uniform_(w, -bound, bound)
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor
+                ) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        for e in torch.unique(experts).tolist():
+            token, choice = torch.where(experts == e)
+            gate, up = F.linear(x[token], self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = F.linear(self.act(gate) * up, self.down_proj[e])
+            out.index_add_(0, token, (y * weights[token, choice, None]).to(out.dtype))
+        return out
+
+
+canonical.register_class("experts", "torch", Experts)
+
+
+class SparseMoE(nn.Module):
+    """transformers' sparse MoE block: the router `gate` (a Linear without bias, one logit
+    per expert), softmax in float32, top-k (renormalised to sum 1 when the spec says so), the
+    `experts`, defined in transformers' order (`MoESpec.router_first`)."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
+        super().__init__()
+        e, m = spec.hidden_size, mlp.moe
+        make = {"gate": lambda: nn.Linear(e, m.experts, bias=False),
+                "experts": lambda: Experts(m.experts, e, mlp.width, mlp.activation)}
+        for name in ("gate", "experts") if m.router_first else ("experts", "gate"):
+            self.add_module(name, make[name]())
+        self.moe = m
+
+    def router_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The router's logits `(N, L, experts)`."""
+        return self.gate(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        probs = torch.softmax(self.gate(flat).float(), dim=-1)
+        weights, experts = torch.topk(probs, self.moe.top_k, dim=-1)
+        if self.moe.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return self.experts(flat, experts, weights).reshape(x.shape)
 
 
 class QueryKeyValue(SelfAttention):
@@ -180,10 +271,10 @@ class QueryKeyValue(SelfAttention):
 class DenseMLP(nn.Module):
     """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
-        self.dense = nn.Linear(spec.hidden_size, spec.mlp.width, bias=spec.mlp.bias)
-        self.act = ACTIVATIONS[spec.mlp.activation]
+        self.dense = nn.Linear(spec.hidden_size, mlp.width, bias=mlp.bias)
+        self.act = ACTIVATIONS[mlp.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.dense(x))
@@ -204,23 +295,26 @@ class ResidualOutput(nn.Module):
 
 
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
+                                              "qkv_proj": FusedQKVAttention,
                                               "query_key_value": QueryKeyValue}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "dense": DenseMLP}
+MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
+                                    "dense": DenseMLP, "moe": SparseMoE}
 
 
 class Block(nn.Module):
     """Pre-norm residual block (and the optional post-norms of its branches): its modules are
     named and ordered by `spec.names.block`."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
         norm = lambda: make_norm(spec, spec.hidden_size)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
                 "attention": lambda: ATTENTIONS[spec.attention.layout](spec),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp)}
         for name, role in spec.names.block:  # transformers' definition order
             place(self, name, make[role]())
         self.spec = spec
+        self.sparse = mlp.kind == "moe"
         self.residual_dropout = nn.Dropout(spec.residual_dropout)
 
     def part(self, role: str) -> nn.Module:
@@ -231,11 +325,16 @@ class Block(nn.Module):
         return self.part(role)(h) if self.spec.names.has(role) else h
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
+                inv_freq: np.ndarray | None, cache: LayerCache | None = None,
+                router: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The block's output; a mixture's router logits appended to `router`."""
         part = self.part
         h = part("attention")(part("attention_norm")(x), positions, mask, inv_freq, cache)
         x = x + self.residual_dropout(self.post("attention_post_norm", h))
-        h = self.post("mlp_post_norm", part("mlp")(part("mlp_norm")(x)))
+        normed = part("mlp_norm")(x)
+        if router is not None and self.sparse:
+            router.append(part("mlp").router_logits(normed))
+        h = self.post("mlp_post_norm", part("mlp")(normed))
         return x + self.residual_dropout(h)
 
 
@@ -243,19 +342,21 @@ class PostNormBlock(nn.Module):
     """Post-norm residual block (BERT's layer): `attention_output(attention(x), x)`, then
     `mlp_output(mlp(x), x)`; its modules are named and ordered by `spec.names.block`."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
         q = spec.attention.heads * spec.attention.head_dim
         make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec),
                 "attention_output": lambda: ResidualOutput(spec, q),
-                "mlp": lambda: MLPS[spec.mlp.kind](spec),
-                "mlp_output": lambda: ResidualOutput(spec, spec.mlp.width)}
+                "mlp": lambda: MLPS[mlp.kind](spec, mlp),
+                "mlp_output": lambda: ResidualOutput(spec, mlp.width)}
         for name, role in spec.names.block:
             place(self, name, make[role]())
         self.spec = spec
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
+                inv_freq: np.ndarray | None, cache: LayerCache | None = None,
+                router: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The block's output (`router`: a pre-norm block's; no mixture here)."""
         part = lambda role: self.get_submodule(self.spec.role(role))
         x = part("attention_output")(part("attention")(x, positions, mask, inv_freq, cache), x)
         return part("mlp_output")(part("mlp")(x), x)
@@ -279,8 +380,8 @@ class Decoder(nn.Module):
         if names.embedding_norm is not None:
             place(self, names.embedding_norm, make_norm(spec, e))
         self.embedding_dropout = nn.Dropout(spec.embedding_dropout)
-        place(self, names.layers, nn.ModuleList([BLOCKS[spec.residual](spec)
-                                                 for _ in range(spec.num_layers)]))
+        place(self, names.layers, nn.ModuleList([BLOCKS[spec.residual](spec, spec.mlp_of(i))
+                                                 for i in range(spec.num_layers)]))
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e))
         if names.pooler is not None:
@@ -296,8 +397,10 @@ class Decoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                 position_ids: torch.Tensor | None, cache: KVCache | None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The hidden states after the final norm, `(N, L, hidden_size)`."""
+                token_type_ids: torch.Tensor | None = None,
+                router: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The hidden states after the final norm, `(N, L, hidden_size)`; the sparse layers'
+        router logits appended to `router`."""
         s, names, (n, length) = self.spec, self.spec.names, input_ids.shape
         index = 0 if cache is None else cache.index
         if position_ids is None and s.padding_idx is not None:
@@ -322,7 +425,7 @@ class Decoder(nn.Module):
         for i, block in enumerate(self.get_submodule(names.layers)):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq,
-                      None if cache is None else cache.layer(i))
+                      None if cache is None else cache.layer(i), router)
         if cache is not None:
             cache.index += length
         return h if names.norm is None else self.get_submodule(names.norm)(h)
@@ -356,9 +459,12 @@ class CausalLM(nn.Module):
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)
         and `position_ids` `(N, L)` (default `0 .. L-1`) as transformers'. With a `cache`
         (`init_cache`) the tokens take its next slots and `attention_mask` `(N, max_length)`
-        covers every slot."""
+        covers every slot. With the spec's `output_router_logits` (and no cache),
+        `(logits, router_logits (N, layers, L, experts))`."""
         self.config.check_input(input_ids.shape)
-        body = self.body()
-        h = body(input_ids, attention_mask, position_ids, cache)
+        body, spec = self.body(), self.config.decoder
+        router = [] if spec.output_router_logits and cache is None else None
+        h = body(input_ids, attention_mask, position_ids, cache, router=router)
         logits = h @ body.embedding().weight.T if self.lm_head is None else self.lm_head(h)
-        return softcap(logits, self.config.decoder.logit_softcap)
+        logits = softcap(logits, spec.logit_softcap)
+        return logits if router is None else (logits, torch.stack(router, dim=1))
