@@ -264,7 +264,9 @@ def test_the_gemma_variants_exercise_their_options(name, change):
 
 def test_list_models_finds_the_language_models():
     assert zoo.list_models("qwen*") == ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
-                                        "qwen3-0.6b", "qwen3-1.7b", "qwen3-8b"]
+                                        "qwen3-0.6b", "qwen3-1.7b", "qwen3-235b-a22b",
+                                        "qwen3-30b-a3b", "qwen3-8b"]
+    assert zoo.list_models("mixtral*") == ["mixtral", "mixtral-8x22b-v0.1", "mixtral-8x7b-v0.1"]
     assert zoo.list_models("gemma*") == ["gemma", "gemma-2-27b", "gemma-2-2b", "gemma-2-9b",
                                          "gemma-2b", "gemma-3-12b", "gemma-3-1b", "gemma-3-27b",
                                          "gemma-3-4b", "gemma-7b"]
