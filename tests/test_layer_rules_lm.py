@@ -219,6 +219,7 @@ def test_rotary_frequencies_and_rotation_are_transformers(scaling):
     kind = "default" if scaling is None else "llama3"
     inv = rope_frequencies(d, 50000.0, kind, 8.0, 1.0, 4.0, 64)
     # tolerance: one power per element, no reduction: within 2 ulps of transformers'
+    # tolerance: float32 powers of the base, computed in another order: an ulp or two
     np.testing.assert_allclose(inv, hf.inv_freq.numpy(), rtol=2e-7, atol=0)
     if scaling is not None:  # all three bands are there: kept, smoothed, divided
         ratio = inv / rope_frequencies(d, 50000.0)
@@ -247,6 +248,7 @@ def test_partial_rotary_is_transformers(factor):
     hf = Phi3RotaryEmbedding(Phi3Config(hidden_size=4 * d, num_attention_heads=4,
                                         rope_theta=100.0, partial_rotary_factor=factor))
     inv = rope_frequencies(int(d * factor), 100.0)
+    # tolerance: float32 powers of the base, computed in another order: an ulp or two
     np.testing.assert_allclose(inv, hf.inv_freq.numpy(), rtol=2e-7, atol=0)
     q = np.random.default_rng(0).standard_normal((2, 5, 3, d)).astype(np.float32)
     pos = np.array([[0, 1, 2, 3, 4], [7, 3, 0, 11, 100]])
