@@ -12,41 +12,14 @@ all-MiniLM-L6-v2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.libraries import native_interface
+
 POOLINGS = ("mean", "cls")
-
-
-def _encode_eqx(model: Any, ids: Any, mask: Any, types: Any) -> Any:
-    return jax.vmap(lambda i, m, t: model.encode(i, attention_mask=m, token_type_ids=t))(
-        ids, mask, types)
-
-
-def _encode_linen(model: Any, ids: Any, mask: Any, types: Any) -> Any:
-    module, variables = model
-    return module.apply(variables, ids, attention_mask=mask, token_type_ids=types,
-                        method="encode")
-
-
-def _encode_module(model: Any, ids: Any, mask: Any, types: Any) -> Any:
-    return model.encode(ids, attention_mask=mask, token_type_ids=types)
-
-
-def _encode_torch(model: Any, ids: Any, mask: Any, types: Any) -> Any:
-    import torch
-
-    with torch.no_grad():
-        return model.encode(*(torch.from_numpy(np.asarray(a)) for a in (ids, mask)),
-                            token_type_ids=torch.from_numpy(np.asarray(types))).numpy()
-
-
-ENCODERS: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
-    "eqx": _encode_eqx, "linen": _encode_linen, "nnx": _encode_module, "torch": _encode_torch}
 
 
 def _config(model: Any) -> Any:
@@ -69,10 +42,13 @@ def embed(model: Any, impl: str, input_ids: Any, attention_mask: Any = None, *,
     mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids,
                                                                          np.int32)
-    h = jnp.asarray(ENCODERS[impl](model, ids, mask, types), jnp.float32)
+    states = native_interface(impl).call(model, "encode", ids,
+                                         inputs={"attention_mask": mask,
+                                                 "token_type_ids": types})
+    h = jnp.asarray(states, jnp.float32)
     if pooling == "cls":
         out = h[:, 0]
     else:
         weights = jnp.asarray(mask, h.dtype)[..., None]
         out = (h * weights).sum(1) / jnp.maximum(weights.sum(1), 1e-9)
-    return np.asarray(out) if impl == "torch" else out
+    return np.asarray(out) if isinstance(states, np.ndarray) else out  # PyTorch's: NumPy

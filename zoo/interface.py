@@ -109,10 +109,13 @@ class Interface:
         fn, arrays = self.eval_fn(model)
         return jax.jit(fn)(arrays, x)
 
-    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+    def call(self, model: Any, method: str, x: Any, *, inputs: dict[str, Any] | None = None,
+             **kwargs: Any) -> Any:
         """The eval-mode result of the native `model`'s `method` (`forward_features`,
-        `forward_head`, `forward_intermediates`, ...) on the native batch `x`, as the method
-        returns it (an array, or lists / tuples of them); the caller's model is not changed."""
+        `forward_head`, `forward_intermediates`, `encode`, ...) on the native batch `x`, as the
+        method returns it (an array, or lists / tuples of them); `inputs`: other batched
+        inputs by keyword (an attention mask; None: left out), `kwargs` the method's options;
+        the caller's model is not changed."""
         raise NotImplementedError(f"{self.impl} models have no method calls here")
 
     def clone(self, model: Any) -> Any:
@@ -184,12 +187,15 @@ class EqxInterface(Interface):
         return jax.vmap(lambda xi, ki, more: model(xi, state, **kw(ki), **more),
                         axis_name="batch", out_axes=(0, None))(x, keys, inputs)
 
-    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+    def call(self, model: Any, method: str, x: Any, *, inputs: dict[str, Any] | None = None,
+             **kwargs: Any) -> Any:
         model, state = model if isinstance(model, tuple) else (model, None)
         fn = getattr(eqx.nn.inference_mode(model), method)
+        more = _given(inputs or {})  # each sample's slice, as keywords
         if state is not None and _takes(fn, "state"):  # (output, state): the output
-            return jax.vmap(lambda xi: fn(xi, state, **kwargs)[0], axis_name="batch")(x)
-        return jax.vmap(lambda xi: fn(xi, **kwargs))(x)
+            return jax.vmap(lambda xi, m: fn(xi, state, **m, **kwargs)[0],
+                            axis_name="batch")(x, more)
+        return jax.vmap(lambda xi, m: fn(xi, **m, **kwargs))(x, more)
 
     def checkpoint_tree(self, model: Any) -> Any:
         return model  # `eqx.tree_serialise_leaves` stores the model (or `(model, state)`)
@@ -241,9 +247,10 @@ class LinenInterface(Interface):
             return y, dict(updates)
         return static.apply(variables, x, rngs=rngs, **kw), state
 
-    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+    def call(self, model: Any, method: str, x: Any, *, inputs: dict[str, Any] | None = None,
+             **kwargs: Any) -> Any:
         module, variables = model
-        return module.apply(variables, x, method=method, **kwargs)
+        return module.apply(variables, x, method=method, **_given(inputs or {}), **kwargs)
 
     def clone(self, model: Any) -> Any:
         """The module (immutable) with new containers of the same arrays: the variables'
@@ -300,12 +307,13 @@ class NNXInterface(Interface):
         y = model(x, **inputs) if key is None else model(x, rngs=key, **inputs)
         return y, nnx.split(model, nnx.Param, ...)[2]
 
-    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+    def call(self, model: Any, method: str, x: Any, *, inputs: dict[str, Any] | None = None,
+             **kwargs: Any) -> Any:
         from flax import nnx
 
         m = nnx.clone(model)
         m.eval()
-        return getattr(m, method)(x, **kwargs)
+        return getattr(m, method)(x, **_given(inputs or {}), **kwargs)
 
     def clone(self, model: Any) -> Any:
         from flax import nnx
@@ -354,12 +362,14 @@ class TorchInterface(Interface):
         with torch.no_grad():
             return m(torch.from_numpy(np.array(x))).numpy()
 
-    def call(self, model: Any, method: str, x: Any, **kwargs: Any) -> Any:
+    def call(self, model: Any, method: str, x: Any, *, inputs: dict[str, Any] | None = None,
+             **kwargs: Any) -> Any:
         import torch
 
         m = copy.deepcopy(model).eval()
+        more = {k: torch.as_tensor(np.array(v)) for k, v in _given(inputs or {}).items()}
         with torch.no_grad():  # tensors, or lists / tuples of them (forward_intermediates)
-            out = getattr(m, method)(torch.as_tensor(np.array(x)), **kwargs)
+            out = getattr(m, method)(torch.as_tensor(np.array(x)), **more, **kwargs)
         return jax.tree.map(lambda t: t.numpy(), out)
 
     def clone(self, model: Any) -> Any:
