@@ -30,6 +30,16 @@ DEFAULT_LENGTH = 128  # the examples' length when the config does not set `seq_l
 INITIALIZER_RANGE = 0.02  # transformers' `initializer_range` of GPT-2 and the Llama family
 
 
+def decoder_sizes(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
+                  head_dim: int | None = None) -> dict[str, int]:
+    """transformers' size fields of a decoder-only config (`head_dim` where it is set), for
+    the families' named models."""
+    sizes = {"hidden_size": hidden, "intermediate_size": intermediate,
+             "num_hidden_layers": layers, "num_attention_heads": heads,
+             "num_key_value_heads": kv_heads}
+    return sizes if head_dim is None else {**sizes, "head_dim": head_dim}
+
+
 def normal_init(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator
                 ) -> dict[str, np.ndarray]:
     """transformers' `_init_weights` for linear layers, `Conv1D` and embeddings: weights

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from zoo.configs import ConfigError, positive
 from zoo.models.decoder import AttentionSpec, DecoderSpec, LayerAttention, MLPSpec, Names
-from zoo.models.language import LanguageModelConfig
+from zoo.models.language import LanguageModelConfig, decoder_sizes
 
 SLIDING, FULL = "sliding_attention", "full_attention"  # transformers' layer types
 _OPTIONAL_FLOATS = ("rope_local_base_freq", "attn_logit_softcapping", "final_logit_softcapping")
@@ -21,13 +21,6 @@ def pattern(layers: int, every: int) -> tuple[str, ...]:
     """transformers' layer types of a `sliding_window_pattern`: every `every`-th layer full
     attention, the others sliding (Gemma 2: 2, Gemma 3: 6)."""
     return tuple(SLIDING if (i + 1) % every else FULL for i in range(layers))
-
-
-def _sizes(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
-           head_dim: int) -> dict[str, int]:
-    return {"hidden_size": hidden, "intermediate_size": intermediate,
-            "num_hidden_layers": layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "head_dim": head_dim}
 
 
 # The generations' options (what the readers of each `model_type` set, and the named models).
@@ -51,18 +44,20 @@ def _gemma3(layers: int, window: int, **sizes: Any) -> dict[str, Any]:
 # pinned there to transformers' keys, shapes and parameter count). Gemma 3 4B, 12B and 27B are
 # published as multimodal checkpoints: their text models are named here by config only.
 NAMED_MODELS: dict[str, dict[str, Any]] = {
-    "gemma-2b": _sizes(2048, 16384, 18, 8, 1, 256),
-    "gemma-7b": _sizes(3072, 24576, 28, 16, 16, 256),
-    "gemma-2-2b": _gemma2(26, **_sizes(2304, 9216, 26, 8, 4, 256)),
-    "gemma-2-9b": _gemma2(42, **_sizes(3584, 14336, 42, 16, 8, 256)),
-    "gemma-2-27b": _gemma2(46, **_sizes(4608, 36864, 46, 32, 16, 128),
+    "gemma-2b": decoder_sizes(2048, 16384, 18, 8, 1, 256),
+    "gemma-7b": decoder_sizes(3072, 24576, 28, 16, 16, 256),
+    "gemma-2-2b": _gemma2(26, **decoder_sizes(2304, 9216, 26, 8, 4, 256)),
+    "gemma-2-9b": _gemma2(42, **decoder_sizes(3584, 14336, 42, 16, 8, 256)),
+    "gemma-2-27b": _gemma2(46, **decoder_sizes(4608, 36864, 46, 32, 16, 128),
                            query_pre_attn_scalar=144),
     "gemma-3-1b": _gemma3(26, 512, **{**GEMMA3, "vocab_size": 262144,
                                       "max_position_embeddings": 32768},
-                          **_sizes(1152, 6912, 26, 4, 1, 256)),
-    "gemma-3-4b": _gemma3(34, 1024, **_GEMMA3_SCALED, **_sizes(2560, 10240, 34, 8, 4, 256)),
-    "gemma-3-12b": _gemma3(48, 1024, **_GEMMA3_SCALED, **_sizes(3840, 15360, 48, 16, 8, 256)),
-    "gemma-3-27b": _gemma3(62, 1024, **_GEMMA3_SCALED, **_sizes(5376, 21504, 62, 32, 16, 128),
+                          **decoder_sizes(1152, 6912, 26, 4, 1, 256)),
+    "gemma-3-4b": _gemma3(34, 1024, **_GEMMA3_SCALED, **decoder_sizes(2560, 10240, 34, 8, 4, 256)),
+    "gemma-3-12b": _gemma3(48, 1024, **_GEMMA3_SCALED,
+                           **decoder_sizes(3840, 15360, 48, 16, 8, 256)),
+    "gemma-3-27b": _gemma3(62, 1024, **_GEMMA3_SCALED,
+                           **decoder_sizes(5376, 21504, 62, 32, 16, 128),
                            query_pre_attn_scalar=168),
 }
 for _named in NAMED_MODELS.values():  # Gemma 2 and 3 files state it; Gemma 1 has no field

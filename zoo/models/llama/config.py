@@ -12,7 +12,7 @@ import numpy as np
 
 from zoo.configs import ConfigError, positive
 from zoo.models.decoder import AttentionSpec, DecoderSpec, MLPSpec, Names
-from zoo.models.language import LanguageModelConfig
+from zoo.models.language import LanguageModelConfig, decoder_sizes
 
 _LLAMA3_ROPE = {"rope_theta": 500000.0, "rope_type": "llama3", "rope_factor": 32.0,
                 "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
@@ -25,35 +25,28 @@ _QWEN3 = {**_QWEN, "model_type": "qwen3", "qk_norm": True, "head_dim": 128,
           "max_position_embeddings": 40960}
 
 
-def _sizes(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int
-           ) -> dict[str, int]:
-    return {"hidden_size": hidden, "intermediate_size": intermediate,
-            "num_hidden_layers": layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads}
-
-
 # The published config.json files (tests/fixtures/hf_configs/ holds them; each named model is
 # pinned there to transformers' keys, shapes and parameter count).
 NAMED_MODELS: dict[str, dict[str, Any]] = {
-    "llama-2-7b": {**_sizes(4096, 11008, 32, 32, 32), "rms_norm_eps": 1e-5,
+    "llama-2-7b": {**decoder_sizes(4096, 11008, 32, 32, 32), "rms_norm_eps": 1e-5,
                    "max_position_embeddings": 4096},
-    "llama-3.2-1b": {**_LLAMA3, **_sizes(2048, 8192, 16, 32, 8), "head_dim": 64,
+    "llama-3.2-1b": {**_LLAMA3, **decoder_sizes(2048, 8192, 16, 32, 8), "head_dim": 64,
                      "tie_word_embeddings": True},
-    "llama-3.2-3b": {**_LLAMA3, **_sizes(3072, 8192, 28, 24, 8), "head_dim": 128,
+    "llama-3.2-3b": {**_LLAMA3, **decoder_sizes(3072, 8192, 28, 24, 8), "head_dim": 128,
                      "tie_word_embeddings": True},
-    "llama-3.1-8b": {**_LLAMA3, **_sizes(4096, 14336, 32, 32, 8), "rope_factor": 8.0},
-    "mistral-7b-v0.1": {**_sizes(4096, 14336, 32, 32, 8), "model_type": "mistral",
+    "llama-3.1-8b": {**_LLAMA3, **decoder_sizes(4096, 14336, 32, 32, 8), "rope_factor": 8.0},
+    "mistral-7b-v0.1": {**decoder_sizes(4096, 14336, 32, 32, 8), "model_type": "mistral",
                         "rms_norm_eps": 1e-5, "max_position_embeddings": 32768,
                         "sliding_window": 4096},
-    "qwen2.5-0.5b": {**_QWEN2, **_sizes(896, 4864, 24, 14, 2), "tie_word_embeddings": True,
+    "qwen2.5-0.5b": {**_QWEN2, **decoder_sizes(896, 4864, 24, 14, 2), "tie_word_embeddings": True,
                      "max_position_embeddings": 32768},
-    "qwen2.5-1.5b": {**_QWEN2, **_sizes(1536, 8960, 28, 12, 2), "tie_word_embeddings": True,
+    "qwen2.5-1.5b": {**_QWEN2, **decoder_sizes(1536, 8960, 28, 12, 2), "tie_word_embeddings": True,
                      "max_position_embeddings": 131072},
-    "qwen2.5-7b": {**_QWEN2, **_sizes(3584, 18944, 28, 28, 4), "vocab_size": 152064,
+    "qwen2.5-7b": {**_QWEN2, **decoder_sizes(3584, 18944, 28, 28, 4), "vocab_size": 152064,
                    "max_position_embeddings": 131072},
-    "qwen3-0.6b": {**_QWEN3, **_sizes(1024, 3072, 28, 16, 8), "tie_word_embeddings": True},
-    "qwen3-1.7b": {**_QWEN3, **_sizes(2048, 6144, 28, 16, 8), "tie_word_embeddings": True},
-    "qwen3-8b": {**_QWEN3, **_sizes(4096, 12288, 36, 32, 8)},
+    "qwen3-0.6b": {**_QWEN3, **decoder_sizes(1024, 3072, 28, 16, 8), "tie_word_embeddings": True},
+    "qwen3-1.7b": {**_QWEN3, **decoder_sizes(2048, 6144, 28, 16, 8), "tie_word_embeddings": True},
+    "qwen3-8b": {**_QWEN3, **decoder_sizes(4096, 12288, 36, 32, 8)},
 }
 
 NAMES = Names(body="model", embedding="embed_tokens", layers="layers", norm="norm",

@@ -12,7 +12,7 @@ import numpy as np
 
 from zoo.configs import ConfigError, positive
 from zoo.models.decoder import AttentionSpec, DecoderSpec, MLPSpec, MoESpec, Names
-from zoo.models.language import INITIALIZER_RANGE, LanguageModelConfig
+from zoo.models.language import INITIALIZER_RANGE, LanguageModelConfig, decoder_sizes
 
 _MIXTRAL = {"vocab_size": 32000, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
             "num_local_experts": 8, "num_experts_per_tok": 2}
@@ -22,23 +22,16 @@ _QWEN3_MOE = {"model_type": "qwen3_moe", "vocab_size": 151936, "rms_norm_eps": 1
               "max_position_embeddings": 40960}
 
 
-def _sizes(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int
-           ) -> dict[str, int]:
-    return {"hidden_size": hidden, "intermediate_size": intermediate,
-            "num_hidden_layers": layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads}
-
-
 # The published config.json files (tests/fixtures/hf_configs/ holds them; each named model is
 # pinned there to transformers' keys, shapes and parameter count).
 NAMED_MODELS: dict[str, dict[str, Any]] = {
-    "mixtral-8x7b-v0.1": {**_MIXTRAL, **_sizes(4096, 14336, 32, 32, 8),
+    "mixtral-8x7b-v0.1": {**_MIXTRAL, **decoder_sizes(4096, 14336, 32, 32, 8),
                           "max_position_embeddings": 32768, "router_aux_loss_coef": 0.02},
-    "mixtral-8x22b-v0.1": {**_MIXTRAL, **_sizes(6144, 16384, 56, 48, 8),
+    "mixtral-8x22b-v0.1": {**_MIXTRAL, **decoder_sizes(6144, 16384, 56, 48, 8),
                            "max_position_embeddings": 65536, "router_aux_loss_coef": 0.001},
-    "qwen3-30b-a3b": {**_QWEN3_MOE, **_sizes(2048, 6144, 48, 32, 4),
+    "qwen3-30b-a3b": {**_QWEN3_MOE, **decoder_sizes(2048, 6144, 48, 32, 4),
                       "moe_intermediate_size": 768},
-    "qwen3-235b-a22b": {**_QWEN3_MOE, **_sizes(4096, 12288, 94, 64, 4),
+    "qwen3-235b-a22b": {**_QWEN3_MOE, **decoder_sizes(4096, 12288, 94, 64, 4),
                         "moe_intermediate_size": 1536},
 }
 
