@@ -179,14 +179,7 @@ def test_the_base_models_pooler_equals_transformers(impl):
                               attention_mask=torch.from_numpy(mask).long(),
                               token_type_ids=torch.from_numpy(types).long()).pooler_output
     model, h = _model(name, impl), _outputs(name, impl)
-    if impl == "torch":
-        got = model.pooled(torch.from_numpy(h)).detach().numpy()
-    elif impl == "eqx":
-        got = jax.vmap(model.pooled)(h)
-    elif impl == "linen":
-        got = model[0].apply(model[1], h, method="pooled")
-    else:
-        got = model.pooled(h)
+    got = zoo.native_interface(impl).call(model, "pooled", h)
     assert relative(np.asarray(got), want.numpy()) <= RELATIVE
 
 
