@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import importlib.util
 import itertools
 import os
@@ -187,8 +189,11 @@ def _architecture_of(value: object) -> str | None:
     """The architecture a test parameter names (an arch, a case id, a model name, a config)."""
     if isinstance(value, zoo.Config):
         return value.arch
-    if not isinstance(value, str):
-        return None
+    return _architecture_named(value) if isinstance(value, str) else None
+
+
+@functools.cache
+def _architecture_named(value: str) -> str | None:
     if value in CASE_IDS:
         return next(cfg.arch for name, cfg in CASES if name == value)
     try:
@@ -222,6 +227,16 @@ def _whole_model_beyond_cover(item: pytest.Item) -> bool:
     variant, archs = _cases_of(item)
     return variant or (bool(archs) and not archs & {*covering_archs(tuple(zoo.ARCHS)),
                                                     QUICK_WHOLE_MODEL_ARCH})
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made lives to the end of the run: frozen out of
+    Python's collector, whose full collections would otherwise walk those millions of objects
+    (jax, torch, transformers, the collected items) again and again during the tests (~10% of
+    a test process's CPU time, measured on tests/test_equivalence.py). The garbage of
+    collection goes first; what the tests make is collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,6 +16,7 @@ what to add.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import itertools
 import os
@@ -66,9 +67,15 @@ def _logical_lines(text: str) -> list[str]:
     return lines
 
 
+@functools.cache
+def markdown_tokens(path: Path) -> tuple[Any, ...]:
+    """The Markdown's tokens, parsed once per file for every test that reads them."""
+    return tuple(MarkdownIt("commonmark").parse(path.read_text()))
+
+
 def code_texts(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of every line of the Markdown's code blocks and of every inline code span."""
-    for token in MarkdownIt("commonmark").parse(path.read_text()):
+    for token in markdown_tokens(path):
         if token.type in ("fence", "code_block"):
             for line in _logical_lines(token.content):
                 yield token.map[0] + 1, line
@@ -546,8 +553,8 @@ SHOWN_WARNING = re.compile(r"^\s*# (\w+Warning): (.+?)(?:\s*\.\.\.)?$", re.M)
 
 def python_fences(path: Path) -> list[range]:
     """The lines of each Python block."""
-    return [range(t.map[0] + 1, t.map[1] + 1) for t in MarkdownIt("commonmark").parse(
-        path.read_text()) if t.type == "fence" and t.info.split()[:1] in (["python"], ["py"])]
+    return [range(t.map[0] + 1, t.map[1] + 1) for t in markdown_tokens(path)
+            if t.type == "fence" and t.info.split()[:1] in (["python"], ["py"])]
 
 
 def _warned(example: Any) -> None:
