@@ -101,7 +101,8 @@ QUICK_WHOLE_MODEL_ARCH = "cnn"
 # damaged byte or kill point, the conv-transpose architectures (their layer rule stays in the
 # subset), the reference-model features of the ResNet, the ViT, ConvNeXt, EfficientNet and
 # MobileNetV3 (named torchvision/timm models, timm options, adaptation, the features API), and
-# the language models' variants but the Llama family's tiny config (and their named models).
+# the language models' variants but the Llama family's tiny config (and their named models),
+# the allocator's page faults and the documentation site's build.
 FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py",
              "test_bench_mesh.py", "test_sharding.py", "test_cuda_export.py",
              "test_multiprocess.py", "test_conv_transpose_methods.py", "test_checkpoint_fuzz.py",
@@ -109,7 +110,7 @@ FULL_ONLY = ("test_examples.py", "test_bench_matrix.py", "test_bench_convert.py"
              "test_named_models.py", "test_model_api.py", "test_adapt.py", "test_vit.py",
              "test_intermediates.py", "test_convnext.py", "test_named_language_models.py",
              "test_mbconv.py", "test_vit_towers.py", "test_swin.py", "test_hf_towers.py",
-             "test_big_vision_npz.py")
+             "test_big_vision_npz.py", "test_malloc.py", "test_docs_site.py")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

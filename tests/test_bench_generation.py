@@ -21,6 +21,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
+@pytest.mark.full_only  # fresh interpreters or files: the quick subset's budget
 def test_decode_mode_runs_every_style_against_the_floor() -> None:
     tiny = dict(zoo.architecture("llama").config.TINY)
     run = generation.GenerationRun("llama", ("eqx", "torch"), tiny, prompt=4, new=3, repeat=1,

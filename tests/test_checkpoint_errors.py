@@ -207,6 +207,7 @@ def test_damaged_orbax_metadata_is_one_line(files, tmp_path):
 
 
 
+@pytest.mark.full_only  # fresh interpreters or files: the quick subset's budget
 def test_a_damaged_orbax_checkpoint_leaves_nothing_behind(files, tmp_path, monkeypatch):
     """Orbax abandons its reads in flight when one fails: their reports ("Event loop is
     closed", errors of collected coroutines) must not surface later, in unrelated code."""

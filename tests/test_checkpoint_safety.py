@@ -379,6 +379,7 @@ def test_a_kill_at_any_point_leaves_the_old_or_the_new_checkpoint(tmp_path):
         assert _ours(d.parent) == [], (fmt, n, existing)
 
 
+@pytest.mark.full_only  # fresh interpreters or files: the quick subset's budget
 def test_orphan_sidecar_of_ours_never_blocks_a_write(tmp_path):
     ck = Checkpoint(MLP, state_of(MLP))
     p = write(ck, tmp_path / "m.eqx", "eqx")

@@ -49,6 +49,7 @@ def test_every_help_fits_80_columns(entry, args, capsys, monkeypatch):
     assert max(len(line) for line in out.splitlines()) <= 80, out
 
 
+@pytest.mark.full_only  # fresh interpreters or files: the quick subset's budget
 def test_xla_flag_presets_fit_80_columns(capsys):
     from zoo.bench.xla_flags import PRESETS
 

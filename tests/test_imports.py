@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("canonical", "zoo", "converters")
 ALLOWED = {("zoo", "canonical"), ("converters", "canonical"), ("converters", "zoo")}
@@ -116,6 +118,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.full_only  # fresh interpreters or files: the quick subset's budget
 def test_conversion_imports_only_what_its_formats_need(tmp_path):
     """Safetensors to safetensors imports neither Flax, orbax, optax nor PyTorch; to `.pt`
     only PyTorch besides. JAX and Equinox remain: the canonical keys and shapes the
