@@ -2,7 +2,7 @@
 they hold, how those map to the canonical layout and back, the canonical initialisation, and
 which canonical arrays are statistics rather than trained parameters.
 
-Walkers (`canonical.walkers`), the canonical initialisation (`zoo.init`) and optimizer-state
+Walkers (`canonical.walkers`), the canonical initialisation (`zoo.weights.init`) and optimizer-state
 conversion (`converters.optim`) consult the kind and nothing else, so a new kind is one
 `register_kind(LayerKind(...))` call (see `canonical.rules` for the built-in ones).
 """
@@ -76,7 +76,8 @@ class LayerKind:
     - `axes`: per family, the logical axis names of each native array, one per dimension
       ("embed", "mlp", "heads", "kv", "conv_in", "conv_out", "channels", "vocab"; None for an
       axis never sharded; `...` for the kernel's spatial axes, however many): what sharding
-      strategies (`zoo.sharding`) map onto mesh axes. Arrays it does not name are replicated.
+      strategies (`zoo.runtime.sharding`) map onto mesh axes. Arrays it does not name are
+      replicated.
     """
 
     name: str

@@ -50,7 +50,7 @@ from converters.checkpoints.readwrite import read_state
 from converters.checkpoints.sources import source_config
 from converters.matching import MatchError, import_state, transfer
 from converters.optim import CanonicalOptState
-from zoo.weights import register_reader
+from zoo.weights.loading import register_reader
 
 # zoo.create(..., weights=PATH) reads files with the formats here, and a source named as a model
 # (zoo.create("hf-hub:ORG/REPO", ...)) gives its config through the hub readers.

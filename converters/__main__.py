@@ -78,8 +78,8 @@ from converters.matching.cli import (
 from converters.matching.match import MatchError
 from zoo.cli import ArgumentParser
 from zoo.configs import Config, ConfigError, PaddingWarning, config_from_dict
-from zoo.hub import Source
 from zoo.progress import progress as progress_display
+from zoo.weights.sources import Source
 
 PROGRESS_BYTES = 64 * 2**20  # show a progress bar from this source size on (unless told)
 

@@ -37,8 +37,8 @@ import optax
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import converters
-from zoo import fast, precision
-from zoo.training import cross_entropy
+from zoo.runtime import fast, precision
+from zoo.runtime.training import cross_entropy
 
 SIZE = 32  # digits are upsampled from 8x8 to SIZE x SIZE
 

@@ -4,7 +4,7 @@ show that every library and `transformers` continue a prompt with the same token
     python examples/generate_with_tiny_gpt2.py [--steps 300] [--impl nnx] [--out-dir DIR]
 
 1. `tokenizers`' byte-level BPE learns a vocabulary from the repository's Markdown;
-2. a GPT-2 of width 64 (2 layers) trains on it in one library (`--impl`) with `zoo.fast`'s
+2. a GPT-2 of width 64 (2 layers) trains on it in one library (`--impl`) with `zoo.runtime.fast`'s
    training step and the next-token loss, under a progress bar (a few minutes on a CPU at the
    default 300 steps; the tests run a handful);
 3. `zoo.generate` continues a prompt greedily;
@@ -32,8 +32,8 @@ import numpy as np
 import optax
 
 import converters
-from zoo import fast
-from zoo.training import next_token
+from zoo.runtime import fast
+from zoo.runtime.training import next_token
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = ("eqx", "linen", "nnx", "torch")

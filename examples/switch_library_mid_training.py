@@ -9,7 +9,7 @@ The switch goes through files, as it would between two jobs: the Equinox run sav
 checkpoint (parameters, BatchNorm statistics, Adam's state, step) with `converters.save`, the
 file is converted into a Linen orbax checkpoint with `converters.convert_file`, and the Linen run
 resumes from it with `converters.load(..., optimizer=tx)`. Both libraries train with the zoo's
-one training step, `zoo.fast.train_step`. Prints the loss curve and saves it as a PNG.
+one training step, `zoo.runtime.fast.train_step`. Prints the loss curve and saves it as a PNG.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import numpy as np
 import optax
 
 import converters
-from zoo import fast
-from zoo.training import cross_entropy
+from zoo.runtime import fast
+from zoo.runtime.training import cross_entropy
 
 
 def digits(seed: int) -> tuple[np.ndarray, ...]:
@@ -58,7 +58,7 @@ def accuracy(impl: str, model, x: np.ndarray, y: np.ndarray) -> float:
 
 def run(impl: str, model, tx, opt_state, steps: range, data, batch: int, seed: int,
         every: int, losses: list[tuple[int, float]]):
-    """Train with the zoo's training step (`zoo.fast.train_step`), resuming `opt_state`."""
+    """Train with the zoo's training step (`zoo.runtime.fast.train_step`), resuming `opt_state`."""
     api = zoo.interface(impl)
     step = fast.train_step(model, impl, tx, cross_entropy, opt_state=opt_state)
     x_train, y_train = data

@@ -55,7 +55,7 @@ import pytest
 import tests.toy_architecture  # noqa: F401  (an architecture registered only for the tests)
 import zoo
 from tests.kind_cover import covering_archs
-from zoo import precision
+from zoo.runtime import precision
 from zoo.testing import pinned_fact
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

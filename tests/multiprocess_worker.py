@@ -32,9 +32,9 @@ def main() -> None:
     import optax
 
     import zoo
-    import zoo.fast
-    from zoo import precision, sharding
-    from zoo.training import LOSSES, targets
+    import zoo.runtime.fast
+    from zoo.runtime import precision, sharding
+    from zoo.runtime.training import LOSSES, targets
 
     precision.set_global(precision.EXACT)
     mesh = jax.sharding.Mesh(np.array(jax.devices()), (sharding.DATA,))  # process-major
@@ -42,7 +42,7 @@ def main() -> None:
     impl = zoo.JAX_IMPLS[-1]
     api = zoo.interface(impl)
     model = zoo.create(cfg, impl, mesh=mesh, strategy="dp")
-    step = zoo.fast.train_step(model, impl, optax.sgd(0.1, momentum=0.9), LOSSES[cfg.LOSS],
+    step = zoo.runtime.fast.train_step(model, impl, optax.sgd(0.1, momentum=0.9), LOSSES[cfg.LOSS],
                                mesh=mesh)
     rows = slice(args.process_id * BATCH // args.processes,
                  (args.process_id + 1) * BATCH // args.processes)

@@ -27,8 +27,8 @@ import canonical
 import converters
 import zoo
 from converters.__main__ import main as cli
-from zoo import precision, sharding
 from zoo.registry import walk_facts
+from zoo.runtime import precision, sharding
 
 ORBAX = ("linen", "nnx")  # the orbax checkpoint formats
 ARCHS = ("vit", "llama")  # attention and dense layers; a language model (token ids, RMSNorm)

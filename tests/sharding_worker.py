@@ -27,11 +27,11 @@ import optax
 
 import canonical
 import zoo
-import zoo.fast
+import zoo.runtime.fast
 from tests.kind_cover import covering_archs
-from zoo import precision, sharding
 from zoo.registry import walk_facts
-from zoo.training import LOSSES, targets
+from zoo.runtime import precision, sharding
+from zoo.runtime.training import LOSSES, targets
 
 BATCH = 16
 MESHES = {"dp": (8,), "fsdp": (8,), "tp": (4, 2), "ep": (4, 2)}
@@ -47,9 +47,9 @@ DIVISIBLE_MLP = {"in_features": 64, "hidden": (128, 128), "out_features": 16}
 
 
 def _train_step(cfg: zoo.Config, impl: str, mesh: jax.sharding.Mesh | None,
-                strategy: str) -> zoo.fast.TrainStep:
+                strategy: str) -> zoo.runtime.fast.TrainStep:
     model = zoo.create(cfg, impl, mesh=mesh, strategy=strategy)
-    return zoo.fast.train_step(model, impl, optax.sgd(0.1, momentum=0.9), LOSSES[cfg.LOSS],
+    return zoo.runtime.fast.train_step(model, impl, optax.sgd(0.1, momentum=0.9), LOSSES[cfg.LOSS],
                                mesh=mesh)
 
 

@@ -12,8 +12,8 @@ import pytest
 import converters
 import zoo
 from converters.__main__ import main
-from zoo.adapters import adapt_input_conv, resample_pos_embed
 from zoo.testing import assert_close
+from zoo.weights.adaptation import adapt_input_conv, resample_pos_embed
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")

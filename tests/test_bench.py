@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo import precision as policy
 from zoo.bench import cli, fairness
 from zoo.bench.archs.convt import LinenConvT
 from zoo.bench.fairness import FairnessError, check_fairness
@@ -20,6 +19,7 @@ from zoo.bench.options import resolve_calls
 from zoo.bench.presets import ARCHS, PRESETS, PresetError, find_preset
 from zoo.bench.records import record_name
 from zoo.bench.subjects import Subject, Task, build_config, build_models, make_task
+from zoo.runtime import precision as policy
 from zoo.testing import assert_close
 
 LAYER_ARCH = "convt"  # the bench-only subject: one 3-D conv-transpose layer
@@ -594,7 +594,8 @@ def test_round_ratios_pair_each_round():
 
 
 def test_dispatch_training_rows(tmp_path):
-    """The training workload's rows of one library: every style, zoo.fast at K = 1, 10, 100."""
+    """The training workload's rows of one library: every style, zoo.runtime.fast at K = 1, 10,
+    100."""
     from zoo.bench import dispatch
     from zoo.bench.subjects import Subject, build_models, make_task
 

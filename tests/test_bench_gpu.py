@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo import precision as policy
 from zoo.bench import gpu
 from zoo.bench.matrix import Entry, Slot, run_slots
 from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.styles import idiomatic_style
 from zoo.layers.conv_transpose import METHODS
+from zoo.runtime import precision as policy
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from zoo import precision as policy
 from zoo.bench import flops
 from zoo.bench.fairness import check_flops, compare_flops
 from zoo.bench.presets import find_preset
 from zoo.bench.roofline import model_roofline
 from zoo.bench.subjects import build_config
 from zoo.layers.conv_transpose import METHODS, conv_transpose
+from zoo.runtime import precision as policy
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBS = ("eqx", "linen", "nnx")

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from zoo import precision
 from zoo.layers.conv_transpose import (
     METHODS,
     choose_method,
@@ -25,6 +24,7 @@ from zoo.layers.conv_transpose import (
     output_shape,
     torch_padding,
 )
+from zoo.runtime import precision
 from zoo.testing import assert_close
 
 SPATIAL = {1: "W", 2: "HW", 3: "DHW"}

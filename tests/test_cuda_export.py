@@ -58,9 +58,9 @@ def test_the_gpu_runs_models_lower_for_cuda_at_full_size(monkeypatch):
     backend: no im2col, `auto` picks the GPU's method) at the full size, with abstract inputs
     (and weights where no training step needs them): the seed's conv-transpose at (4, 4, 256^3)
     with every method, forward and training step, and the presets' forward passes."""
-    from zoo import fast
     from zoo.bench import gpu
     from zoo.bench.subjects import Task
+    from zoo.runtime import fast
 
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     seed = find_preset("convt-256", "convt")

@@ -40,7 +40,7 @@ from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 import zoo
-from zoo.hub import Source
+from zoo.weights.sources import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_DOCS = {"build", "dist", "node_modules", "site-packages", "site"}  # and hidden folders

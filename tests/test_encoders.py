@@ -8,7 +8,7 @@ random weights, float32, eager attention):
   for the tiny BERT, two per other variant in turn) on a
   right-padded batch with token types, at the tokens (transformers computes the padding's
   rows too, from the tokens: they are not compared), and the base model's pooler;
-- one `zoo.fast` training step (the head's loss, dropout off) in a JAX library (each in
+- one `zoo.runtime.fast` training step (the head's loss, dropout off) in a JAX library (each in
   turn) equal to PyTorch's gradients, whose loss is transformers' own `labels=` loss;
 - Hugging Face folders in and out (`converters.load` / `converters.save(..., "hub")`) load
   back in transformers' Auto classes with equal outputs; config.json fields the zoo does not
@@ -31,10 +31,10 @@ import pytest
 import converters
 import zoo
 from tests.lm_reference import relative
-from zoo import fast
 from zoo.configs import ConfigError
+from zoo.runtime import fast
+from zoo.runtime.training import IGNORE, LOSSES
 from zoo.testing import assert_close
-from zoo.training import IGNORE, LOSSES
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -206,7 +206,7 @@ def _torch_loss(cfg: zoo.Config, y, labels: np.ndarray):
 @functools.cache
 def _one_step(name: str, impl: str) -> tuple[float, dict[str, np.ndarray]]:
     """The head's loss of the padded batch and the canonical parameters after one SGD step of
-    learning rate 1 in training mode (`zoo.fast.train_step`; PyTorch: its autograd gradients
+    learning rate 1 in training mode (`zoo.runtime.fast.train_step`; PyTorch: its autograd gradients
     subtracted)."""
     cfg = VARIANTS[name]
     ids, mask, types = batch(cfg, seed=1)

@@ -30,9 +30,9 @@ import converters
 import zoo
 from tests.conftest import CASE_IDS, CASES
 from tests.kind_cover import cover, latin
-from zoo import fast
+from zoo.runtime import fast
+from zoo.runtime.training import mse
 from zoo.testing import assert_close, tolerance
-from zoo.training import mse
 
 TOL = tolerance("float32")
 SEED = 3

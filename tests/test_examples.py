@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo import precision
+from zoo.runtime import precision
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,5 @@
-"""zoo.fast computes what the plain interface computes, for every JAX library, and donates."""
+"""zoo.runtime.fast computes what the plain interface computes, for every JAX library, and
+donates."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 
 import zoo
 from tests.kind_cover import cover
-from zoo import fast
 from zoo.bench.subjects import build_models, make_task
+from zoo.runtime import fast
+from zoo.runtime.training import LOSSES
 from zoo.testing import assert_close
-from zoo.training import LOSSES
 
-# zoo.fast is one mechanism over each library's interface: every architecture runs in one
+# zoo.runtime.fast is one mechanism over each library's interface: every architecture runs in one
 # library in turn (--exhaustive: in all); every library meets every layer kind through it in
 # tests/test_equivalence.py's training (the kind cover's architectures, in all three).
 ARCHS = list(zoo.ARCHS)
@@ -33,7 +34,7 @@ def case(arch: str):
 
 
 def reference_step(model, impl, optimizer, loss_fn, x, target, key=None):
-    """One training step written out here, independent of `zoo.training.pure_step` (which
+    """One training step written out here, independent of `zoo.runtime.training.pure_step` (which
     `fast.train_step` wraps): the training-mode model's loss and its gradient by autodiff, one
     optax update; jitted whole (eagerly, it would compile op by op: slow). Returns (params,
     opt_state, state, loss)."""
@@ -129,7 +130,8 @@ def test_train_forward_returns_state(impl):
 
 
 def test_libraries_train_identically():
-    """Three steps of zoo.fast.train_step give the same losses in every library (CNN: BN)."""
+    """Three steps of zoo.runtime.fast.train_step give the same losses in every library (CNN:
+    BN)."""
     config = tiny("cnn")
     task = make_task(config, 4)
     models = build_models(config, zoo.JAX_IMPLS)

@@ -30,9 +30,9 @@ import converters
 import zoo
 from tests.kind_cover import cover
 from tests.lm_reference import QUICK, VARIANTS, hf_model_of, padded_batch, relative
-from zoo.generation import Settings
-from zoo.generation.loop import Generator, bucket
 from zoo.layers.dense import contract
+from zoo.runtime.generation import Settings
+from zoo.runtime.generation.loop import Generator, bucket
 from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")

@@ -27,10 +27,11 @@ from converters import CheckpointError
 from converters.checkpoints.io import UsageError
 from tests.converter_cli import cli
 from tests.hub_cache import add_repo, blob_name, offline_hub
-from zoo.hub import MAX_JSON_BYTES, BadSourceError, Source, SourceError, read_json
+from zoo.weights.sources import MAX_JSON_BYTES, BadSourceError, Source, SourceError, read_json
 
 VIT = zoo.tiny_config("vit")  # 8x8 images, patch 4, width 8, 5 classes
-# What a refusal raises: the zoo's source checks (zoo.hub), the converters' readers, a config.
+# What a refusal raises: the zoo's source checks (zoo.weights.sources), the converters' readers, a
+# config.
 REFUSED = (SourceError, CheckpointError, zoo.ConfigError)
 
 
@@ -153,7 +154,7 @@ def test_huge_config_json_in_the_cache_is_refused_unhashed(cache, monkeypatch):
     blob = Path(os.path.realpath(snapshot / "config.json"))
     with open(blob, "r+b") as f:
         f.truncate(MAX_JSON_BYTES + 1)
-    monkeypatch.setattr("zoo.hub.git_blob_sha1", lambda path: pytest.fail("hashed"))
+    monkeypatch.setattr("zoo.weights.sources.git_blob_sha1", lambda path: pytest.fail("hashed"))
     with pytest.raises(REFUSED) as e:
         zoo.create("hf-hub:org/huge", "nnx", pretrained=True)
     refused(e, "config.json: 16,777,217 bytes, more than a config file holds")

@@ -13,11 +13,12 @@ with random weights, float32, eager attention:
 - logits within 1e-5 of the largest (the issue's relative measure), unpadded and on a
   left-padded batch (attention mask, position ids), whose padded rows also give the logits of
   the rows alone;
-- one `zoo.fast` training step (next-token loss, padding ignored) in each JAX library equal to
-  PyTorch's gradients: SGD with learning rate 1 moves each parameter by minus its gradient, so
+- one `zoo.runtime.fast` training step (next-token loss, padding ignored) in each JAX library equal
+to PyTorch's gradients: SGD with learning rate 1 moves each parameter by minus its gradient, so
   the step checks the gradient of every parameter and the loss (equal to transformers' own
   `labels=` loss) at once;
-- the native calls, `zoo.fast.forward` with the other inputs, dropout, the tied head's alias;
+- the native calls, `zoo.runtime.fast.forward` with the other inputs, dropout, the tied head's
+alias;
 - each option of the Gemma variants changes their logits (the variants exercise them).
 """
 
@@ -43,9 +44,9 @@ from tests.lm_reference import (
     relative,
     variants,
 )
-from zoo import fast
+from zoo.runtime import fast
+from zoo.runtime.training import IGNORE, next_token
 from zoo.testing import assert_close, tolerance
-from zoo.training import IGNORE, next_token
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -114,7 +115,8 @@ def _labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 @functools.cache
 def _one_step(name: str, impl: str) -> tuple[float, dict[str, np.ndarray]]:
     """The next-token loss of the padded batch and the canonical parameters after one SGD step
-    of learning rate 1 (`zoo.fast.train_step`; PyTorch: its autograd gradients subtracted)."""
+    of learning rate 1 (`zoo.runtime.fast.train_step`; PyTorch: its autograd gradients
+    subtracted)."""
     cfg = VARIANTS[name]
     ids, mask, pos = padded_batch(cfg, seed=1)
     labels = _labels(ids, mask)
@@ -165,7 +167,7 @@ def test_one_training_step_and_every_gradient_agree_in_the_four_libraries(name):
 @pytest.mark.parametrize("impl", zoo.IMPLS)
 def test_native_calls_and_zoo_fast_take_the_mask_and_positions(impl):
     """Each library's own call (Equinox: one sequence; Linen: `apply`; NNX and PyTorch: the
-    module) and `zoo.fast.forward` give the padded logits."""
+    module) and `zoo.runtime.fast.forward` give the padded logits."""
     name = "qwen2-bias-tied"
     cfg = VARIANTS[name]
     ids, mask, pos = padded_batch(cfg)

@@ -399,12 +399,12 @@ def test_convnext_layers_convert_and_compute_timms_in_every_library():
     assert grn.logical_axes("flax", "scale", 1) == grn.logical_axes("eqx", "weight", 1) == (
         "mlp",)
     data = AbstractMesh((4,), ("data",))
-    fsdp = zoo.sharding.strategy("fsdp")
+    fsdp = zoo.runtime.sharding.strategy("fsdp")
     assert fsdp.spec(conv.logical_axes("flax", "kernel", 4), (7, 7, 1, 8), data) == P(
         None, None, None, "data")
     assert fsdp.spec(conv.logical_axes("eqx", "weight", 4), (8, 1, 7, 7), data) == P(
         "data", None, None, None)
-    tp = zoo.sharding.strategy("tp")
+    tp = zoo.runtime.sharding.strategy("tp")
     assert tp.spec(grn.logical_axes("flax", "scale", 1), (8,),
                    AbstractMesh((2, 2), ("data", "model"))) == P("model")
 

@@ -1,14 +1,19 @@
 """The code's layering (docs/layout.md): no circle of imports between files, `canonical` at the
 bottom, `zoo`'s core below the converters, the benchmark on top, and the one seam where the
-converters give the zoo its file readers (`zoo.weights.register_reader`)."""
+converters give the zoo its file readers (`zoo.weights.loading.register_reader`)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
+import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
+
+from zoo import moved
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("canonical", "zoo", "converters")
@@ -68,13 +73,15 @@ def test_each_layer_imports_only_from_below():
 
 def test_the_converters_meet_the_zoo_at_one_seam():
     """The zoo names the converters in one place only, the package it imports when a file is
-    to be read (`zoo.weights.READERS_PACKAGE`); the converters register their readers there."""
-    import zoo.weights
+    to be read (`zoo.weights.loading.READERS_PACKAGE`); the converters register their readers
+    there."""
+    import zoo.weights.loading
 
     named = [p.relative_to(ROOT).as_posix() for p in (ROOT / "zoo").rglob("*.py")
              if not p.relative_to(ROOT).as_posix().startswith(("zoo/bench/", "zoo/docs/"))
              and '"converters"' in p.read_text()]
-    assert named == ["zoo/weights.py"] and zoo.weights.READERS_PACKAGE == "converters"
+    assert named == ["zoo/weights/loading.py"]
+    assert zoo.weights.loading.READERS_PACKAGE == "converters"
     assert "register_reader" in (ROOT / "converters" / "__init__.py").read_text()
 
 
@@ -98,3 +105,19 @@ def test_a_family_is_at_most_seven_files():
              if type(zoo.tiny_config(arch)).__module__.startswith("zoo.models.")}
     assert len(sizes) >= 12 and all(files for files in sizes.values())
     assert {a: f for a, f in sizes.items() if len(f) > 7} == {}
+
+
+@pytest.mark.parametrize("old", sorted(moved.MOVED))
+def test_a_moved_module_path_imports_with_a_warning_naming_the_new_one(old):
+    """The paths that moved to `zoo.runtime` and `zoo.weights` still import (their submodules
+    too), warn once with the new path, and give the new module's objects."""
+    new = moved.MOVED[old]
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} moved to "
+                                                rf"{re.escape(new)}; import it from there"):
+        module = importlib.import_module(old)
+    real = importlib.import_module(new)
+    public = [n for n in vars(real) if not n.startswith("_")]
+    assert public and all(getattr(module, n) is getattr(real, n) for n in public)
+    assert moved.new_name(old + ".anything") == new + ".anything"
+    assert moved.new_name("zoo.runtime.fast") is None and moved.new_name("zoo.fastest") is None

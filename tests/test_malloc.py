@@ -1,4 +1,5 @@
-"""zoo.malloc: with freed memory kept, a jitted call's fresh 32 MiB buffers no longer cost a page
+"""zoo.runtime.malloc: with freed memory kept, a jitted call's fresh 32 MiB buffers no longer cost a
+page
 fault per 4 KiB on every call (glibc on Linux); without it, they do (the reason it exists)."""
 
 from __future__ import annotations
@@ -8,12 +9,12 @@ import sys
 
 import pytest
 
-from zoo.malloc import KEEP
+from zoo.runtime.malloc import KEEP
 
 PROBE = """
 import resource, sys
 if sys.argv[1] == "keep":
-    from zoo.malloc import keep_freed_memory
+    from zoo.runtime.malloc import keep_freed_memory
     print(keep_freed_memory())
 import jax, jax.numpy as jnp  # the backend starts after the setting, as in zoo.bench
 x = jnp.ones((8, 1024, 1024))  # 32 MiB

@@ -22,8 +22,8 @@ import converters
 import zoo
 from tests.kind_cover import cover
 from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
-from zoo import precision
 from zoo.registry import schema
+from zoo.runtime import precision
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")

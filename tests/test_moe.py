@@ -2,8 +2,8 @@
 family): the dispatch (tokens sorted by expert, grouped matmuls) equals the dense reference
 (every expert on every token) in values and gradients; the load-balancing loss of the router
 logits a model returns with `output_router_logits` equals transformers' `aux_loss`, and a
-`zoo.fast` training step with `zoo.training.router_loss` has transformers' `labels=` loss
-(cross-entropy plus `router_aux_loss_coef * aux_loss`) and its gradients in every JAX library;
+`zoo.runtime.fast` training step with `zoo.runtime.training.router_loss` has transformers' `labels=`
+loss (cross-entropy plus `router_aux_loss_coef * aux_loss`) and its gradients in every JAX library;
 transformers' per-expert files stack into the fused experts and back."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import converters
 import zoo
 from converters.adapters import HF_MIXTRAL, HF_QWEN3_MOE, AdapterError
 from tests.lm_reference import VARIANTS, hf_model_of, padded_batch
-from zoo import fast
 from zoo.layers.moe import dense_experts, load_balancing_loss, route, sorted_experts
+from zoo.runtime import fast
+from zoo.runtime.training import IGNORE, next_token, router_loss
 from zoo.testing import assert_close
-from zoo.training import IGNORE, next_token, router_loss
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """Training checkpoints: parameters, BatchNorm statistics, optax state and step change library.
 
-Every registered architecture trains with the zoo's one training step (`zoo.fast.train_step`),
-resumed from a converted checkpoint in another library.
+Every registered architecture trains with the zoo's one training step
+(`zoo.runtime.fast.train_step`), resumed from a converted checkpoint in another library.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import zoo
 from converters import ConversionError, convert_file, read
 from converters.core import from_canonical, to_canonical
 from converters.optim import to_canonical_opt
-from zoo import fast
 from zoo.registry import skeleton
+from zoo.runtime import fast
+from zoo.runtime.training import LOSSES, targets
 from zoo.testing import tolerance
-from zoo.training import LOSSES, targets
 
 CFG = zoo.make_config("cnn", features=(4, 8), hidden=16, input_size=(8, 8))
 # Tolerance of "3 steps in Equinox + 3 in NNX == 6 in NNX", float32 on CPU. The first three steps
@@ -43,7 +43,7 @@ def batch(config: zoo.Config, seed: int = 1) -> tuple[jax.Array, jax.Array]:
 
 
 def train(impl: str, model, tx, opt_state, steps: int, x, y):
-    """`steps` optimizer steps of `zoo.fast.train_step`; returns (model, opt_state)."""
+    """`steps` optimizer steps of `zoo.runtime.fast.train_step`; returns (model, opt_state)."""
     api = zoo.interface(impl)
     config = converters.config_of(model, impl)
     target = y if config.LOSS == "cross_entropy" else api.to_native(y)

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from zoo import precision
+from zoo.runtime import precision
 from zoo.testing import assert_close, tolerance
 
 

@@ -39,7 +39,7 @@ def table_configs() -> list[dict]:
     """Each distinct preprocessing of the table's tags (train and test sizes)."""
     seen = {}
     for name in zoo.list_pretrained():
-        if zoo.pretrained.resolve(name).pretrained.fields["library"] != "timm":
+        if zoo.weights.pretrained.resolve(name).pretrained.fields["library"] != "timm":
             continue  # token models: no image preprocessing
         for test in (False, True):
             cfg = zoo.data_config(name, use_test_size=test)
@@ -52,7 +52,7 @@ def test_data_config_is_timms_for_every_tag():
     from timm.models import get_pretrained_cfg
 
     for name in zoo.list_pretrained():
-        if zoo.pretrained.resolve(name).pretrained.fields["library"] != "timm":
+        if zoo.weights.pretrained.resolve(name).pretrained.fields["library"] != "timm":
             with pytest.raises(ConfigError, match="no image preprocessing"):
                 zoo.data_config(name)
             continue

@@ -1,6 +1,6 @@
-"""The pretrained tag table (`zoo/pretrained/data/tags.json`) and the ImageNet-1k names are data
-generated from the zoo's registry and timm's: the committed files must equal what
-``python -m zoo.pretrained.generate`` makes now, every tag must carry what timm's
+"""The pretrained tag table (`zoo/weights/pretrained/data/tags.json`) and the ImageNet-1k names are
+data generated from the zoo's registry and timm's: the committed files must equal what
+``python -m zoo.weights.pretrained.generate`` makes now, every tag must carry what timm's
 `get_pretrained_cfg` says, every named model timm publishes weights for must have all its
 tags, and names with tags resolve as timm's do (an untagged name takes timm's default tag).
 """
@@ -14,7 +14,7 @@ import pytest
 import zoo
 from tests.toy_architecture import ToyConfig
 from zoo.configs import CONFIGS, ConfigError
-from zoo.pretrained import generate, table
+from zoo.weights.pretrained import generate, table
 
 timm = pytest.importorskip("timm")
 
@@ -96,7 +96,7 @@ def test_names_with_tags_set_what_timms_tags_set():
     assert zoo.make_config("vit_base_patch16_224.augreg_in21k").num_classes == 21843
     assert zoo.make_config("vit_base_patch16_384.augreg_in1k").image_size == (384, 384)
     assert zoo.make_config("resnet50.tv_in1k", num_classes=10).num_classes == 10
-    resolved = zoo.pretrained.resolve("vit_small_patch16_224")
+    resolved = zoo.weights.pretrained.resolve("vit_small_patch16_224")
     assert str(resolved.pretrained) == "vit_small_patch16_224.augreg_in21k_ft_in1k"
     assert resolved.weights == "hf-hub:timm/vit_small_patch16_224.augreg_in21k_ft_in1k"
 
@@ -149,8 +149,8 @@ def test_declared_hub_repositories_join_the_table(monkeypatch):
                                                            "table"]
     monkeypatch.setattr(table, "table", lambda: fresh)
     assert zoo.make_config("toy-lm-0.5b.instruct").width == 4
-    assert zoo.pretrained.resolve("toy-lm-0.5b").weights == "hf-hub:Org/Toy-0.5B"
-    assert (zoo.pretrained.resolve("toy-lm-0.5b.instruct").weights
+    assert zoo.weights.pretrained.resolve("toy-lm-0.5b").weights == "hf-hub:Org/Toy-0.5B"
+    assert (zoo.weights.pretrained.resolve("toy-lm-0.5b.instruct").weights
             == "hf-hub:Org/Toy-0.5B-Instruct@v1.0")
     assert zoo.list_pretrained("toy-lm*") == ["toy-lm-0.5b.base", "toy-lm-0.5b.instruct"]
     monkeypatch.setattr(ToyConfig, "HUB_REPOS", {"toy-lm-7b": {"base": "Org/Toy-7B"}})

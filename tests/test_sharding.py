@@ -1,4 +1,4 @@
-"""Sharding (zoo.sharding): logical axes per layer kind, the strategies, Linen's logical
+"""Sharding (zoo.runtime.sharding): logical axes per layer kind, the strategies, Linen's logical
 partitioning and Equinox's `filter_shard` on the zoo's names, and a training step on 8 CPU
 devices under dp, fsdp and tp equal to one device and across the libraries
 (tests/sharding_worker.py, a subprocess)."""
@@ -20,13 +20,13 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 import canonical
 import zoo
-import zoo.fast
+import zoo.runtime.fast
 from canonical.kinds import KINDS
 from tests.kind_cover import covering_archs, features
-from zoo import precision, sharding
 from zoo.registry import skeleton, walk_facts
+from zoo.runtime import precision, sharding
+from zoo.runtime.training import LOSSES, targets
 from zoo.testing import assert_close
-from zoo.training import LOSSES, targets
 
 ZOO_ARCHS = [a for a in zoo.ARCHS if zoo.architecture(a).config.__module__.startswith("zoo.")]
 CASES = [(a, i) for a in ZOO_ARCHS for i in zoo.JAX_IMPLS if zoo.architecture(a).has(i)]
@@ -100,8 +100,9 @@ def test_one_device_mesh_computes_what_no_mesh_computes(impl):
     api = zoo.interface(impl)
     x = api.to_native(zoo.example_input(cfg, 4))
     t = targets(cfg, 4, jax.random.key(1))
-    losses = [float(zoo.fast.train_step(m, impl, optax.sgd(0.1), LOSSES[cfg.LOSS], mesh=mesh_)(
-        x, t)) for m, mesh_ in ((plain, None), (placed, mesh))]
+    losses = [float(zoo.runtime.fast.train_step(m, impl, optax.sgd(0.1), LOSSES[cfg.LOSS],
+                                                mesh=mesh_)(x, t))
+              for m, mesh_ in ((plain, None), (placed, mesh))]
     assert_close(losses[1], losses[0])
 
 
@@ -110,7 +111,7 @@ def test_one_device_mesh_computes_what_no_mesh_computes(impl):
 def test_linen_logical_partitioning_gives_the_shardings_the_zoo_places(arch, name):
     """Linen's own idiom on the zoo's names: the variables boxed as `nn.LogicallyPartitioned`,
     `nn.get_partition_spec` and `nn.logical_to_mesh_sharding` with the strategy's rules give
-    every array the sharding `zoo.sharding.shardings` gives it, and the batch its split (an
+    every array the sharding `zoo.runtime.sharding.shardings` gives it, and the batch its split (an
     even class count: Flax's rules do not look at sizes, see the next test)."""
     from flax import linen as nn
 
@@ -184,7 +185,7 @@ def test_a_mesh_step_splits_the_batch_with_its_library_constraint(impl, monkeypa
     api = zoo.interface(impl)
     x = api.to_native(zoo.example_input(cfg, 4))
     t = targets(cfg, 4, jax.random.key(1))
-    zoo.fast.train_step(zoo.create(cfg, impl), impl, optax.sgd(0.1), LOSSES[cfg.LOSS],
+    zoo.runtime.fast.train_step(zoo.create(cfg, impl), impl, optax.sgd(0.1), LOSSES[cfg.LOSS],
                         mesh=mesh)(x, t)
     assert [shape for shape, _ in seen] == [x.shape, t.shape]
     assert all(where == sharding.batch_sharding(sharding.auto(mesh)) for _, where in seen)

@@ -17,10 +17,10 @@ import pytest
 
 import converters
 import zoo
-from zoo.adapters import resize_rel_pos_bias_table
 from zoo.layers.drop_path import block_keys, sample_keep
 from zoo.models.intermediates import permutation
 from zoo.testing import assert_close
+from zoo.weights.adaptation import resize_rel_pos_bias_table
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import jax
@@ -17,24 +18,12 @@ import numpy as np
 
 import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
-from zoo import sharding
+from zoo import moved
 from zoo.configs import Config, ConfigError
 from zoo.embed import embed
-from zoo.generation import generate
-from zoo.hub import Source
-from zoo.init import canonical_init
 from zoo.interface import Interface
 from zoo.libraries import interface, library, native_interface
 from zoo.names import list_models
-from zoo.pretrained import (
-    Pretrained,
-    data_config,
-    labels,
-    list_pretrained,
-    remember,
-    resolve,
-    transform,
-)
 from zoo.registry import (
     ARCHS,
     IMPLS,
@@ -50,8 +39,23 @@ from zoo.registry import (
     tiny_config,
     walk_facts,
 )
-from zoo.weights import load as load_weights
-from zoo.weights import source_config
+from zoo.runtime.generation import generate
+from zoo.runtime.sharding import shard
+from zoo.weights.init import canonical_init
+from zoo.weights.loading import load as load_weights
+from zoo.weights.loading import source_config
+from zoo.weights.pretrained import (
+    Pretrained,
+    data_config,
+    labels,
+    list_pretrained,
+    remember,
+    resolve,
+    transform,
+)
+from zoo.weights.sources import Source
+
+moved.install()  # the old module paths (zoo.fast, zoo.hub, ...) import with a warning
 
 __all__ = [
     "ARCHS", "IMPLS", "JAX_IMPLS", "Config", "ConfigError", "Interface", "Pretrained",
@@ -110,7 +114,8 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
     Returns the library's native objects: Equinox `model` (or `(model, state)` for architectures
     with state), Linen `(module, variables)`, NNX `model`, PyTorch `nn.Module`.
 
-    `init="canonical"` (default) draws the documented canonical initialisation (`zoo.init`) from
+    `init="canonical"` (default) draws the documented canonical initialisation (`zoo.weights.init`)
+    from
     `seed` and converts it, so one seed gives numerically identical models in every library.
     `init="native"` uses the library's own initialisers instead.
 
@@ -118,18 +123,18 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
     those weights instead, adapted to the config as timm does for pretrained weights: another
     `num_classes` re-initialises the classifier (from `seed`), another ViT `image_size`
     resamples the position embedding, another `in_channels` adapts the first convolution (each
-    change is reported as a warning; `zoo.weights`, the architecture's `ADAPTERS`).
+    change is reported as a warning; `zoo.weights.loading`, the architecture's `ADAPTERS`).
 
     `pretrained=True` loads the published weights of a name with a pretrained tag, as timm's
     `create_model(name, pretrained=True)`: ``resnet50.tv_in1k`` (an untagged name means its
-    default tag, timm's), from the Hub repository the tag table names (`zoo.pretrained`),
+    default tag, timm's), from the Hub repository the tag table names (`zoo.weights.pretrained`),
     through `huggingface_hub`'s cache (``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``), then read and
     adapted as `weights=` is; `arch` may also be a source, ``hf-hub:ORG/REPO[@REVISION]`` or
     ``local-dir:PATH``, whose ``config.json`` gives the config (and, without `pretrained`,
     only the config). `zoo.data_config(model)` then gives the tag's preprocessing.
 
     `mesh`: a `jax.sharding.Mesh` to place the arrays on, partitioned by `strategy` ("dp",
-    "fsdp", "tp"; `zoo.sharding`); the numbers are those of the unsharded model.
+    "fsdp", "tp"; `zoo.runtime.sharding`); the numbers are those of the unsharded model.
     """
     made = None
     if pretrained:
@@ -152,4 +157,12 @@ def create(arch: str | Config, impl: str, *, seed: int = 0, init: str = "canonic
         raise ValueError(f"init must be 'canonical' or 'native', got {init!r}")
     if made is not None:
         remember(model, made)
-    return model if mesh is None else sharding.shard(model, impl, mesh, strategy, config=cfg)
+    return model if mesh is None else shard(model, impl, mesh, strategy, config=cfg)
+
+
+def __getattr__(name: str) -> Any:
+    """The modules that moved under their old short names (`zoo.fast`, `zoo.hub`, ...): each
+    imported when first asked for, with the warning that names its new path."""
+    if moved.new_name(f"{__name__}.{name}") is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")

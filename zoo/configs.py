@@ -124,14 +124,14 @@ class Config:
     arch: ClassVar[str]
     TINY: ClassVar[Overrides] = {}  # overrides giving a small config (tests, CI presets)
     # cross_entropy: integer labels; mse: targets like the output; next_token: a language
-    # model's shifted cross-entropy on token labels (-100 for padding), `zoo.training`
+    # model's shifted cross-entropy on token labels (-100 for padding), `zoo.runtime.training`
     LOSS: ClassVar[Loss] = "mse"
     VARIANTS: ClassVar[dict[str, Overrides]] = {}  # named TINY overrides tests also run
     NAMED: ClassVar[dict[str, Overrides]] = {}  # named configs ("resnet50"): overrides
     # Published weights of named models that timm's registry does not list (language models
     # on the Hub as `transformers` repositories): name -> {tag: "ORG/REPO[@REVISION]"}, the
-    # first tag the default. `python -m zoo.pretrained.generate` puts them in the tag table
-    # beside timm's tags of every named model timm knows (`zoo.pretrained`).
+    # first tag the default. `python -m zoo.weights.pretrained.generate` puts them in the tag table
+    # beside timm's tags of every named model timm knows (`zoo.weights.pretrained`).
     HUB_REPOS: ClassVar[dict[str, dict[str, str]]] = {}
     # timm's model arguments whose config field has another name ({"embed_dim": "width"}), or
     # None for one without effect on the models the config describes: how a timm
@@ -141,7 +141,8 @@ class Config:
     # compares them (the model catalogue lists them; the four libraries' agreement with each
     # other is every architecture's, tests/test_equivalence.py and test_torch_reference.py).
     REFERENCES: ClassVar[dict[str, str]] = {}
-    # How a checkpoint of another shape is adapted on loading (`zoo.adapters`, `zoo.weights`).
+    # How a checkpoint of another shape is adapted on loading (`zoo.weights.adaptation`,
+    # `zoo.weights.loading`).
     ADAPTERS: ClassVar[tuple[Any, ...]] = ()
     # A sample's first axis is channels, which channels-last libraries (Flax) put last; False
     # for token sequences, laid out alike in every library.
@@ -150,7 +151,7 @@ class Config:
     # The field saying how the convolutions pad, when the architecture has one (`Padding`).
     PADDING: ClassVar[Padding | None] = None
     # A layer kind's canonical initialisation replaced for this architecture (kind name ->
-    # `init(shapes, rng) -> arrays`, as `canonical.LayerKind.init`; `zoo.init`).
+    # `init(shapes, rng) -> arrays`, as `canonical.LayerKind.init`; `zoo.weights.init`).
     KIND_INITS: ClassVar[dict[str, Any]] = {}
 
     def __new__(cls, *args: Any, **fields: Any) -> Self:

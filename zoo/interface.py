@@ -26,8 +26,8 @@ gives them for PyTorch too, with the layout but no functional split / merge / ap
 
 Language models decode through `generate` (`zoo.generate`): the JAX libraries give their
 decoding step in their own idiom (`decoding`: Equinox's explicit cache, Linen's "cache"
-collection, NNX's `nnx.Cache` variables) to one decode loop (`zoo.generation.loop`); PyTorch's
-reference runs its own.
+collection, NNX's `nnx.Cache` variables) to one decode loop (`zoo.runtime.generation.loop`);
+PyTorch's reference runs its own.
 """
 
 from __future__ import annotations
@@ -127,17 +127,18 @@ class Interface:
         raise NotImplementedError
 
     def decoding(self, model: Any, batch: int, max_length: int) -> Any:
-        """The language `model`'s decoding step, pure (`zoo.generation.loop.Prepared`), with an
+        """The language `model`'s decoding step, pure (`zoo.runtime.generation.loop.Prepared`), with
+        an
         empty KV cache of `batch` sequences of `max_length` slots; `model` stays as it was."""
         raise NotImplementedError(f"{self.impl} models have no decoding step")
 
     def generate(self, model: Any, ids: np.ndarray, mask: np.ndarray, settings: Any,
                  style: str = "compiled") -> Any:
         """The sequences `model` generates after the prompt `ids`, `mask` `(N, L)` under
-        `settings` (`zoo.generation.Settings`), through the library's `decoding` step in the
+        `settings` (`zoo.runtime.generation.Settings`), through the library's `decoding` step in the
         decode loop's call `style` (compiled once per model structure, settings and prompt
-        bucket: `zoo.generation.loop.generate`)."""
-        from zoo.generation.loop import generate
+        bucket: `zoo.runtime.generation.loop.generate`)."""
+        from zoo.runtime.generation.loop import generate
 
         limit = getattr(_config_of(model), "max_length", None)
         return generate(lambda batch, length: self.decoding(model, batch, length), ids, mask,
@@ -203,7 +204,7 @@ class EqxInterface(Interface):
     def decoding(self, model: Any, batch: int, max_length: int) -> Any:
         """Equinox's explicit cache: `model(ids, ..., cache=cache) -> (logits, cache)` per
         sequence, vmapped over a batch of caches."""
-        from zoo.generation.loop import Prepared
+        from zoo.runtime.generation.loop import Prepared
 
         model = eqx.nn.inference_mode(model[0] if isinstance(model, tuple) else model)
         params, static = eqx.partition(model, eqx.is_array)
@@ -264,7 +265,7 @@ class LinenInterface(Interface):
     def decoding(self, model: Any, batch: int, max_length: int) -> Any:
         """Flax's `decode=True` idiom: `init` on a full-length batch gives the "cache"
         collection's shapes; each step applies with `mutable=["cache"]`."""
-        from zoo.generation.loop import Prepared
+        from zoo.runtime.generation.loop import Prepared
 
         module, variables = model
         module = module.clone(decode=True)
@@ -330,7 +331,7 @@ class NNXInterface(Interface):
         `nnx.split` / `nnx.merge` make the step pure."""
         from flax import nnx
 
-        from zoo.generation.loop import Prepared
+        from zoo.runtime.generation.loop import Prepared
 
         model = nnx.clone(model)
         model.eval()
@@ -380,8 +381,8 @@ class TorchInterface(Interface):
 
     def generate(self, model: Any, ids: np.ndarray, mask: np.ndarray, settings: Any,
                  style: str = "eager") -> Any:
-        """The reference's own decode loop (`zoo.generation.torch`), eager."""
-        from zoo.generation.torch import generate
+        """The reference's own decode loop (`zoo.runtime.generation.torch`), eager."""
+        from zoo.runtime.generation.torch import generate
 
         limit = getattr(_config_of(model), "max_length", None)
         return generate(model, ids, mask, settings,

@@ -5,8 +5,8 @@ architecture's own name ("resnet") stands for its default config. Every place th
 config by name (`zoo.make_config`, `zoo.create`, the converters' `--arch`) resolves it here; an
 unknown name is refused in one line that suggests the closest known ones.
 
-A name may carry a pretrained tag, as timm's do (``resnet50.a1_in1k``, `zoo.pretrained`): the
-tag sets the config fields timm's pretrained config sets (the class count, the input size and
+A name may carry a pretrained tag, as timm's do (``resnet50.a1_in1k``, `zoo.weights.pretrained`):
+the tag sets the config fields timm's pretrained config sets (the class count, the input size and
 channels); an unknown tag of a known name is refused naming its tags.
 """
 
@@ -17,7 +17,7 @@ import fnmatch
 from typing import Any
 
 from zoo.configs import CONFIGS, Config, ConfigError
-from zoo.pretrained.table import find, split
+from zoo.weights.pretrained.table import find, split
 
 
 def named_models() -> dict[str, tuple[str, dict[str, Any]]]:

@@ -28,7 +28,14 @@ import numpy as np
 
 from zoo.cli import ArgumentParser
 from zoo.configs import ConfigError
-from zoo.pretrained import Pretrained, data_config, label_names, made_from, resolve, transform
+from zoo.weights.pretrained import (
+    Pretrained,
+    data_config,
+    label_names,
+    made_from,
+    resolve,
+    transform,
+)
 
 
 def _tag_of(model: Any, name: str | None) -> Pretrained | None:

@@ -1,4 +1,4 @@
-"""The precision policy's comparisons for tests (`zoo.precision` holds the tolerances).
+"""The precision policy's comparisons for tests (`zoo.runtime.precision` holds the tolerances).
 
 One comparison for values that can be near zero (gradients, logits, activations): each element
 within `tol * |desired| + tol * scale`, where `scale = max(1, max|desired|)` is the largest
@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from zoo import precision
+from zoo.runtime import precision
 
 # The pins the suite's version-dependent facts were measured on (the repository's checkout).
 PIN_FILES = tuple(Path(__file__).resolve().parents[1] / "requirements" / name

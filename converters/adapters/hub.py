@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from converters.adapters.base import Adapter
 from zoo.configs import Config, ConfigError
-from zoo.hub import CONFIG, WEIGHTS
+from zoo.weights.sources import CONFIG, WEIGHTS
 
 __all__ = ["CONFIG", "WEIGHTS", "HubReader", "ModelTypeReader", "reader_for", "readers",
            "register", "writer_for"]

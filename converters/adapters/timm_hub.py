@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from converters.adapters.hub import HubReader
 from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict
 from zoo.names import resolve
-from zoo.pretrained.table import SPATIAL_FIELDS
+from zoo.weights.pretrained.table import SPATIAL_FIELDS
 
 _TRAINING_ONLY = ("drop_rate", "drop_path_rate", "proj_drop_rate", "attn_drop_rate",
                   "pos_drop_rate", "patch_drop_rate")

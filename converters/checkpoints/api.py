@@ -20,11 +20,11 @@ from converters.checkpoints.readwrite import read, shard_bytes, write
 from converters.checkpoints.sources import local
 from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
-from zoo import sharding
 from zoo.configs import Config
 from zoo.libraries import owner
 from zoo.names import list_models
 from zoo.registry import make_config
+from zoo.runtime import sharding
 
 
 def detect_impl(obj: Any) -> str:
@@ -90,7 +90,7 @@ def load(path: str | os.PathLike, impl: str | None = None, *, arch: str | None =
       structure of ``tx.init(zoo.interface(impl).split(model)[1])``.
 
     `weights` ("main" or "ema") chooses the live or EMA weights of a training checkpoint.
-    `mesh` (a `jax.sharding.Mesh`) and `strategy` (`zoo.sharding`) place the model as
+    `mesh` (a `jax.sharding.Mesh`) and `strategy` (`zoo.runtime.sharding`) place the model as
     ``zoo.create(..., mesh=, strategy=)`` does; an orbax checkpoint is restored straight onto
     the mesh, each device reading its shards (whatever mesh wrote it).
     """

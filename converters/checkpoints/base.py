@@ -164,7 +164,7 @@ def spread(a: Any) -> bool:
 
 @dataclass(frozen=True)
 class Placement:
-    """Devices to read a checkpoint onto: a `jax.sharding.Mesh` and a `zoo.sharding`
+    """Devices to read a checkpoint onto: a `jax.sharding.Mesh` and a `zoo.runtime.sharding`
     strategy ("dp", "fsdp", "tp")."""
 
     mesh: Any

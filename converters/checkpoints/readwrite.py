@@ -32,7 +32,7 @@ from converters.checkpoints.io import (
 from converters.checkpoints.metadata import check_version, write_json
 from converters.checkpoints.sources import local
 from converters.core import ConversionError, canonical_spec
-from zoo.weights import adapt as adapt_state
+from zoo.weights.loading import adapt as adapt_state
 
 
 class DestinationWarning(UserWarning):

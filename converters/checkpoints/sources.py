@@ -1,7 +1,9 @@
 """Sources wherever a checkpoint path is accepted: ``hf-hub:ORG/REPO[@REVISION]`` and
-``local-dir:PATH`` (`zoo.hub.Source`) become the local folder that holds them, fetched through
-``huggingface_hub``'s cache and checked there (`zoo.hub`). A folder's ``config.json`` decides
-its reader (`converters.adapters.hub`: timm, transformers' families, the zoo's own); one that
+``local-dir:PATH`` (`zoo.weights.sources.Source`) become the local folder that holds them, fetched
+through
+``huggingface_hub``'s cache and checked there (`zoo.weights.sources`). A folder's ``config.json``
+decides its reader (`converters.adapters.hub`: timm, transformers' families, the zoo's own); one
+that
 no reader claims is refused in one line naming what it is."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from converters.adapters import hub
 from converters.checkpoints.io import CheckpointError, UsageError
 from zoo.configs import Config, ConfigError
-from zoo.hub import CONFIG, BadSourceError, Source, SourceError, read_json
+from zoo.weights.sources import CONFIG, BadSourceError, Source, SourceError, read_json
 
 
 def kind_of(raw: Mapping[str, Any]) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from canonical.errors import ConversionError
-from zoo import precision
 from zoo.libraries import native_interface
+from zoo.runtime import precision
 
 
 def forward(model: Any, impl: str, x: np.ndarray) -> np.ndarray:

@@ -7,9 +7,9 @@
 
 Before anything is timed, the implementations being compared are built from one canonical
 state and must agree on parameter counts, outputs (strictly at full float32, then at the timed
-precision: `zoo.precision`) and FLOP counts (`zoo.bench.flops`), see `zoo.bench.fairness`;
+precision: `zoo.runtime.precision`) and FLOP counts (`zoo.bench.flops`), see `zoo.bench.fairness`;
 otherwise `FairnessError` is raised and the command exits with status 3. The fastest call style
-of each library is public as `zoo.fast`.
+of each library is public as `zoo.runtime.fast`.
 """
 
 from zoo.bench.cli import main

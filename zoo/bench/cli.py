@@ -14,7 +14,7 @@ from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
 from zoo.bench.xla_flags import apply as apply_xla_flags
 from zoo.cli import ArgumentParser
-from zoo.malloc import keep_freed_memory
+from zoo.runtime.malloc import keep_freed_memory
 
 EXIT_UNFAIR = 3
 __all__ = ["EXIT_UNFAIR", "bench_parser", "config_from_args", "main"]

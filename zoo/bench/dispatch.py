@@ -8,7 +8,7 @@ reaching the compiled program:
 - `static10k`: the identity carrying 10,000 static leaves (a tuple of ints held by the module:
   a plain Equinox field, a Linen attribute, an NNX attribute, a PyTorch attribute);
 - `mlp_train`: one training step of that MLP at batch 1 (cross-entropy, Adam), every training
-  style, plus `zoo.fast` with K in {1, 10, 100} steps per call (`fused K=10`, `fused K=100`:
+  style, plus `zoo.runtime.fast` with K in {1, 10, 100} steps per call (`fused K=10`, `fused K=100`:
   one `lax.scan` per call; times per step = call time / K).
 
 Training also gets a lower bound, "optimizer alone, fused K=100": the same Adam update
@@ -51,7 +51,6 @@ import optax
 from flax import nnx
 
 import zoo
-from zoo import precision as policy
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
@@ -62,6 +61,7 @@ from zoo.bench.timing import Prepared, round_orders, settle, summarize
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.libraries import library
 from zoo.registry import Architecture
+from zoo.runtime import precision as policy
 
 WORKLOADS: dict[str, str] = {  # {mlp}: the MLP's widths
     "identity": "identity, batch 1",
@@ -185,7 +185,7 @@ def _optimizer_bound(leaves: list[jax.Array], steps: int) -> Prepared:
 
 def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[Row, Prepared], Row | None]:
     """Every style of `impl` in `mode` (training: also the fused rows) and its own-program
-    floor (the compiled program of `zoo.fast` called raw; None for PyTorch)."""
+    floor (the compiled program of `zoo.runtime.fast` called raw; None for PyTorch)."""
     from zoo.bench.styles import available_styles, default_style, styles
 
     entries: dict[Row, Prepared] = {}

@@ -5,9 +5,9 @@ For the implementations being compared (built from one canonical state, so from 
 1. parameter counts are equal;
 2. outputs agree in the canonical layout: forward outputs (inference mode) and, for training,
    the training-mode loss of the first step, relative to the reference output's largest
-   magnitude. First strictly, at full float32 (`zoo.precision.exact`), then at the precision
+   magnitude. First strictly, at full float32 (`zoo.runtime.precision.exact`), then at the precision
    the benchmark times (`--precision`), each within the precision policy's tolerance for the
-   format the arithmetic runs in (`zoo.precision.tolerance(..., kind="max_relative")`);
+   format the arithmetic runs in (`zoo.runtime.precision.tolerance(..., kind="max_relative")`);
 3. the FLOP counts of the programs (the zoo's fast path, the default call style) agree within
    1% and reach the useful FLOPs of the shape, counted on the pre-optimisation HLO
    (`zoo.bench.flops.COMPARED`: the whole computation on every backend; the compiled GPU
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from zoo import precision as policy
 from zoo.bench import flops as flops_mod
 from zoo.bench.subjects import Subject
 from zoo.bench.timing import CompileInfo, compile_ahead
+from zoo.runtime import precision as policy
 
 FLOPS_TOLERANCE = 0.01
 

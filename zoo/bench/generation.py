@@ -2,8 +2,8 @@
 milliseconds per new token, per library and call style, against PyTorch eager (the zoo's
 reference and `transformers`' own `generate`, same weights) and the memory-bandwidth floor.
 
-- **Precision**: the run computes at `--precision` (`zoo.precision.use`; the record states it
-  and the dots' precision in the timed decode step's program).
+- **Precision**: the run computes at `--precision` (`zoo.runtime.precision.use`; the record states
+it and the dots' precision in the timed decode step's program).
 - **Fairness first**: the prompt's last logits of every library within `logits_bound` of the
   reference's (the policy's bound for the format the arithmetic runs in: full float32, TF32 or
   bfloat16), and the same greedy tokens everywhere (`transformers` included); else
@@ -16,7 +16,7 @@ reference and `transformers`' own `generate`, same weights) and the memory-bandw
   run (`copy_bandwidth`, read plus write traffic of a large copy, the faster of one before and
   one after the timing) is the time no style beats.
 
-Call styles of the JAX libraries (`zoo.generation.loop`): `loop` (the whole loop compiled,
+Call styles of the JAX libraries (`zoo.runtime.generation.loop`): `loop` (the whole loop compiled,
 `zoo.generate`'s default, timed by default: the fastest for Equinox and within 10% of the
 fastest for Linen and NNX in the GPT-2 124M record),
 `python` (a jitted step per token), `flat` (the same on the weights' flat leaves); `--call all`
@@ -36,14 +36,14 @@ import jax
 import numpy as np
 
 import zoo
-from zoo import precision as policy
 from zoo.bench.fairness import FairnessError
 from zoo.bench.records import record_base
 from zoo.bench.subjects import build_config, build_models
-from zoo.generation import Settings
-from zoo.generation.loop import Generator
 from zoo.libraries import library
-from zoo.weights import hub_config
+from zoo.runtime import precision as policy
+from zoo.runtime.generation import Settings
+from zoo.runtime.generation.loop import Generator
+from zoo.weights.loading import hub_config
 
 MODES = ("prefill", "decode")
 STYLES = {"loop": "compiled", "python": "python", "flat": "flat"}

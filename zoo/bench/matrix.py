@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
-from zoo import precision as policy
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
 from zoo.libraries import IMPLS, JAX_IMPLS
+from zoo.runtime import precision as policy
 
 # Rough seconds per compilation, for the printed estimate and the budget. "full": an H100 host
 # (XLA autotunes convolutions; torch.compile runs Inductor): `jax` from the 2026-11-27 H100

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from zoo import sharding
+from zoo.runtime import sharding
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 AXES = {1: (sharding.DATA,), 2: (sharding.DATA, sharding.MODEL)}

@@ -9,7 +9,6 @@ import json
 from typing import Any
 
 import zoo
-from zoo import precision as policy
 from zoo.bench.mesh import MeshError, parse_mesh
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
@@ -21,7 +20,8 @@ from zoo.cli import (
 )
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
-from zoo.sharding import STRATEGIES
+from zoo.runtime import precision as policy
+from zoo.runtime.sharding import STRATEGIES
 
 USAGE_EPILOG = """\
 other commands (python -m zoo.bench COMMAND --help):
@@ -155,15 +155,15 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="jax.profiler trace of a few extra steps per style (Perfetto)")
     p.add_argument("--steps-per-call", type=positive_int, default=1, metavar="K",
-                   help="K > 1 adds the 'fused' style to every JAX library: zoo.fast with K "
-                        "training steps (forward: K batches) per call, in one lax.scan; all "
-                        "times are per step")
+                   help="K > 1 adds the 'fused' style to every JAX library: zoo.runtime.fast "
+                        "with K training steps (forward: K batches) per call, in one lax.scan; "
+                        "all times are per step")
     p.add_argument("--xla-cpu-flags", default=None, metavar="PRESET|FLAGS",
                    help="XLA:CPU flags set before JAX starts (recorded): a preset "
                         "(python -m zoo.bench xla-flags) or a string of --xla_cpu_* flags")
     p.add_argument("--malloc", choices=("system", "keep"), default="system",
                    help="keep: glibc keeps freed memory for reuse, for every library alike "
-                        "(no page faults for each call's fresh buffers; zoo.malloc; "
+                        "(no page faults for each call's fresh buffers; zoo.runtime.malloc; "
                         "recorded); system: glibc's defaults")
     p.add_argument("--torch-compile", action="store_true", help="add the torch.compile style")
     p.add_argument("--torch-threads", type=positive_int, default=None, metavar="N",
@@ -221,15 +221,16 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def mesh_impls(impls: tuple[str, ...], args: argparse.Namespace
                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Under --mesh: (the JAX libraries, the others left out); only `zoo.fast`'s sharded step is
+    """Under --mesh: (the JAX libraries, the others left out); only `zoo.runtime.fast`'s sharded
+    step is
     timed, so other call styles, fused steps and torch.compile are refused."""
     sharded = tuple(i for i in impls if library(i).is_jax)
     if not sharded:
         raise MeshError(f"--mesh: none of {list(impls)} is a JAX library; PyTorch is not sharded")
     if args.call not in ("default", "fast"):
-        raise MeshError(f"--mesh times zoo.fast's sharded step only; --call {args.call} is not "
-                        "sharded")
+        raise MeshError(f"--mesh times zoo.runtime.fast's sharded step only; --call {args.call} "
+                        "is not sharded")
     if args.steps_per_call > 1 or args.torch_compile:
-        raise MeshError("--mesh times one zoo.fast step per call: drop --steps-per-call and "
-                        "--torch-compile")
+        raise MeshError("--mesh times one zoo.runtime.fast step per call: drop --steps-per-call "
+                        "and --torch-compile")
     return sharded, tuple(i for i in impls if i not in sharded)

@@ -19,7 +19,7 @@ import jax
 
 @dataclass(frozen=True)
 class Peak:
-    """Peak TFLOP/s per compute format (`zoo.precision.compute_format`: float32, tf32,
+    """Peak TFLOP/s per compute format (`zoo.runtime.precision.compute_format`: float32, tf32,
     bfloat16) and memory bandwidth in GB/s."""
 
     name: str

@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Any
 
-from zoo import precision as policy
 from zoo.bench.accel import gpu_info
 from zoo.bench.peaks import device_info, versions
+from zoo.runtime import precision as policy
 
 SCHEMA = 2
 RESULTS_DIR = os.path.join("bench", "results")

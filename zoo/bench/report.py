@@ -169,7 +169,7 @@ def _conditions(record: dict[str, Any]) -> str:
         threads = record.get("config", {}).get("torch_threads") or record.get("torch_threads")
         parts.append(f"PyTorch threads {threads}")
     if record.get("malloc", {}).get("applied"):
-        parts.append("glibc malloc keeping freed memory (`zoo.malloc`)")
+        parts.append("glibc malloc keeping freed memory (`zoo.runtime.malloc`)")
     text = ", ".join(parts)
     return (text[0].upper() + text[1:] + ".") if parts else ""
 

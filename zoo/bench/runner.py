@@ -12,8 +12,6 @@ import jax
 from jax.sharding import Mesh
 
 import zoo
-from zoo import precision as policy
-from zoo import sharding
 from zoo.bench import accel
 from zoo.bench import mesh as mesh_mod
 from zoo.bench import styles as styles_mod
@@ -40,6 +38,8 @@ from zoo.layers.conv_transpose import CHOICES, choose_method
 from zoo.layers.conv_transpose_spec import conv_transposes_of
 from zoo.libraries import JAX_IMPLS, interface, library
 from zoo.progress import progress as progress_display
+from zoo.runtime import precision as policy
+from zoo.runtime import sharding
 
 ALL_METHODS: tuple[str, ...] = CHOICES
 PROFILE_STEPS = 5  # profiled calls per row on a mesh (the collectives' share of time)
@@ -84,7 +84,7 @@ class BenchConfig:
     steps_per_call: int = 1  # K of the "fused" call style (train: K steps per call)
     xla_cpu_flags: str | None = None  # as given (preset name or string); applied by the CLI
     mesh: tuple[int, ...] | None = None  # (data,) or (data, model) devices: the sharded step
-    strategy: str = "fsdp"  # zoo.sharding.STRATEGIES, with `mesh`
+    strategy: str = "fsdp"  # zoo.runtime.sharding.STRATEGIES, with `mesh`
     not_sharded: tuple[str, ...] = ()  # libraries asked for but left out under `mesh`
 
     @property

@@ -29,7 +29,7 @@ class SubjectConfig(Protocol):
     """What the benchmark reads of a subject's config: a zoo `Config`, or a bench-only one."""
 
     arch: str
-    LOSS: str  # "cross_entropy" or "mse" (zoo.training.LOSSES)
+    LOSS: str  # "cross_entropy" or "mse" (zoo.runtime.training.LOSSES)
 
     @property
     def input_shape(self) -> tuple[int, ...]: ...

@@ -24,7 +24,7 @@ from flax import nnx
 from zoo.bench.subjects import LEARNING_RATE, Subject, torch_device, torch_sync
 from zoo.bench.timing import Prepared
 from zoo.libraries import library
-from zoo.training import pure_step
+from zoo.runtime.training import pure_step
 
 StyleFn = Callable[[Subject, str], Prepared]
 
@@ -90,7 +90,7 @@ def _copy_tree(tree: Any) -> Any:
 
 def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
                       donate: bool) -> Prepared:
-    """`jax.jit` of the zoo's pure step (`zoo.training.pure_step`) over (params, opt_state,
+    """`jax.jit` of the zoo's pure step (`zoo.runtime.training.pure_step`) over (params, opt_state,
     state) pytrees, threaded by a closure."""
     tx = subject.optimizer()
     jitted = jax.jit(pure_step(subject.api, static, tx, subject.loss_fn),
@@ -106,10 +106,12 @@ def _functional_train(subject: Subject, static: Any, params: Any, state: Any,
     return Prepared(call, lower=lambda: jitted.lower(*carry, x, target, key))
 
 
-# --------------------------------------------------------------------------- zoo.fast (all JAX)
+# --------------------------------------------------------------------------- zoo.runtime.fast (all
+# JAX)
 @offered("fast", EVERY_JAX, default=True)
 def fast(subject: Subject, mode: str) -> Prepared:
-    """`zoo.fast`: split once, pre-flattened leaves, plain `jax.jit` (the training step donates on
+    """`zoo.runtime.fast`: split once, pre-flattened leaves, plain `jax.jit` (the training step
+    donates on
     accelerators)."""
     if mode == "forward":
         fwd = subject.fast_forward()
@@ -123,8 +125,8 @@ def fast(subject: Subject, mode: str) -> Prepared:
 
 @offered("fused", EVERY_JAX)
 def fused(subject: Subject, mode: str) -> Prepared:
-    """`zoo.fast` with K steps per call (`--steps-per-call K`): training runs K optimizer steps
-    in one `lax.scan` (`train_step(steps_per_call=K)`), forward K batches in one `lax.map`;
+    """`zoo.runtime.fast` with K steps per call (`--steps-per-call K`): training runs K optimizer
+    steps in one `lax.scan` (`train_step(steps_per_call=K)`), forward K batches in one `lax.map`;
     times are per step (call time / K)."""
     k = subject.steps_per_call
     single = subject._cache.get(f"info_{mode}")

@@ -19,11 +19,11 @@ from jax.sharding import Mesh
 
 import zoo
 from canonical.torch_arrays import numpy_to_torch
-from zoo import fast, sharding
 from zoo.bench.spec import NativeModels, SubjectConfig, bench_spec
 from zoo.configs import Overrides
 from zoo.libraries import library
-from zoo.training import IGNORE, LOSSES, TOKEN_LOSSES, targets
+from zoo.runtime import fast, sharding
+from zoo.runtime.training import IGNORE, LOSSES, TOKEN_LOSSES, targets
 
 LEARNING_RATE = 1e-3
 
@@ -50,7 +50,7 @@ class Task:
 
     x: jax.Array
     target: jax.Array
-    loss: str  # "cross_entropy", "mse" or "next_token" (zoo.training.LOSSES)
+    loss: str  # "cross_entropy", "mse" or "next_token" (zoo.runtime.training.LOSSES)
     key: jax.Array | None = None
     config: Any = None
 
@@ -104,8 +104,8 @@ class Subject:
 
     `name` labels it in reports and errors (normally the impl). Models are never mutated by the
     benchmark: styles that train in place (NNX, PyTorch) work on copies. With a `mesh` (the
-    native model's arrays already placed on it, `zoo.sharding.shard`), the data are split over
-    its "data" axis and the training step runs on it (`zoo.fast.train_step(mesh=)`).
+    native model's arrays already placed on it, `zoo.runtime.sharding.shard`), the data are split
+    over its "data" axis and the training step runs on it (`zoo.runtime.fast.train_step(mesh=)`).
     """
 
     impl: str
@@ -161,10 +161,10 @@ class Subject:
 
         if self.task.loss == "cross_entropy":
             return F.cross_entropy(y.float(), target.long())
-        if self.task.loss == "next_token":  # zoo.training.next_token: shifted, -100 ignored
+        if self.task.loss == "next_token":  # zoo.runtime.training.next_token: shifted, -100 ignored
             return F.cross_entropy(y[:, :-1].flatten(0, 1).float(),
                                    target[:, 1:].flatten().long(), ignore_index=IGNORE)
-        if self.task.loss == "masked_token":  # zoo.training.masked_token: -100 ignored
+        if self.task.loss == "masked_token":  # zoo.runtime.training.masked_token: -100 ignored
             return F.cross_entropy(y.flatten(0, 1).float(), target.flatten().long(),
                                    ignore_index=IGNORE)
         return F.mse_loss(y.float(), target.float())
@@ -194,7 +194,7 @@ class Subject:
         return self._memo("fast_forward", lambda: fast.forward(self.native, self.impl))
 
     def fast_train(self, steps: int = 1) -> Any:
-        """`zoo.fast.train_step` (`steps` > 1: K fused steps per call)."""
+        """`zoo.runtime.fast.train_step` (`steps` > 1: K fused steps per call)."""
         name = "fast_train" if steps == 1 else f"fast_train{steps}"
         return self._memo(name, lambda: fast.train_step(
             self.native, self.impl, self.optimizer(), self.loss_fn, steps_per_call=steps,

@@ -5,7 +5,7 @@
     python -m zoo.docs.catalogue --recount  # count every model's figures again
 
 One page per architecture: every name `zoo.list_models()` gives for it, with its parameter
-count, forward FLOPs, input size, pretrained tags (`zoo/pretrained/data/tags.json`), the
+count, forward FLOPs, input size, pretrained tags (`zoo/weights/pretrained/data/tags.json`), the
 libraries it is registered in, the references it is tested against (its config's
 `REFERENCES`) and the benchmark ratios of its records (`bench/results/`). Parameters are
 counted on the canonical spec of the abstract skeleton (no weights; statistics left out, a
@@ -48,10 +48,10 @@ CLIS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "dispatch", "report", "presets", "xla-flags", "convert", "breakdown", "xla-cpu", "gpu",
         "matrix")),
     ("converters", ()), ("converters", ("convert",)), ("converters", ("inspect",)),
-    ("zoo.pretrained.generate", ()), ("zoo.docs.catalogue", ()),
+    ("zoo.weights.pretrained.generate", ()), ("zoo.docs.catalogue", ()),
 )
 MAINS = {"zoo.bench": "zoo.bench.cli:main", "converters": "converters.__main__:main",
-         "zoo.pretrained.generate": "zoo.pretrained.generate:main",
+         "zoo.weights.pretrained.generate": "zoo.weights.pretrained.generate:main",
          "zoo.docs.catalogue": "zoo.docs.catalogue:main"}
 
 
@@ -155,7 +155,7 @@ def _title(family: Family) -> str:
 
 
 def _tags() -> dict[str, dict[str, Any]]:
-    from zoo.pretrained.table import models
+    from zoo.weights.pretrained.table import models
 
     return models()
 

@@ -21,7 +21,7 @@ with grouped key/value heads, and the rotary position code, each as `transformer
   arrays preallocated to the cache's length and writes a call's tokens at the cache's index
   (`lax.dynamic_update_slice`: one program for every step); the call's queries are the slots
   `index .. index + L - 1` and its keys every slot, `attention_mask` covering them all
-  (`zoo.generation` states the protocol).
+  (`zoo.runtime.generation` states the protocol).
 """
 
 from __future__ import annotations

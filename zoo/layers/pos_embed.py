@@ -1,6 +1,6 @@
 """Position embeddings resampled to another patch grid, as timm's `resample_abs_pos_embed`:
 in a model at call time (timm's `dynamic_img_size`) and on loading a checkpoint
-(`zoo.adapters.ResamplePosEmbed`)."""
+(`zoo.weights.adaptation.ResamplePosEmbed`)."""
 
 from __future__ import annotations
 

@@ -97,13 +97,14 @@ class Library:
 
     def logical_box(self, array: Any, names: tuple[str | None, ...]) -> Any:
         """`array` wrapped with its logical axis `names` where the library has such a box
-        (`zoo.sharding.logically_named`)."""
+        (`zoo.runtime.sharding.logically_named`)."""
         raise ValueError(f"impl={self.name!r} has no box for logical axis names: its arrays "
-                         "carry their shardings (zoo.sharding.shard)")
+                         "carry their shardings (zoo.runtime.sharding.shard)")
 
     def constrain(self, tree: Any, where: Any) -> Any:
         """Inside a jitted function: `tree`'s arrays constrained to lie as the sharding `where`
-        says (`jax.lax.with_sharding_constraint`); how `zoo.fast` splits a batch over a mesh.
+        says (`jax.lax.with_sharding_constraint`); how `zoo.runtime.fast` splits a batch over a
+        mesh.
         A library with its own idiom for it implements it with that."""
         return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, where), tree)
 

@@ -4,8 +4,8 @@ Their input is a batch of token ids `(N, L)` (int32, one layout in every library
 `CHANNELS = False`), their output the logits `(N, L, vocab)`; the call also takes an optional
 `attention_mask` `(N, L)` (1 for a token, 0 for padding) and `position_ids` `(N, L)`, as
 `transformers`' models do. The task's loss is the next-token cross-entropy
-(`zoo.training.next_token`, padding ignored). `seq_len` is the zoo's own field: the length of
-the examples, of the abstract input that traces a model, and of the benchmark's batches; no
+(`zoo.runtime.training.next_token`, padding ignored). `seq_len` is the zoo's own field: the length
+of the examples, of the abstract input that traces a model, and of the benchmark's batches; no
 weight depends on it. None (the default, and what a `config.json` reads into) stands for
 `DEFAULT_LENGTH` tokens, or the model's maximum length if shorter (`length`).
 
@@ -62,7 +62,7 @@ class LanguageModelConfig(Config):
     # head's logits then grow with the width)
     KIND_INITS: ClassVar[dict[str, Any]] = dict.fromkeys(
         ("linear", "hf_conv1d", "embedding"), normal_init)
-    GENERATES: ClassVar[bool] = True  # generates text (zoo.generation); False: an encoder
+    GENERATES: ClassVar[bool] = True  # generates text (zoo.runtime.generation); False: an encoder
     EMBEDDING: ClassVar[str]  # the token embedding's canonical key
     HEAD: ClassVar[str] = "lm_head.weight"  # the output head's, when untied
 

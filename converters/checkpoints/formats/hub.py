@@ -2,9 +2,9 @@
 ViT and language models, timm, ...) beside the weights (`model.safetensors`, a sharded
 safetensors index with its shards, or `pytorch_model.bin`: the first found, read by its own
 format class) in the family's key layout. The config comes from `config.json`, so no
-``--arch`` / ``--config`` is needed. `config.json` is read by `zoo.hub.read_json`: bounded in
-size and nesting, an object. A folder whose `config.json` names a `model_type` no reader knows
-is refused by name, with the known ones.
+``--arch`` / ``--config`` is needed. `config.json` is read by `zoo.weights.sources.read_json`:
+bounded in size and nesting, an object. A folder whose `config.json` names a `model_type` no reader
+knows is refused by name, with the known ones.
 
 Written as transformers' `save_pretrained` writes them: `config.json` and `model.safetensors`,
 or with ``--shard-size`` shards of at most that size and their index, each shard's header
@@ -37,7 +37,7 @@ from converters.checkpoints.formats.safetensors_io import (
 from converters.checkpoints.formats.safetensors_shards import DEFAULT_SHARD_BYTES, INDEX
 from converters.checkpoints.io import CheckpointError, ProgressFn
 from zoo.configs import Config, ConfigError
-from zoo.hub import SourceError, read_json
+from zoo.weights.sources import SourceError, read_json
 
 HF_METADATA = {"format": "pt"}  # what transformers' save_pretrained writes in each header
 

@@ -50,10 +50,10 @@ from converters.core import (
     to_canonical,
 )
 from converters.optim import abstract_params, canonical_from_native
-from zoo import sharding
 from zoo.configs import Config
 from zoo.libraries import interface
 from zoo.registry import skeleton, walk_facts
+from zoo.runtime import sharding
 
 MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt", "checkpoint")
 TRAINING_KEYS = ("opt_state", "step")

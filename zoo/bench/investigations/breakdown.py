@@ -3,7 +3,7 @@
     python -m zoo.bench breakdown resnet --preset resnet18-cifar --batch 32 --impl nnx,torch
     taskset -c 0 python -m zoo.bench breakdown vit --preset vit-cifar --torch-threads 1
 
-JAX: a `jax.profiler` trace of a few `zoo.fast` steps; every trace event (one XLA:CPU thunk)
+JAX: a `jax.profiler` trace of a few `zoo.runtime.fast` steps; every trace event (one XLA:CPU thunk)
 is looked up in the compiled HLO and classified by the ops its (fused) computation contains
 (`classify`). PyTorch: `torch.profiler` self CPU time of the `aten::` ops (`torch_category`).
 Shares of a step are printed: unlike absolute times they survive a loaded machine.
@@ -122,7 +122,7 @@ def _trace_times(directory: str, steps: int) -> dict[str, float]:
 
 
 def jax_breakdown(step: Any, args: tuple[Any, ...], steps: int) -> dict[str, float]:
-    """Shares per HLO category of `step(*args)` (a `zoo.fast` forward or train step)."""
+    """Shares per HLO category of `step(*args)` (a `zoo.runtime.fast` forward or train step)."""
     categories = classify(step.lower(*args).compile().as_text())
     for _ in range(2):
         jax.block_until_ready(step(*args))

@@ -191,7 +191,7 @@ def _nchw_conv(rounds: int) -> Rows:
 _PAGES_CHILD = """
 import json, resource, sys, time
 if sys.argv[1] == "keep":
-    from zoo.malloc import keep_freed_memory
+    from zoo.runtime.malloc import keep_freed_memory
     keep_freed_memory()
 import jax, jax.numpy as jnp, numpy as np
 x = jnp.ones((16, 1024, 1024))  # 64 MiB: above glibc's largest dynamic mmap threshold
@@ -242,7 +242,7 @@ def _fresh_pages(rounds: int) -> Rows:
         _PAGES_CHILD, ["keep", n])
     return [("64 MiB elementwise call, glibc's defaults", _ms(t_sys)),
             ("  page faults per call (16,384 pages)", f"{f_sys:,.0f}"),
-            ("the same, zoo.malloc.keep_freed_memory()", _ms(t_keep)),
+            ("the same, zoo.runtime.malloc.keep_freed_memory()", _ms(t_keep)),
             ("  page faults per call", f"{f_keep:,.0f}")]
 
 

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
 from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.weights.adaptation import Adapter, AdaptInputConv, ResetClassifier
 
 # timm's named models: depths and widths per stage; the small ones ("atto" to "nano") run their
 # MLP as 1x1 convolutions on channels-first maps (`conv_mlp`), as timm builds them.

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
 from zoo.configs import Axis, Config, ConfigError, Padding, positive
 from zoo.models.intermediates import take_indices
 from zoo.models.mbconv.spec import (
@@ -19,6 +18,7 @@ from zoo.models.mbconv.spec import (
     round_channels,
     stage_ends,
 )
+from zoo.weights.adaptation import Adapter, AdaptInputConv, ResetClassifier
 
 Activation = Literal["relu", "relu6", "silu", "hard_swish"]
 

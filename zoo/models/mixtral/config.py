@@ -79,7 +79,7 @@ class MixtralConfig(LanguageModelConfig):
     dense SwiGLU layers of width `intermediate_size`: those in `mlp_only_layers` and those
     whose number `i + 1` is not a multiple of `decoder_sparse_step`. `router_aux_loss_coef`
     weights the load-balancing loss; with `output_router_logits` the model returns `(logits,
-    router_logits)` and `zoo.training.router_loss` adds it to the loss, as transformers'
+    router_logits)` and `zoo.runtime.training.router_loss` adds it to the loss, as transformers'
     `labels=` loss with `output_router_logits=True`. `dispatch` (the zoo's): `sorted` (tokens
     grouped by expert) or `dense` (every expert on every token, the reference); `seq_len` (the
     zoo's) the examples' length.

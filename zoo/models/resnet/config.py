@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from zoo.adapters import Adapter, AdaptInputConv, ResetClassifier
 from zoo.configs import Axis, Config, ConfigError, Padding, positive
+from zoo.weights.adaptation import Adapter, AdaptInputConv, ResetClassifier
 
 EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
 STEM: dict[str, tuple[int, int, int, bool]] = {  # conv1 kernel, stride, padding; max-pool

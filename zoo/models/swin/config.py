@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from zoo.adapters import Adapter, AdaptInputConv, ResampleRelPosBias, ResetClassifier
 from zoo.configs import Config, ConfigError, positive
+from zoo.weights.adaptation import Adapter, AdaptInputConv, ResampleRelPosBias, ResetClassifier
 
 MASKED = -100.0  # the attention logit added between tokens of different shifted regions
 

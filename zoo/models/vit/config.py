@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from zoo.adapters import Adapter, AdaptInputConv, ResamplePosEmbed, ResetClassifier
 from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.weights.adaptation import Adapter, AdaptInputConv, ResamplePosEmbed, ResetClassifier
 
 # timm's names of the ViT families the zoo builds (each pinned to timm's keys, shapes and
 # parameter count by tests/fixtures/named_timm_vit*.json).

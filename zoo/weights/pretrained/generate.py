@@ -1,7 +1,7 @@
-"""Regenerate the pretrained tag table and the label sets (``zoo/pretrained/data/``).
+"""Regenerate the pretrained tag table and the label sets (``zoo/weights/pretrained/data/``).
 
-    python -m zoo.pretrained.generate           # write tags.json and imagenet-1k.json
-    python -m zoo.pretrained.generate --check   # exit 1 (naming what differs) if stale
+    python -m zoo.weights.pretrained.generate           # write tags.json and imagenet-1k.json
+    python -m zoo.weights.pretrained.generate --check   # exit 1 (naming what differs) if stale
 
 The tags come from the zoo's named models (`zoo.names`) and timm's registry: every tag with
 weights on the Hub of every named model timm knows, each field as `get_pretrained_cfg` gives it
@@ -20,8 +20,8 @@ from typing import Any
 
 from zoo.configs import CONFIGS, ConfigError
 from zoo.names import named_models
-from zoo.pretrained.labels import LABELS
-from zoo.pretrained.table import FIELDS, GENERATE, TABLE
+from zoo.weights.pretrained.labels import LABELS
+from zoo.weights.pretrained.table import FIELDS, GENERATE, TABLE
 
 INFORMATIONAL = ("timm_version",)  # recorded, not compared by --check
 
@@ -166,7 +166,7 @@ def differences(committed: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zoo.pretrained.generate",
+    parser = argparse.ArgumentParser(prog="python -m zoo.weights.pretrained.generate",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="compare with the committed files instead of writing them")

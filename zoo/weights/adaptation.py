@@ -3,7 +3,7 @@
 An architecture's config declares its adaptations in `ADAPTERS`, each an `Adapter` that owns a
 few canonical keys and rewrites the checkpoint's arrays for them when their shapes differ from
 the target config's: a new classifier, a resampled position embedding, a first convolution for
-another number of input channels. `zoo.weights.adapt` runs them; nothing here names an
+another number of input channels. `zoo.weights.loading.adapt` runs them; nothing here names an
 architecture. Every adapter returns one line per change.
 """
 

@@ -1,11 +1,11 @@
 """Weights for `zoo.create(..., weights=...)`: a canonical state or a checkpoint file, adapted to
-the requested config by the architecture's `ADAPTERS` (`zoo.adapters`).
+the requested config by the architecture's `ADAPTERS` (`zoo.weights.adaptation`).
 
 Files are read by the checkpoint formats of the `converters` package, which registers its reader
 here when imported (the zoo does not import the converters at module level: a call that needs
 the reader imports the package named by `READERS_PACKAGE`, as the registry imports a model
 class given as "module:Class"). `weights` may be a source (``hf-hub:ORG/REPO[@REVISION]``,
-``local-dir:PATH``, `zoo.hub`): the converters fetch and check it.
+``local-dir:PATH``, `zoo.weights.sources`): the converters fetch and check it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 import canonical
-from zoo.adapters import Adapter, Arrays
 from zoo.configs import Config, ConfigError
-from zoo.init import canonical_init
 from zoo.registry import schema
+from zoo.weights.adaptation import Adapter, Arrays
+from zoo.weights.init import canonical_init
 
 # path, config -> the file's canonical arrays as stored (not validated against the config)
 Reader = Callable[[str | os.PathLike, Config], Mapping[str, Any]]

@@ -1,6 +1,6 @@
 """Class names of the label sets pretrained tags predict: ImageNet-1k's as data in the repository
 (`data/imagenet-1k.json`: WordNet synsets and timm's descriptions, generated from timm's
-`ImageNetInfo` by ``python -m zoo.pretrained.generate`` and checked by a test). Other sets
+`ImageNetInfo` by ``python -m zoo.weights.pretrained.generate`` and checked by a test). Other sets
 (ImageNet-21k, -22k, -12k) are read from timm where it is installed."""
 
 from __future__ import annotations

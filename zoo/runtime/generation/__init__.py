@@ -7,8 +7,8 @@ Each library keeps its KV cache in its own idiom (Equinox an explicit `KVCache` 
 through the call, Linen `decode=True` and its "cache" collection, NNX `nnx.Cache` variables
 from `init_cache`, PyTorch's reference its own `KVCache`), preallocated to the cache's length
 and written at its index: one program for every step. Its interface (`zoo.interface`) gives the
-decoding step; the JAX libraries share one decode loop (`zoo.generation.loop`), compiled whole
-by default.
+decoding step; the JAX libraries share one decode loop (`zoo.runtime.generation.loop`), compiled
+whole by default.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from zoo.generation.settings import Settings, prompt
+from zoo.runtime.generation.settings import Settings, prompt
 
 __all__ = ["Settings", "generate"]
 

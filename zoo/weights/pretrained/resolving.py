@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zoo.configs import ConfigError
-from zoo.hub import Source
-from zoo.pretrained.table import Pretrained, find, split
+from zoo.weights.pretrained.table import Pretrained, find, split
+from zoo.weights.sources import Source
 
 
 @dataclass(frozen=True)

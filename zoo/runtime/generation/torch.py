@@ -1,5 +1,5 @@
 """The PyTorch reference's decode loop, eager, with its own `KVCache`: the same slots,
-positions, stopping and padding as the JAX loop (`zoo.generation.loop`); sampling draws from
+positions, stopping and padding as the JAX loop (`zoo.runtime.generation.loop`); sampling draws from
 `torch.Generator` seeded with `seed` (the same filters, not the same draws as JAX)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zoo.generation.settings import Settings
 from zoo.models.language import positions
+from zoo.runtime.generation.settings import Settings
 
 
 def _filtered(logits: torch.Tensor, s: Settings) -> torch.Tensor:

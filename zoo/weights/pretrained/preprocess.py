@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from zoo.configs import Config, ConfigError
-from zoo.pretrained.table import Pretrained
+from zoo.weights.pretrained.table import Pretrained
 
 # timm's defaults (timm.data.constants) for what a pretrained config leaves out.
 IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
@@ -248,8 +248,8 @@ def data_config(model_or_name: Any, *, use_test_size: bool = False) -> dict[str,
     `model_or_name` is a name (``resnet50.a1_in1k``; an untagged name means its default tag),
     a ``hf-hub:`` / ``local-dir:`` source whose ``config.json`` is timm's, a `Pretrained` tag,
     or a model `zoo.create(..., pretrained=True)` made."""
-    from zoo.hub import Source
-    from zoo.pretrained.resolving import resolve
+    from zoo.weights.pretrained.resolving import resolve
+    from zoo.weights.sources import Source
 
     if isinstance(model_or_name, Pretrained):
         return resolve_data_config(_image_fields(model_or_name), use_test_size)

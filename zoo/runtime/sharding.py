@@ -2,7 +2,7 @@
 
     mesh = jax.make_mesh((8,), ("data",))
     model = zoo.create("vit_tiny", "nnx", mesh=mesh, strategy="fsdp")
-    step = zoo.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn, mesh=mesh)
+    step = zoo.runtime.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn, mesh=mesh)
 
 Every native array carries logical axis names, given once per layer kind
 (`canonical.LayerKind.axes`: "embed", "mlp", "heads", "conv_out", "channels", ...). A
@@ -27,7 +27,7 @@ an NNX model also records it as each Variable's `out_sharding` metadata, so that
 `nnx.get_partition_spec(nnx.state(model))` reads it as in Flax's guide. Linen's idiom,
 logical names and rules, is `logically_named` (`nn.LogicallyPartitioned` boxes) with
 `logical_rules(strategy)` for `nn.logical_to_mesh_sharding`; Equinox's, `eqx.filter_shard`, is
-how its `Library.constrain` splits a `zoo.fast` step's batch. Reductions
+how its `Library.constrain` splits a `zoo.runtime.fast` step's batch. Reductions
 over the batch, BatchNorm's statistics included, are global: a BatchNorm layer normalises with
 the statistics of the whole global batch, as on one device, in every library.
 """
@@ -89,7 +89,7 @@ class Strategy:
             raise ValueError(
                 f"strategy {self.name!r} has no logical axis rules: it shards each array along "
                 "its largest named axis that the data axis divides, a choice per array; take "
-                "its shardings from zoo.sharding.shardings")
+                "its shardings from zoo.runtime.sharding.shardings")
         return ((BATCH, DATA), *self.rules)
 
     def spec(self, axes: tuple[str | None, ...], shape: tuple[int, ...],

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from zoo.generation.sampling import next_token
-from zoo.generation.settings import Settings
 from zoo.models.language import positions
+from zoo.runtime.generation.sampling import next_token
+from zoo.runtime.generation.settings import Settings
 
 # apply(weights, cache, ids (N, l), mask (N, max_length), positions (N, l)) -> (logits, cache)
 Apply = Callable[[Any, Any, Array, Array, Array], tuple[Array, Any]]

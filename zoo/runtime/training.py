@@ -1,7 +1,7 @@
 """The training step, written once: losses, and the pure step every caller jits its own way.
 
-`zoo.fast.train_step` wraps `pure_step` with pre-flattened leaves and donation; the benchmark's
-call styles jit it over pytrees; tests and examples use `zoo.fast.train_step`.
+`zoo.runtime.fast.train_step` wraps `pure_step` with pre-flattened leaves and donation; the
+benchmark's call styles jit it over pytrees; tests and examples use `zoo.runtime.fast.train_step`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from zoo.generation.settings import Settings
+from zoo.runtime.generation.settings import Settings
 
 
 def filtered(logits: Array, settings: Settings) -> Array:

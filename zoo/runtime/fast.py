@@ -1,14 +1,14 @@
 """The fastest way to call a zoo model: pre-flattened leaves and a plain `jax.jit`.
 
-    fwd = zoo.fast.forward(model, "nnx")            # any Equinox / Linen / NNX model
+    fwd = zoo.runtime.fast.forward(model, "nnx")            # any Equinox / Linen / NNX model
     y = fwd(x)                                      # x in the library's native layout
 
-    step = zoo.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn)
+    step = zoo.runtime.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn)
     for x, target in batches:
         loss = step(x, target)                      # params, opt_state, BN state donated
     model = step.model()                            # a native model holding the trained weights
 
-    fused = zoo.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn, steps_per_call=100)
+    fused = zoo.runtime.fast.train_step(model, "nnx", optax.adam(1e-3), loss_fn, steps_per_call=100)
     losses = fused(xs, targets)                     # xs: 100 stacked batches, one dispatch
 
 Fused multi-step training (`steps_per_call=K`): K optimizer steps over K stacked batches run in
@@ -28,9 +28,9 @@ carries. `eqx.filter_jit` and `nnx.jit` instead re-partition or traverse the mod
 Both functions work for every model of a JAX library of the zoo ("eqx", "linen", "nnx"): they
 use the uniform interface of `zoo.interface` (split / apply / merge), not the architecture.
 
-Training on a CPU under Linux, call `zoo.malloc.keep_freed_memory()` first (before JAX starts):
-XLA:CPU's per-call buffers then stop costing a page fault per 4 KiB. Measured: the ViT training
-step (vit-cifar, batch 32) at 1.01-1.03x PyTorch's with it, 1.40x without
+Training on a CPU under Linux, call `zoo.runtime.malloc.keep_freed_memory()` first (before JAX
+starts): XLA:CPU's per-call buffers then stop costing a page fault per 4 KiB. Measured: the ViT
+training step (vit-cifar, batch 32) at 1.01-1.03x PyTorch's with it, 1.40x without
 (docs/investigations/cpu_training_step.md).
 Convolution models on a CPU: `zoo.bench.xla_flags.apply("eigen-conv")` first (or that preset's
 flag in `XLA_FLAGS`) gives 2-D convolutions to XLA's own kernels instead of YNNPACK's, which ran
@@ -49,9 +49,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from zoo import sharding
 from zoo.libraries import interface, library
-from zoo.training import pure_step
+from zoo.runtime import sharding
+from zoo.runtime.training import pure_step
 
 __all__ = ["Forward", "TrainStep", "forward", "train_step"]
 
@@ -292,12 +292,12 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
       (`Library.constrain`: `eqx.filter_shard` in Equinox, `jax.lax.with_sharding_constraint`
       in Flax), the arrays kept as they lie (`zoo.create(...,
       mesh=mesh, strategy=...)`; arrays not on `mesh` are replicated on it), the optimizer
-      state sharded as its parameters. The numbers are those of one device (`zoo.sharding`).
+      state sharded as its parameters. The numbers are those of one device (`zoo.runtime.sharding`).
 
     **Returns:** a `TrainStep`: `loss = step(x, target)` (or `step(x, target, key)` for dropout)
     updates the held arrays; `step.model()` gives the trained native model. The model's other
     inputs are keywords, batched as `x` (a language model: `step(ids, labels,
-    attention_mask=mask)`, with `zoo.training.next_token` as `loss_fn`; stacked too with
+    attention_mask=mask)`, with `zoo.runtime.training.next_token` as `loss_fn`; stacked too with
     `steps_per_call`).
 
     The gradients are taken with respect to the interface's `params` (Equinox: inexact arrays,
