@@ -17,7 +17,7 @@ import numpy as np
 
 import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
-from zoo import sharding
+from zoo import sharding, tokenizer
 from zoo.configs import Config, ConfigError
 from zoo.embed import embed
 from zoo.generation import generate
@@ -59,7 +59,7 @@ __all__ = [
     "generate", "interface",
     "labels", "library", "list_implementations", "list_models", "list_pretrained",
     "load_weights", "make_config", "model_class", "native_interface", "register", "sharding",
-    "tiny_config", "transform",
+    "tiny_config", "tokenizer", "transform",
 ]
 
 
