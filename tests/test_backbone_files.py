@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import converters
+import zoo
 from converters.checkpoints.io import CheckpointError
 from converters.core import ConversionError
 from tests.converter_cli import cli
@@ -178,6 +179,21 @@ def test_python_api_refuses_with_the_same_line(files):
         converters.read(files["timm_pt"], arch="vit", config=VIT)
     with pytest.raises(ConversionError, match=r"the keys lack the prefix 'transformer\.'"):
         converters.read(files["gpt2_file"], arch="gpt2", config=GPT2_3)
+
+
+def test_python_api_reads_base_model_folders_and_says_so(files):
+    notes = {name: converters.read(files[f"{name}_folder"]).notes
+             for name in ("gpt2", "llama", "roberta")}
+    assert notes["gpt2"][-1] == ("head: tied to the embedding (transformer.wte.weight): the "
+                                 "whole gpt2")
+    assert notes["llama"][-1].startswith("head: lm_head.weight not in the file: left at its "
+                                         "initialisation (seed 0)")
+    assert notes["roberta"][-2].startswith("the keys lack the prefix 'roberta.'")
+    config = converters.read(files["gpt2_folder"]).config
+    model = zoo.create(config, "torch", weights=files["gpt2_folder"])
+    with torch.no_grad():
+        want = files["models"]["gpt2"](torch.as_tensor(IDS)).last_hidden_state.numpy()
+    assert np.abs(_hidden(model, "torch", IDS.astype(np.int32)) - want).max() <= HIDDEN
 
 
 def _ids(config, impl):
