@@ -151,7 +151,7 @@ def test_headless_vision_files_name_num_classes_0(files, source, tmp_path, capsy
     assert code == 1
     assert err == (f"error: {files[source]}: the file has no head (head.weight, head.bias): a "
                    "file of vit's backbone (the model without its head); pass --num-classes 0 "
-                   "to read it as that model\n")
+                   "(in Python, a config with num_classes=0) to read it as that model\n")
     code, out, err = cli(capsys, *args, "--num-classes", "0")
     assert (code, err) == (0, "")
     assert "adapted: nothing (the weights already fit)" in out

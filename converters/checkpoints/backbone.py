@@ -109,8 +109,9 @@ def _listed(keys: list[str]) -> str:
 def _option(config: Config) -> str:
     """How a command line asks for the headless form: an option of its own, else --config."""
     overrides = dict(config.HEADLESS)
-    if set(overrides) <= set(OPTIONS):
-        return " ".join(f"{OPTIONS[k]} {v}" for k, v in overrides.items())
-    text = json.dumps(overrides, sort_keys=True)[1:-1]
     python = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    if set(overrides) <= set(OPTIONS):
+        flags = " ".join(f"{OPTIONS[k]} {v}" for k, v in overrides.items())
+        return f"{flags} (in Python, a config with {python})"
+    text = json.dumps(overrides, sort_keys=True)[1:-1]
     return f"{text} in --config (in Python, a config with {python})"
