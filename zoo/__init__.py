@@ -18,7 +18,7 @@ import numpy as np
 
 import canonical
 import zoo.models  # noqa: F401  (registers every architecture folder)
-from zoo import moved
+from zoo import moved, tokenizer
 from zoo.configs import Config, ConfigError
 from zoo.embed import embed
 from zoo.interface import Interface
@@ -63,7 +63,7 @@ __all__ = [
     "generate", "interface",
     "labels", "library", "list_implementations", "list_models", "list_pretrained",
     "load_weights", "make_config", "model_class", "native_interface", "register", "sharding",
-    "tiny_config", "transform",
+    "tiny_config", "tokenizer", "transform",
 ]
 
 

@@ -148,6 +148,10 @@ class Config:
     # for token sequences, laid out alike in every library.
     CHANNELS: ClassVar[bool] = True
     INPUT_DTYPE: ClassVar[str] = "float32"  # token models: "int32"
+    # The overrides that give the same model without its head (`{"num_classes": 0}`; empty:
+    # the architecture has no headless form): a file holding only the backbone is refused
+    # with these named as the fix (`converters.checkpoints.backbone`).
+    HEADLESS: ClassVar[Overrides] = {}
     # The field saying how the convolutions pad, when the architecture has one (`Padding`).
     PADDING: ClassVar[Padding | None] = None
     # A layer kind's canonical initialisation replaced for this architecture (kind name ->
@@ -198,6 +202,21 @@ class Config:
         return tuple(Axis(name, size=n) for name, n in
                      zip(axis_names(len(self.input_shape), self.CHANNELS), self.input_shape,
                          strict=True))
+
+    @property
+    def backbone_prefix(self) -> str:
+        """The start of the canonical keys of the model's backbone ("transformer." for
+        GPT-2): transformers' base model (`GPT2Model`) saves them without it, and a file of
+        those keys reads as this model without its head ("": no such prefix)."""
+        return ""
+
+    def headless(self) -> Self | None:
+        """This config without its head (`HEADLESS`), None where it has no headless form or
+        is headless already."""
+        if not self.HEADLESS:
+            return None
+        out = dataclasses.replace(self, **self.HEADLESS)
+        return None if out == self else out
 
     @property
     def ties(self) -> tuple[Any, ...]:

@@ -34,7 +34,6 @@ from converters.adapters.base import (
     Transform,
 )
 from converters.adapters.big_vision import BIG_VISION_VIT
-from converters.adapters.hf_bert import HF_BERT_MODEL
 from converters.adapters.hf_bert import READERS as ENCODER_READERS
 from converters.adapters.hf_clip import (
     HF_CLIP_VISION,
@@ -107,7 +106,7 @@ def to_canonical_names(state: Mapping[str, Any], arch: str | None
 for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_VISION,
                  HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES, BIG_VISION_VIT, TORCHVISION_CONVNEXT,
                  TORCHVISION_EFFICIENTNET, TORCHVISION_MOBILENET_V3_LARGE,
-                 TORCHVISION_MOBILENET_V3_SMALL, HF_MIXTRAL, HF_QWEN3_MOE, HF_BERT_MODEL):
+                 TORCHVISION_MOBILENET_V3_SMALL, HF_MIXTRAL, HF_QWEN3_MOE):
     register(_adapter)
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
                 HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, *PHI3_READERS,

@@ -1,7 +1,8 @@
 """transformers' encoders' `config.json`: one `HubReader` per `model_type` (`bert`, `roberta`),
 read into the zoo's `bert` config and written back. Their weights need no adapter: the zoo's
 canonical names are transformers' own (`bert.` / `roberta.` prefixed, as the heads' models
-save them; a `BertModel` file without the prefix reads through `HF_BERT_MODEL`), and the
+save them; a `BertModel` / `RobertaModel` file without the prefix is the backbone:
+`converters.checkpoints.backbone`, from `Config.backbone_prefix`), and the
 masked-LM decoder (`decoder.weight`, `decoder.bias` beside the word
 embedding and the head's bias) is the architecture's tie.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter, Rename
 from converters.adapters.hf_lm import build_config, must, refuse_fields
 from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
@@ -29,13 +29,6 @@ _FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_head
 _FIXED = {"position_embedding_type": ("absolute",), "is_decoder": (False,),
           "add_cross_attention": (False,)}
 _INERT = {"gradient_checkpointing", "use_cache"}
-# transformers' `BertModel` saves its modules without the `bert.` its heads' models put
-# before them (sentence-transformers' checkpoints): read, they take it (a RoBERTa base
-# model's `roberta.` is not guessed: its keys are the same).
-HF_BERT_MODEL = Adapter(
-    name="hf-bert-model", description="transformers' BertModel (no bert. prefix)", arch="bert",
-    renames=tuple(Rename(f"{module}.{{r}}", f"bert.{module}.{{r}}")
-                  for module in ("embeddings", "encoder", "pooler")))
 _HEADS = {"ForMaskedLM": "masked_lm", "ForSequenceClassification": "sequence_classification",
           "Model": "base"}
 

@@ -103,6 +103,12 @@ class CheckpointFormat(ABC):
         raise CheckpointError(f"{path}: a {self.name} checkpoint stores no layer names, so its "
                               "layers cannot be matched")
 
+    def stored_config(self, path: Path) -> Config | None:
+        """The config the files at `path` give (`carries_config`: a hub `config.json`), else
+        None, without reading the arrays."""
+        del path
+        return None
+
     def one_set(self, path: Path, weights: str | None) -> None:
         """UsageError when --weights chooses among the weights of a format holding one set."""
         if weights is not None:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import canonical
+from canonical.errors import StateMismatchError
 from converters import adapters
+from converters.checkpoints import backbone
 from converters.checkpoints.base import Checkpoint, Placement, ordered_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
@@ -81,7 +83,14 @@ def read(path: str | os.PathLike, *, arch: str | None = None, config: Any = None
     try:
         ck.validate()
     except ConversionError as e:
-        raise type(e)(f"{path}: {e}") from e
+        fix = backbone.refusal_line(ck.state, ck.config)  # a backbone's file: the fix
+        if not fix:
+            raise type(e)(f"{path}: {e}") from e
+        if backbone.headless_fix(ck.state, ck.config):
+            raise CheckpointError(f"{path}: {fix}") from e
+        # not a foreign layout to match by structure: the keys are the model's, unprefixed
+        raise StateMismatchError("\n".join((f"{path}: {first_line(e)}", fix,
+                                            *str(e).splitlines()[1:]))) from e
     return ck
 
 
@@ -95,6 +104,12 @@ def adapted(ck: Checkpoint) -> Checkpoint:
         ck = dataclasses.replace(ck, state=canonical.untie(ck.state, ck.config.ties),
                                  _validated=None)
     if set(ck.state) == set(canonical_spec(ck.config)):
+        return ck
+    as_model = backbone.as_backbone(ck.state, ck.config)  # transformers' base model's keys
+    if as_model is not None:
+        ck = dataclasses.replace(ck, state=as_model[0], _validated=None,
+                                 notes=(*ck.notes, *as_model[1]))
+        ck.state = ordered_state(ck)
         return ck
     state, adapter, notes = adapters.to_canonical_names(ck.state, ck.config.arch)
     if adapter is None:

@@ -5,6 +5,7 @@ zoo did not write (`--arch`, or `--like` for a user's own model), propose a mapp
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -16,11 +17,14 @@ from converters import adapters
 from converters.checkpoints import Report
 from converters.checkpoints.base import Detection
 from converters.checkpoints.configs import parse_config
+from converters.checkpoints.detect import detect
+from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, UsageError
 from converters.matching.files import convert_foreign, convert_like, load_like, read_tree
 from converters.matching.hint import hint
 from converters.matching.match import MatchError, render
 from converters.matching.transfer import Result, import_state, source_layers
+from zoo.configs import Config
 
 
 def describe(console: Console, ck: Any) -> None:
@@ -95,8 +99,13 @@ def mismatch_hint(error: Exception, args: argparse.Namespace, det: Detection) ->
     return hint(sources, config, base) if config is not None else ""
 
 
+def stored_config(src: str) -> Config | None:
+    """The config a source's own files give (a hub folder's `config.json`), if any."""
+    return for_detection(detect(src)).stored_config(Path(src))
+
+
 def convert_foreign_cli(args: argparse.Namespace, console: Console) -> int:
-    config = parse_config(args.arch, args.config)
+    config = parse_config(args.arch, args.config) or stored_config(args.src)
     if config is None:
         raise UsageError("a checkpoint the zoo did not write is matched to an architecture: "
                          "pass --arch (and --config), or --like MODULE:ATTR")

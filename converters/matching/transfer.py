@@ -148,11 +148,11 @@ def import_state(src: Any, src_impl: str, config: Config, *, maps: Sequence[str]
     if verify_with is not None:
         from converters.core import from_canonical
 
-        x = checks.random_input(config.input_shape)
+        x = checks.sample_input(config)
         other = verify_with if verify_with != src_impl else next(  # another library
             i for i in sorted(IMPLS, key=lambda i: not library(i).reference) if i != src_impl)
-        ref = checks.forward(from_canonical(state, config, src_impl), src_impl, x)
-        out = checks.forward(from_canonical(state, config, other), other, x)
+        ref = checks.forward(from_canonical(state, config, src_impl), src_impl, x, config)
+        out = checks.forward(from_canonical(state, config, other), other, x, config)
         _check(res, ref, out, f"the zoo's {src_impl} and {other} models holding the arrays")
     return res
 

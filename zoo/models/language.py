@@ -105,6 +105,12 @@ class LanguageModelConfig(Config):
         return (Axis("L", maximum=self.max_length),)
 
     @property
+    def backbone_prefix(self) -> str:
+        """The body's module name and a dot: transformers' base model (`GPT2Model`,
+        `LlamaModel`, `BertModel`) saves the body's keys without it."""
+        return self.decoder.names.body + "."
+
+    @property
     def ties(self) -> tuple[Tie, ...]:
         """The head tied to the token embedding (`tie_word_embeddings`): one canonical key,
         the embedding's; transformers' `lm_head.weight` beside it loads when equal."""

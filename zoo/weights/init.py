@@ -14,6 +14,7 @@ requested dtype.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,18 @@ from zoo.configs import Config
 from zoo.registry import schema
 
 
-def canonical_init(config: Config, seed: int = 0, dtype: Any = "float32") -> dict[str, np.ndarray]:
-    """The canonical state of a freshly initialised model (numpy arrays)."""
+def canonical_init(config: Config, seed: int = 0, dtype: Any = "float32",
+                   only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """The canonical state of a freshly initialised model (numpy arrays); with `only` (keys),
+    just the layers holding those keys (the same values as in the whole state)."""
     layers, spec = schema(config)
     dtype = np.dtype(dtype)
     shapes = split_by_layer({k: tuple(v.shape) for k, v in spec.items()}, layers)
     state: dict[str, np.ndarray] = {}
     for layer in layers:
+        if only is not None and not any(k == layer.name or k.startswith(layer.name + ".")
+                                        for k in only):
+            continue
         rng = np.random.default_rng([seed, zlib.crc32(layer.name.encode())])
         init = type(config).KIND_INITS.get(layer.kind, KINDS[layer.kind].init)
         values = init(shapes[layer.name], rng)

@@ -176,6 +176,15 @@ class Source:
             return path
         return _HubFetch(self).folder(weights)
 
+    def file(self, name: str) -> Path | None:
+        """The local path of the source's file `name` (a tokenizer's), checked as the
+        weights are; None when the source has no such file. Only that file is fetched."""
+        check_filename(name, str(self))
+        if self.kind == "local-dir":
+            path = self.folder() / name
+            return path if path.is_file() else None
+        return _HubFetch(self).download(name)
+
     def config_json(self) -> dict[str, Any] | None:
         """The source's ``config.json`` as data (None when it has none); only that file is
         fetched."""

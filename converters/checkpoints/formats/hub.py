@@ -127,6 +127,9 @@ class HubFolder(CheckpointFormat):
         ck.notes = (said, *ck.notes)
         return ck
 
+    def stored_config(self, path: Path) -> Config | None:
+        return self._parts(path, None)[0]
+
     def read_tree(self, path: Path, weights: str | None = None) -> ForeignTree:
         _, file, wdet = self._parts(path, None)
         return for_detection(wdet).read_tree(file, weights)

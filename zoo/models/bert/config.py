@@ -96,6 +96,7 @@ class BertConfig(LanguageModelConfig):
                                       "hidden_dropout_prob": 0.0,
                                       "attention_probs_dropout_prob": 0.0, "seq_len": 8}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = NAMED_MODELS
+    HEADLESS: ClassVar[dict[str, Any]] = {"head": "base"}  # transformers' BertModel
     HUB_REPOS: ClassVar[dict[str, dict[str, Any]]] = HUB_REPOS
     vocab_size: int = 30522
     hidden_size: int = 768

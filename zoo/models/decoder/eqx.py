@@ -584,6 +584,13 @@ class CausalLM(eqx.Module):
     def body(self) -> Decoder:
         return getattr(self, self.config.decoder.names.body)
 
+    def encode(self, input_ids: Array, *, attention_mask: Array | None = None,
+               position_ids: Array | None = None, key: Key = None) -> Array:
+        """The last hidden states `(L, hidden_size)` of one sequence (transformers' base
+        model's `last_hidden_state`: the body without the head)."""
+        self.config.check_input(input_ids.shape, batched=False)
+        return self.body()(input_ids, attention_mask, position_ids, None, key)[0]
+
     def __call__(self, input_ids: Array, *, attention_mask: Array | None = None,
                  position_ids: Array | None = None, key: Key = None,
                  cache: KVCache | None = None) -> Array | tuple[Array, KVCache]:

@@ -496,6 +496,13 @@ class CausalLM(nn.Module):
                         nn.Dense(s.vocab_size, use_bias=False,
                                  param_dtype=dtype_of(self.param_dtype)))
 
+    def encode(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+               position_ids: jax.Array | None = None, train: bool = False) -> jax.Array:
+        """The last hidden states `(N, L, hidden_size)` (transformers' base model's)."""
+        self.config.check_input(input_ids.shape)
+        body = getattr(self, self.config.decoder.names.body)
+        return body(input_ids, attention_mask, position_ids, train)
+
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, train: bool = False) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)

@@ -479,6 +479,12 @@ class CausalLM(nnx.Module):
         embedding = at(body, body.spec.names.embedding).embedding
         body.init_cache(batch, max_length, embedding.dtype if dtype is None else dtype)
 
+    def encode(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+               position_ids: jax.Array | None = None, rngs: Rngs = None) -> jax.Array:
+        """The last hidden states `(N, L, hidden_size)` (transformers' base model's)."""
+        self.config.check_input(input_ids.shape)
+        return self.body()(input_ids, attention_mask, position_ids, rngs)
+
     def __call__(self, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
                  position_ids: jax.Array | None = None, rngs: Rngs = None) -> jax.Array:
         """Logits `(N, L, vocab)` of token ids `(N, L)`; `attention_mask` `(N, L)` (0: padding)

@@ -453,6 +453,12 @@ class CausalLM(nn.Module):
         return KVCache(spec.num_layers, batch, max_length, a.kv_heads, a.head_dim, w.dtype,
                        w.device)
 
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The last hidden states `(N, L, hidden_size)` (transformers' base model's)."""
+        self.config.check_input(input_ids.shape)
+        return self.body()(input_ids, attention_mask, position_ids, None)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> torch.Tensor:

@@ -62,6 +62,7 @@ class SwinConfig(Config):
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (
         ResetClassifier("head.fc"), ResampleRelPosBias("relative_position_bias_table"),
         AdaptInputConv("patch_embed.proj.weight"))
+    HEADLESS: ClassVar[dict[str, Any]] = {"num_classes": 0}  # timm's headless model
     LOSS: ClassVar[str] = "cross_entropy"
     image_size: tuple[int, int] = (224, 224)
     patch_size: int = 4

@@ -123,6 +123,7 @@ class ViTConfig(Config):
     ADAPTERS: ClassVar[tuple[Adapter, ...]] = (
         ResetClassifier("head"), ResetClassifier("head_dist"), ResamplePosEmbed("pos_embed"),
         AdaptInputConv("patch_embed.proj.weight"))
+    HEADLESS: ClassVar[dict[str, Any]] = {"num_classes": 0}  # timm's headless model
     LOSS: ClassVar[str] = "cross_entropy"
     TIMM_ARGS: ClassVar[dict[str, str | None]] = {"embed_dim": "width"}
     image_size: tuple[int, int] = (224, 224)

@@ -1,0 +1,121 @@
+"""`zoo.embed` from texts, with the model's own `tokenizer.json` (`zoo.tokenizer`), compiled
+once per shape bucket:
+
+- a WordPiece tokenizer built here with `tokenizers` (never downloaded) gives the ids and
+  attention masks of transformers' `AutoTokenizer` / `BertTokenizerFast` on the same files;
+- the sentence embeddings of texts equal sentence-transformers' mean pooling computed on
+  transformers' `BertModel` from the same folder (compiled: NNX; eager: PyTorch; every
+  library pools alike, tests/test_encoders.py);
+- the encode-and-pool program is compiled once per library and bucket: calls of other
+  batch sizes and lengths in the bucket, and other models of the same structure, reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import converters
+import zoo
+from zoo.embed import compilations
+from zoo.tokenizer import TokenizerError, load
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+POOLED = 1e-5  # tolerance: the issue's bound, float32 means of 2 layers of width 16
+WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "runs", "fast", "slow", "red", "blue",
+         "##s", "##ing", "sun", "moon", "is", "and", "play"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz.,!?",
+         *WORDS]
+TEXTS = ["The cat sat on the mat.", "A red dog runs fast!", "suns and moons",
+         "blue zebra playing"]
+BERT = {"vocab_size": len(VOCAB), "hidden_size": 16, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 16}
+
+
+def write_tokenizer(folder) -> None:
+    """BERT's uncased WordPiece pipeline over `VOCAB`, as `tokenizer.json` with its
+    `tokenizer_config.json`."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.decoder = decoders.WordPiece()
+    folder.mkdir(exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "BertTokenizer", "do_lower_case": True, "pad_token": "[PAD]",
+        "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+        "mask_token": "[MASK]", "model_max_length": 12}))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A tiny random `BertModel` saved by transformers beside its tokenizer."""
+    d = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(
+        **BERT, attn_implementation="eager")).eval()
+    model.save_pretrained(d)
+    write_tokenizer(d)
+    return d
+
+
+def test_ids_equal_transformers_tokenizers(folder):
+    ours = load(folder)
+    for reference in (transformers.AutoTokenizer.from_pretrained(folder),
+                      transformers.BertTokenizerFast(tokenizer_file=str(
+                          folder / "tokenizer.json"))):
+        for limit in (None, 6):
+            want = reference(TEXTS, padding=True, truncation=limit is not None,
+                             max_length=limit, return_tensors="np")
+            ids, mask = ours.encode(TEXTS, max_length=limit)
+            np.testing.assert_array_equal(ids, want["input_ids"])
+            np.testing.assert_array_equal(mask, want["attention_mask"])
+    assert ours.max_length == 12
+    assert ours.encode(TEXTS * 3)[0].shape[1] <= 12
+
+
+@pytest.mark.parametrize("impl", ["nnx", "torch"])  # compiled and eager: embed's two paths
+def test_texts_embed_as_sentence_transformers(folder, impl):
+    reference = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
+    batch = transformers.AutoTokenizer.from_pretrained(folder)(
+        TEXTS, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        h = reference(**batch).last_hidden_state
+    weights = batch["attention_mask"][..., None].float()
+    want = ((h * weights).sum(1) / weights.sum(1).clamp(min=1e-9)).numpy()
+    model = converters.load(folder, impl)
+    got = np.asarray(zoo.embed(model, impl, TEXTS, tokenizer=folder, pooling="mean"))
+    assert np.abs(got - want).max() <= POOLED
+    one = np.asarray(zoo.embed(model, impl, TEXTS[0], tokenizer=load(folder), pooling="mean"))
+    assert np.abs(one - want[:1]).max() <= POOLED
+
+
+def test_compiled_once_per_bucket():
+    config = zoo.tiny_config("bert", head="base", pooling="mean")
+    model = zoo.create(config, "nnx", seed=0)
+    ids = np.random.default_rng(0).integers(5, config.vocab_size, (4, 8))
+    start = compilations()
+    zoo.embed(model, "nnx", ids[:3, :5])  # bucket (4, 8)
+    zoo.embed(model, "nnx", ids[:4, :8])
+    zoo.embed(model, "nnx", ids[:4, :6], np.ones((4, 6)))
+    zoo.embed(model, "nnx", ids[:2, :7])  # (2, 8): a new bucket
+    zoo.embed(zoo.create(config, "nnx", seed=1), "nnx", ids[:2, :8])  # same structure
+    assert compilations() - start == 2
+
+
+def test_texts_need_a_tokenizer(folder, tmp_path):
+    model = zoo.create(zoo.tiny_config("bert", head="base", pooling="mean"), "nnx", seed=0)
+    with pytest.raises(ValueError, match=r"^texts need the model's tokenizer: tokenizer= a "):
+        zoo.embed(model, "nnx", TEXTS)
+    with pytest.raises(TokenizerError, match=r"no tokenizer\.json$"):
+        load(tmp_path)
