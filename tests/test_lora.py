@@ -10,9 +10,13 @@ import numpy as np
 import optax
 import pytest
 
+import canonical
 import zoo
+import zoo.lora
 from zoo import fast
 from zoo.partition import Partition
+from zoo.registry import walk_facts
+from zoo.testing import assert_close
 from zoo.training import next_token
 
 JAX_IMPLS = ("eqx", "linen", "nnx")
@@ -66,3 +70,63 @@ def test_a_partition_that_trains_nothing_is_refused_in_one_line():
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="non-empty name patterns"):
         Partition.only()
+
+
+# --------------------------------------------------------------------------- LoRA
+ARCHS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
+ALL_IMPLS = ("eqx", "linen", "nnx", "torch")
+
+
+def with_random_b(model, impl, targets, seed=3):
+    """`model` with LoRA on `targets`, B drawn at random (peft's zeros would hide A)."""
+    plain = zoo.lora.add(model, impl, rank=4, alpha=8, targets=targets)
+    given = zoo.lora.adapter(plain, impl)
+    rng = np.random.default_rng(seed)
+    given.factors = {k: (a, rng.normal(size=b.shape).astype(np.float32))
+                     for k, (a, b) in given.factors.items()}
+    return zoo.lora.attach(model, impl, given), given
+
+
+def logits(model, impl, x):
+    if impl == "torch":
+        return zoo.native_interface(impl).forward(model, x)
+    return np.asarray(fast.forward(model, impl)(x))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", pytest.param("llama", marks=pytest.mark.full_only)])
+def test_same_seed_same_adapter_and_merged_weights_are_base_plus_scaled_ba(arch):
+    config = zoo.tiny_config(arch)
+    firsts, merged_out = [], {}
+    for impl in ALL_IMPLS:
+        model = zoo.create(config, impl, seed=0)
+        lora, given = with_random_b(model, impl, ARCHS[arch])
+        firsts.append(zoo.lora.adapter(zoo.lora.add(model, impl, targets=ARCHS[arch]), impl))
+        merged = zoo.lora.merge(lora, impl)
+        base, after = (canonical.read(m, impl, **walk_facts(config, impl))
+                       for m in (model, merged))
+        for name, (a, b) in given.factors.items():
+            delta = given.spec.scale * (b @ a)
+            fan = name.endswith("c_attn")  # GPT-2's Conv1D: (in, out)
+            want = base[f"{name}.weight"] + (delta.T if fan else delta)
+            assert_close(after[f"{name}.weight"], want)
+        merged_out[impl] = logits(merged, impl, tokens(config))
+        assert_close(logits(lora, impl, tokens(config)), merged_out[impl])
+        back = zoo.lora.unmerge(merged, impl, given)
+        for k, v in canonical.read(back, impl, **walk_facts(config, impl)).items():
+            assert_close(v, base[k])
+    for other in firsts[1:]:  # the same seed: the same factors, bit for bit
+        for k, (a, b) in firsts[0].factors.items():
+            assert np.array_equal(a, other.factors[k][0]) and not b.any()
+    for impl in ALL_IMPLS:
+        assert_close(merged_out[impl], merged_out["torch"])
+
+
+def test_a_bad_target_rank_or_alpha_is_refused_in_one_line():
+    model = zoo.create(zoo.tiny_config("gpt2"), "eqx", seed=0)
+    for kwargs, words in (({"targets": ("q_proj",)}, "named 'q_proj'"),
+                          ({"targets": ("c_attn",), "rank": 0}, "rank must be"),
+                          ({"targets": ("c_attn",), "alpha": -1}, "alpha must be"),
+                          ({"targets": ("c_attn",), "dropout": 0.1}, "dropout=0.1")):
+        with pytest.raises(ValueError, match=words) as e:
+            zoo.lora.add(model, "eqx", **kwargs)
+        assert "\n" not in str(e.value)
