@@ -3,6 +3,7 @@ files both ways, and trainable / frozen partitions in `zoo.fast`."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import jax
@@ -11,9 +12,12 @@ import optax
 import pytest
 
 import canonical
+import converters
 import zoo
 import zoo.lora
+from tests.lm_reference import hf_model_of
 from zoo import fast
+from zoo.lora import common
 from zoo.partition import Partition
 from zoo.registry import walk_facts
 from zoo.testing import assert_close
@@ -130,3 +134,99 @@ def test_a_bad_target_rank_or_alpha_is_refused_in_one_line():
         with pytest.raises(ValueError, match=words) as e:
             zoo.lora.add(model, "eqx", **kwargs)
         assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- peft
+REFERENCE_ATOL = 1e-5  # tolerance: the issue's bound on logits against peft's (float32)
+
+
+@pytest.fixture(scope="module")
+def peft_reference(tmp_path_factory):
+    """`get(arch)`: `peft_case` of `arch`, built once per module."""
+    cases = {}
+
+    def get(arch: str):
+        if arch not in cases:
+            cases[arch] = peft_case(arch, tmp_path_factory.mktemp(f"peft-{arch}"))
+        return cases[arch]
+
+    return get
+
+
+def peft_case(arch: str, folder):
+    """transformers' reference model, its canonical state and a peft LoRA model on it (B drawn
+    at random) saved by peft to `folder`; peft's logits and LoRA gradients (next-token loss)
+    on the test tokens, canonical names."""
+    import peft
+    import torch
+
+    config = zoo.tiny_config(arch)
+    hf = hf_model_of(config)
+    state = {k: v.numpy().copy() for k, v in hf.state_dict().items()}
+    model = peft.get_peft_model(copy.deepcopy(hf), peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=list(ARCHS[arch]), fan_in_fan_out=arch == "gpt2"))
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    model.save_pretrained(folder)
+    ids = torch.from_numpy(tokens(config)).long()
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    grads = {n.removeprefix("base_model.model.").replace(".default", ""): p.grad.numpy()
+             for n, p in model.named_parameters() if p.grad is not None}
+    return config, hf, state, folder, out.logits.detach().numpy(), grads
+
+
+def lora_grads(model, impl, x) -> dict[str, np.ndarray]:
+    """The next-token loss's gradients of the LoRA factors, canonical names and layout."""
+    if impl == "torch":
+        import torch
+
+        model = copy.deepcopy(model)
+        ids = torch.from_numpy(x).long()
+        torch.nn.functional.cross_entropy(model(ids)[:, :-1].flatten(0, 1),
+                                          ids[:, 1:].flatten()).backward()
+        return {f"{n}.lora_{w}.weight": getattr(m, f"lora_{w}").weight.grad.numpy()
+                for n, m in model.named_modules() if hasattr(m, "lora_A") for w in "AB"}
+    api = zoo.interface(impl)
+    static, params, state = api.split(model)
+    train, frozen = api.partition(static, params, zoo.lora.TRAINABLE)
+
+    def loss(train):
+        return next_token(api.apply(static, api.combine(train, frozen), state, x)[0], x)
+
+    grads = jax.jit(jax.grad(loss))(train)
+    factors = common.factors(api.merge(static, api.combine(grads, frozen), state), impl)
+    return {f"{n}.lora_{w}.weight": f[i] for n, f in factors.items()
+            for i, w in enumerate("AB")}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", pytest.param("llama", marks=pytest.mark.full_only)])
+@pytest.mark.parametrize("impl", ALL_IMPLS)
+def test_a_peft_adapter_loads_in_every_library_and_goes_back_to_peft_strictly(
+        arch, impl, peft_reference, tmp_path_factory):
+    peft = pytest.importorskip("peft")
+    from peft.utils import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    config, hf, state, folder, want, want_grads = peft_reference(arch)
+    model = zoo.lora.load(converters.from_canonical(state, config, impl), impl, folder)
+    x = tokens(config)
+    np.testing.assert_allclose(logits(model, impl, x), want, atol=REFERENCE_ATOL)
+    got = lora_grads(model, impl, x)
+    assert got.keys() == want_grads.keys()
+    assert_close(got, {k: want_grads[k] for k in got})
+
+    out = tmp_path_factory.mktemp(f"zoo-{arch}-{impl}")
+    zoo.lora.save(model, impl, out)
+    back = peft.PeftModel.from_pretrained(copy.deepcopy(hf), out)
+    loaded = set_peft_model_state_dict(back, load_file(out / "adapter_model.safetensors"))
+    assert not loaded.unexpected_keys
+    assert not [k for k in loaded.missing_keys if "lora_" in k]
+    import torch
+
+    with torch.no_grad():
+        again = back(torch.from_numpy(x).long()).logits.numpy()
+    np.testing.assert_allclose(again, want, atol=REFERENCE_ATOL)

@@ -1,8 +1,10 @@
-"""Low-rank adapters (LoRA) in every library, matched, matched.
+"""Low-rank adapters (LoRA) in every library, matched, exchanged with `peft`'s files.
 
     model = zoo.lora.add(model, "nnx", rank=8, alpha=16, targets=("q_proj", "v_proj"))
     step = zoo.fast.train_step(model, "nnx", optax.adamw(1e-3), loss,
                                trainable=zoo.lora.TRAINABLE)     # only the factors train
+    zoo.lora.save(step.model(), "nnx", "adapter/")               # peft's adapter folder
+    model = zoo.lora.load(base, "linen", "adapter/")             # any library, or peft's own
     merged = zoo.lora.merge(model, "linen")                      # a plain model, W + s B A
 
 Each targeted layer (by its canonical, transformers module name: `q_proj`, GPT-2's `c_attn`)
@@ -19,7 +21,6 @@ every library gets the same numbers. Each library's part is its module `Library.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 import zlib
@@ -32,10 +33,11 @@ import numpy as np
 
 import canonical
 from zoo.libraries import library
+from zoo.lora.spec import Adapter, LoraSpec, Target
 from zoo.partition import Partition
 
 __all__ = ["TRAINABLE", "Adapter", "LoraSpec", "Target", "adapter", "add", "attach", "base",
-           "find_targets", "merge", "unmerge"]
+           "find_targets", "load", "merge", "save", "unmerge"]
 
 TRAINABLE = Partition.only("*.lora_A.*", "*.lora_B.*")
 """The partition that trains the LoRA factors only (`zoo.fast.train_step(trainable=)`)."""
@@ -43,43 +45,6 @@ TRAINABLE = Partition.only("*.lora_A.*", "*.lora_B.*")
 # The layer kinds LoRA adapts, and whether their canonical weight is `(in, out)` (peft's
 # `fan_in_fan_out`: transformers' Conv1D, GPT-2's projections).
 FAN_IN_FAN_OUT: dict[str, bool] = {"linear": False, "hf_conv1d": True}
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraSpec:
-    """The hyper-parameters of an adapter, as peft's `LoraConfig` names them."""
-
-    rank: int
-    alpha: float
-    targets: tuple[str, ...]
-    dropout: float = 0.0
-    use_rslora: bool = False
-
-    @property
-    def scale(self) -> float:
-        return self.alpha / (math.sqrt(self.rank) if self.use_rslora else self.rank)
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """One adapted layer: canonical name, native path, sizes and weight layout."""
-
-    name: str
-    path: tuple[str, ...]
-    in_features: int
-    out_features: int
-    fan_in_fan_out: bool
-
-
-@dataclasses.dataclass
-class Adapter:
-    """What an adapter is outside a model (what peft's folder holds): the spec, the factors
-    by canonical layer name, canonical layout (`A` `(rank, in)`, `B` `(out, rank)`), and
-    whether the adapted weights are `(in, out)` (`fan_in_fan_out`)."""
-
-    spec: LoraSpec
-    factors: dict[str, tuple[np.ndarray, np.ndarray]]
-    fan_in_fan_out: bool = False
 
 
 def _module(impl: str) -> Any:
@@ -219,3 +184,18 @@ def unmerge(merged: Any, impl: str, given: Adapter) -> Any:
     """The plain model before `merge`: each adapted weight of `merged` minus `scale * B @ A`
     of the adapter `given` (`zoo.lora.adapter` of the LoRA model)."""
     return _shifted(merged, impl, given, -1.0)
+
+
+def save(model: Any, impl: str, folder: Any, base_model_name_or_path: str | None = None) -> None:
+    """Write the LoRA `model`'s adapter as peft does (`zoo.lora.peft`)."""
+    from zoo.lora.peft import write
+
+    write(adapter(model, impl), folder, base_model_name_or_path)
+
+
+def load(model: Any, impl: str, folder: Any) -> Any:
+    """The plain `model` with the adapter of a peft folder (`adapter_config.json`,
+    `adapter_model.safetensors`, written by peft or `save`)."""
+    from zoo.lora.peft import read
+
+    return attach(model, impl, read(folder))
