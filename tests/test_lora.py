@@ -39,7 +39,9 @@ def unchanged(before, after, impl) -> list[bool]:
     return [bool(np.array_equal(a, b)) for a, b in zip(old, new, strict=True)]
 
 
-@pytest.mark.parametrize("impl", JAX_IMPLS)
+# Every library's partition is also run by the LoRA training test below.
+@pytest.mark.parametrize("impl", ["nnx", *(pytest.param(i, marks=pytest.mark.full_only)
+                                          for i in ("eqx", "linen"))])
 def test_a_partition_trains_its_part_and_leaves_the_rest_bitwise(impl):
     config = zoo.tiny_config("gpt2")
     model = zoo.create(config, impl, seed=0)
@@ -230,3 +232,36 @@ def test_a_peft_adapter_loads_in_every_library_and_goes_back_to_peft_strictly(
     with torch.no_grad():
         again = back(torch.from_numpy(x).long()).logits.numpy()
     np.testing.assert_allclose(again, want, atol=REFERENCE_ATOL)
+
+
+# --------------------------------------------------------------------------- training
+@pytest.mark.parametrize("impl", JAX_IMPLS)
+def test_a_lora_model_trains_its_factors_alone_with_the_fast_step(impl):
+    config = zoo.tiny_config("gpt2")
+    model = zoo.lora.add(zoo.create(config, impl, seed=0), impl, rank=2, targets=("c_attn",))
+    api = zoo.interface(impl)
+    names = api.leaf_names(*api.split(model)[:2])
+    step = fast.train_step(model, impl, optax.adam(1e-2), next_token,
+                           trainable=zoo.lora.TRAINABLE)
+    x = tokens(config)
+    losses = [float(step(x, x)) for _ in range(3)]
+    assert losses[-1] < losses[0]
+    trained = step.model()
+    assert unchanged(model, trained, impl) == ["lora_" not in n for n in names]
+    assert len(jax.tree.leaves(step.opt_state)) == 1 + 2 * 4  # count; mu, nu of 4 factors
+    assert zoo.lora.adapter(trained, impl).factors.keys() == {
+        "transformer.h.0.attn.c_attn", "transformer.h.1.attn.c_attn"}
+
+
+def test_a_merged_lora_model_goes_to_a_hub_folder_transformers_reads(tmp_path):
+    import torch
+    import transformers
+
+    config = zoo.tiny_config("gpt2")
+    lora, _ = with_random_b(zoo.create(config, "nnx", seed=0), "nnx", ("c_attn",))
+    converters.save(zoo.lora.merge(lora, "nnx"), tmp_path / "hub", "hub", impl="nnx")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hub").eval()
+    x = tokens(config)
+    with torch.no_grad():
+        got = hf(torch.from_numpy(x).long()).logits.numpy()
+    np.testing.assert_allclose(got, logits(lora, "nnx", x), atol=REFERENCE_ATOL)
