@@ -40,7 +40,7 @@ def unchanged(before, after, impl) -> list[bool]:
 
 
 # Every library's partition is also run by the LoRA training test below.
-@pytest.mark.parametrize("impl", ["nnx", *(pytest.param(i, marks=pytest.mark.full_only)
+@pytest.mark.parametrize("impl", ["nnx", *(pytest.param(i, marks=pytest.mark.exhaustive)
                                           for i in ("eqx", "linen"))])
 def test_a_partition_trains_its_part_and_leaves_the_rest_bitwise(impl):
     config = zoo.tiny_config("gpt2")
@@ -99,7 +99,8 @@ def logits(model, impl, x):
     return np.asarray(fast.forward(model, impl)(x))
 
 
-@pytest.mark.parametrize("arch", ["gpt2", pytest.param("llama", marks=pytest.mark.full_only)])
+# Llama's LoRA is matched with peft below; its merge here with --exhaustive.
+@pytest.mark.parametrize("arch", ["gpt2", pytest.param("llama", marks=pytest.mark.exhaustive)])
 def test_same_seed_same_adapter_and_merged_weights_are_base_plus_scaled_ba(arch):
     config = zoo.tiny_config(arch)
     firsts, merged_out = [], {}
