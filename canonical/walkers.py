@@ -277,7 +277,7 @@ class EqxWalker(Walker):
 
 
 # --------------------------------------------------------------------------- Flax Linen
-def _list_item_name(owner: Any, part: str) -> str:
+def list_item_name(owner: Any, part: str) -> str:
     """Linen names the items of a list attribute `blocks_0` (of a nested list `stages_0_1`):
     `blocks.0` (`stages.0.1`) as in the other libraries, when `owner` has such a list."""
     pieces = part.split("_")
@@ -381,7 +381,7 @@ class LinenWalker(Walker):
             path = tuple(m.path)
             if path not in found:
                 parent = found.get(path[:-1], ("", None))
-                part = _list_item_name(parent[1], path[-1]) if path else ""
+                part = list_item_name(parent[1], path[-1]) if path else ""
                 found[path] = (join(parent[0], part), m)
             return next_fun(*args, **kwargs)
 

@@ -293,6 +293,8 @@ WAYS: list[Way] = [
     Way(r"zoo\.bench dispatch", "one workload (every workload in every library: "
         "tests/test_bench_dispatch.py)", append=("--tiny", "--workload", "identity", "--rounds",
                                                  "1", "--budget", "0.0002", "--no-progress")),
+    Way(r"zoo\.bench partition", "six training steps compiled (15 s even at two layers); "
+        "its record is committed", parse=True),
     Way(r"zoo\.bench report", "over the committed records",
         append=("--results", "{root}/bench/results")),
     Way(r"zoo\.bench breakdown", append=("--preset", "tiny", "--steps", "1")),
@@ -320,6 +322,7 @@ WORK: dict[str, str] = {
     "python -m zoo.bench convert": "zoo.bench.convert:run_size",
     "python -m zoo.bench dispatch": "zoo.bench.dispatch:run_dispatch",
     "python -m zoo.bench matrix": "zoo.bench.matrix:run_slots",
+    "python -m zoo.bench partition": "zoo.bench.partition:run_partition",
     "python -m zoo.bench gpu": "zoo.bench.gpu:require_backend",
     "python -m converters convert hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",
     "python -m converters inspect hf-hub:timm/resnet50.a1_in1k": "converters.__main__:local",

@@ -115,3 +115,15 @@ def test_generate_with_tiny_gpt2(tmp_path):
     assert "same 6 tokens in eqx, linen, nnx, torch, transformers: OK" in out, out
     folder = tmp_path / "tiny-gpt2-hf"
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def test_lora_finetune(tmp_path):
+    """A few steps of the base and of LoRA, the adapter through peft's files, the same
+    continuation in every library and transformers + peft."""
+    for package in ("torch", "transformers", "tokenizers", "peft"):
+        pytest.importorskip(package)
+    out = run_example("lora_finetune.py", "--base-steps", "2", "--steps", "2", "--vocab",
+                      "300", "--new-tokens", "6", "--impl", "eqx", "--out-dir", str(tmp_path))
+    assert "LoRA fine-tuning: 2 steps in eqx" in out, out
+    assert "same 6 tokens in eqx, linen, nnx, torch, transformers+peft: OK" in out, out
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()

@@ -42,6 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from canonical.walkers import list_item_name
+
 
 def _channels_last(x: jax.Array) -> jax.Array:
     return x if x.ndim <= 2 else x.transpose(0, *range(2, x.ndim), 1)
@@ -82,6 +84,28 @@ class Interface:
     def apply(self, static: Any, params: Any, state: Any, x: jax.Array, *, train: bool = False,
               key: jax.Array | None = None, **inputs: Any) -> tuple[jax.Array, Any]:
         raise NotImplementedError(f"{self.impl} has no functional apply")
+
+    def leaf_names(self, static: Any, params: Any) -> list[str]:
+        """The dotted name of each leaf of `params`, in `jax.tree.leaves` order: its native
+        path, list items as `.N` (`transformer.h.0.attn.c_attn.weight`); what a partition
+        (`zoo.partition.Partition`) matches."""
+        return [_dotted(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+    def partition(self, static: Any, params: Any,
+                  trainable: Callable[[str], bool]) -> tuple[Any, Any]:
+        """`(trainable, frozen)`: `params` split two ways by `trainable(name)` of each leaf's
+        name, each part with None in the other's places (Equinox's `eqx.partition`); a
+        ValueError when nothing would train."""
+        names = self.leaf_names(static, params)
+        if not any(trainable(n) for n in names):
+            raise ValueError(f"the partition {trainable!r} trains none of the {len(names)} "
+                             "parameters")
+        mask = jax.tree.unflatten(jax.tree.structure(params), [trainable(n) for n in names])
+        return eqx.partition(params, mask)
+
+    def combine(self, trainable: Any, frozen: Any) -> Any:
+        """The inverse of `partition`: the whole parameter tree."""
+        return eqx.combine(trainable, frozen)
 
     def to_native(self, x: jax.Array, config: Any = None) -> jax.Array:
         """A canonical batch in this library's layout: channels last for Flax, unless
@@ -143,6 +167,12 @@ class Interface:
         limit = getattr(_config_of(model), "max_length", None)
         return generate(lambda batch, length: self.decoding(model, batch, length), ids, mask,
                         settings, limit, style)
+
+
+def _dotted(path: tuple) -> str:
+    """A key path (`jax.tree_util`) as a dotted name, list indices as `.N`."""
+    parts = (getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path)
+    return ".".join(str(p) for p in parts)
 
 
 def _given(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +268,20 @@ class LinenInterface(Interface):
     def merge(self, static: Any, params: Any, state: Any) -> Any:
         return static, {"params": params, **(state or {})}
 
+    def leaf_names(self, static: Any, params: Any) -> list[str]:
+        """Linen names a list's items `h_0`: `h.0` here, as in the other libraries (read on
+        the module bound to `params`)."""
+        bound = static.bind({"params": params})
+        names = []
+        for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]:
+            owner, parts = bound, []
+            for key in path:
+                part = str(getattr(key, "key", key))
+                parts.append(list_item_name(owner, part))
+                owner = _child(owner, parts[-1])
+            names.append(".".join(parts))
+        return names
+
     def apply(self, static, params, state, x, *, train=False, key=None, **inputs):
         variables = {"params": params, **(state or {})}
         rngs = None if key is None else {"dropout": key}
@@ -298,6 +342,27 @@ class NNXInterface(Interface):
         from flax import nnx
 
         return nnx.merge(static, params, state)
+
+    def leaf_names(self, static: Any, params: Any) -> list[str]:
+        names = super().leaf_names(static, params)  # each Variable's array is its `.value`
+        return [n.removesuffix(".value") for n in names]
+
+    def partition(self, static: Any, params: Any,
+                  trainable: Callable[[str], bool]) -> tuple[Any, Any]:
+        """NNX's idiom: `nnx.split_state` with a filter on each Variable's path."""
+        from flax import nnx
+
+        names = self.leaf_names(static, params)
+        if not any(trainable(n) for n in names):
+            raise ValueError(f"the partition {trainable!r} trains none of the {len(names)} "
+                             "parameters")
+        chosen = lambda path, _: trainable(".".join(str(p) for p in path))
+        return nnx.split_state(params, chosen, ...)
+
+    def combine(self, trainable: Any, frozen: Any) -> Any:
+        from flax import nnx
+
+        return nnx.merge_state(trainable, frozen)
 
     def apply(self, static, params, state, x, *, train=False, key=None, **inputs):
         from flax import nnx
@@ -387,6 +452,16 @@ class TorchInterface(Interface):
         limit = getattr(_config_of(model), "max_length", None)
         return generate(model, ids, mask, settings,
                         settings.cache_length(ids.shape[1], limit))
+
+
+def _child(owner: Any, name: str) -> Any:
+    """The sub-module `name` (`h.0`: an item of the list `h`) of a bound Linen module, or
+    None where it is not an attribute (a compact module's)."""
+    attr, *index = name.split(".")
+    child = getattr(owner, attr, None) if owner is not None else None
+    for i in index:
+        child = child[int(i)] if isinstance(child, list | tuple) else None
+    return child
 
 
 def _config_of(model: Any) -> Any:

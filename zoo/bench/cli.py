@@ -111,6 +111,7 @@ SUBCOMMANDS: dict[str, str] = {
     "xla-cpu": "zoo.bench.investigations.xla_cpu:xla_cpu_main",
     "gpu": "zoo.bench.gpu:gpu_main",
     "matrix": "zoo.bench.matrix:matrix_main",
+    "partition": "zoo.bench.partition:partition_main",
 }
 
 

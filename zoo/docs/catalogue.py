@@ -46,7 +46,7 @@ COMMON_TESTS = {
 CLIS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zoo.bench", ()), *(("zoo.bench", (c,)) for c in (
         "dispatch", "report", "presets", "xla-flags", "convert", "breakdown", "xla-cpu", "gpu",
-        "matrix")),
+        "matrix", "partition")),
     ("converters", ()), ("converters", ("convert",)), ("converters", ("inspect",)),
     ("zoo.weights.pretrained.generate", ()), ("zoo.docs.catalogue", ()),
 )

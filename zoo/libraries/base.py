@@ -41,6 +41,8 @@ class Library:
       the library it is a flavour of.
     - `pads_same`: the library's convolutions pad as SAME unless given explicit pads (Flax),
       so a checkpoint of a model the zoo did not build may pad so (`zoo.configs.Padding`).
+    - `lora`: the module of its LoRA layers (`zoo.lora`: `wrap`, `unwrap`, `factors`,
+      `spec`), or None.
     - `abstract_skeleton`: its `skeleton` holds abstract arrays only (no memory), so one
       skeleton per (class, config, dtype) is built once and cloned (`zoo.registry.skeleton`).
     """
@@ -59,6 +61,7 @@ class Library:
     dtype_argument: ClassVar[str | None] = None
     pads_same: ClassVar[bool] = False
     abstract_skeleton: ClassVar[bool] = False
+    lora: ClassVar[str | None] = None
 
     @property
     def classes_of(self) -> str:

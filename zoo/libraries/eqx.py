@@ -34,6 +34,7 @@ class EqxLibrary(Library):
     abstract_skeleton = True
     walker = EqxWalker()
     interface = EqxInterface()
+    lora = "zoo.lora.eqx"
     contract = EqxModel
     rng_argument = "key"
     dtype_argument = "dtype"

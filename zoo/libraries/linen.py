@@ -33,6 +33,7 @@ class LinenLibrary(Library):
     abstract_skeleton = True
     walker = LinenWalker()
     interface = LinenInterface()
+    lora = "zoo.lora.linen"
     contract = LinenModel
     dtype_argument = "param_dtype"
 

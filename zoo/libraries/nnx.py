@@ -38,6 +38,7 @@ class NNXLibrary(Library):
     abstract_skeleton = True
     walker = NNXWalker()
     interface = NNXInterface()
+    lora = "zoo.lora.nnx"
     contract = NNXModel
     rng_argument = "rngs"
     dtype_argument = "param_dtype"

@@ -34,6 +34,7 @@ class TorchLibrary(Library):
     checkpoint_format = "torch"
     walker = TorchWalker()
     interface = TorchInterface()
+    lora = "zoo.lora.torch"
     contract = TorchModel
 
     def owns(self, obj: Any) -> bool:

@@ -158,8 +158,10 @@ class TrainStep:
     **Attributes:** `impl`, `jitted` (the pure `jax.jit` function
     `(param_leaves, opt_leaves, state_leaves, x, target[, key]) ->
     (param_leaves, opt_leaves, state_leaves, loss)`, with arguments 0-2 donated),
-    `leaves` (the current `(param_leaves, opt_leaves, state_leaves)`), and the properties
-    `params`, `opt_state`, `state` (as pytrees). **Methods:** `model()` (a native model with the
+    `leaves` (the current `(param_leaves, opt_leaves, state_leaves)`; with a partition, the
+    parameters are its trainable part), `frozen_leaves` (the frozen part, passed to every call
+    as the keyword `frozen_leaves`), and the properties `params`, `opt_state`, `state` (as
+    pytrees). **Methods:** `model()` (a native model with the
     current arrays), `lower(x, target, key=None)`.
     """
 
@@ -167,16 +169,20 @@ class TrainStep:
                  loss_fn: Callable[[jax.Array, Any], jax.Array], *,
                  donate: bool | None = None, opt_state: Any = None,
                  steps_per_call: int = 1, unroll: int | bool = 1,
-                 mesh: Mesh | None = None) -> None:
+                 mesh: Mesh | None = None, trainable: Callable[[str], bool] | None = None
+                 ) -> None:
         self.steps_per_call = steps = _steps(steps_per_call)
         if donate is None:  # measured: XLA:CPU copies donated parameters (CNN step 1.46x slower)
             donate = jax.default_backend() != "cpu"
         self.donate = donate
         api = interface(impl)
         static, params, state = api.split(model)
+        params, frozen = (params, None) if trainable is None else api.partition(
+            static, params, trainable)
         if mesh is not None:
             mesh = sharding.auto(mesh)
             params, state = _on_mesh(params, mesh), _on_mesh(state, mesh)
+            frozen = _on_mesh(frozen, mesh)
         if opt_state is None:
             opt_state = optimizer.init(params)
         if mesh is not None:
@@ -184,19 +190,22 @@ class TrainStep:
         param_leaves, param_tree = jax.tree.flatten(params)
         opt_leaves, opt_tree = jax.tree.flatten(opt_state)
         state_leaves, state_tree = jax.tree.flatten(state)
+        frozen_leaves, frozen_tree = jax.tree.flatten(frozen)
         step = pure_step(api, static, optimizer, loss_fn)
         batch = (lambda tree: tree) if mesh is None else functools.partial(
             library(impl).constrain, where=sharding.batch_sharding(mesh, 0 if steps == 1 else 1))
 
         def pure(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
                  x: jax.Array, target: Any, key: jax.Array | None = None,
-                 **inputs: Any) -> tuple:
+                 frozen_leaves: list[Any] = (), **inputs: Any) -> tuple:
             if steps == 1:
                 x, target = batch(x), batch(target)
                 inputs = {k: batch(v) for k, v in inputs.items()}
             new_params, new_opt, new_state, loss = step(
                 param_tree.unflatten(param_leaves), opt_tree.unflatten(opt_leaves),
-                state_tree.unflatten(state_leaves), x, target, key, **inputs)
+                state_tree.unflatten(state_leaves), x, target, key,
+                frozen=None if frozen is None else frozen_tree.unflatten(frozen_leaves),
+                **inputs)
             new_state_leaves, new_state_tree = jax.tree.flatten(new_state)
             if new_state_tree != state_tree:
                 raise ValueError(f"{impl} apply changed the state structure: {state_tree} -> "
@@ -205,7 +214,7 @@ class TrainStep:
 
         def fused(param_leaves: list[Any], opt_leaves: list[Any], state_leaves: list[Any],
                   xs: jax.Array, targets: Any, keys: jax.Array | None = None,
-                  **inputs: Any) -> tuple:
+                  frozen_leaves: list[Any] = (), **inputs: Any) -> tuple:
             for name, tree in (("x", xs), ("target", targets), ("key", keys), *inputs.items()):
                 _check_stacked(name, tree, steps)
             xs, targets = batch(xs), batch(targets)
@@ -213,7 +222,7 @@ class TrainStep:
 
             def body(carry: tuple, batch: tuple) -> tuple:
                 x, target, key, more = batch
-                *leaves, loss = pure(*carry, x, target, key, **more)
+                *leaves, loss = pure(*carry, x, target, key, frozen_leaves, **more)
                 return tuple(leaves), loss
 
             carry, losses = jax.lax.scan(body, (param_leaves, opt_leaves, state_leaves),
@@ -227,13 +236,14 @@ class TrainStep:
         self.jitted = jax.jit(pure if steps == 1 else fused, out_shardings=shardings,
                               donate_argnums=(0, 1, 2) if donate else ())
         self.leaves = (_copy(param_leaves), _copy(opt_leaves), _copy(state_leaves))
-        self._api, self._static = api, static
+        self.frozen_leaves = frozen_leaves  # an argument of every call, never copied or donated
+        self._api, self._static, self._frozen_tree = api, static, frozen_tree
         self._trees = (param_tree, opt_tree, state_tree)
 
     def __call__(self, x: jax.Array, target: Any, key: jax.Array | None = None,
                  **inputs: Any) -> jax.Array:
         args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
-        *leaves, loss = self.jitted(*args, **inputs)
+        *leaves, loss = self.jitted(*args, frozen_leaves=self.frozen_leaves, **inputs)
         self.leaves = tuple(leaves)
         return loss
 
@@ -241,7 +251,7 @@ class TrainStep:
               **inputs: Any) -> Any:
         """`jax.jit(...).lower` with the held arrays: the same signature as a call."""
         args = (*self.leaves, x, target) if key is None else (*self.leaves, x, target, key)
-        return self.jitted.lower(*args, **inputs)
+        return self.jitted.lower(*args, frozen_leaves=self.frozen_leaves, **inputs)
 
     @property
     def params(self) -> Any:
@@ -258,6 +268,8 @@ class TrainStep:
     def model(self) -> Any:
         """A native model (same form as the one given) holding the current arrays (copies)."""
         params = self._trees[0].unflatten(_copy(self.leaves[0]))
+        if self.frozen_leaves:
+            params = self._api.combine(params, self._frozen_tree.unflatten(self.frozen_leaves))
         state = self._trees[2].unflatten(_copy(self.leaves[2]))
         return self._api.merge(self._static, params, state)
 
@@ -266,7 +278,8 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
                loss_fn: Callable[[jax.Array, Any], jax.Array], *,
                donate: bool | None = None, opt_state: Any = None,
                steps_per_call: int = 1, unroll: int | bool = 1,
-               mesh: Mesh | None = None) -> TrainStep:
+               mesh: Mesh | None = None,
+               trainable: Callable[[str], bool] | None = None) -> TrainStep:
     """A jitted training step for `model` (a native model of `impl`) with buffer donation.
 
     **Arguments:**
@@ -300,12 +313,18 @@ def train_step(model: Any, impl: str, optimizer: optax.GradientTransformation,
     attention_mask=mask)`, with `zoo.runtime.training.next_token` as `loss_fn`; stacked too with
     `steps_per_call`).
 
+    - `trainable`: a partition (`zoo.partition.Partition`, `zoo.lora.TRAINABLE`): only the
+      parameters it names are differentiated, updated and held in the optimizer state; the
+      others (split off by the library's `Interface.partition`) are an argument of each call,
+      never copied, donated or changed.
+
     The gradients are taken with respect to the interface's `params` (Equinox: inexact arrays,
     Linen: the `params` collection, NNX: `nnx.Param`); BatchNorm statistics follow the training
     forward pass, as in `model.train()` in PyTorch.
     """
     return TrainStep(model, impl, optimizer, loss_fn, donate=donate, opt_state=opt_state,
-                     steps_per_call=steps_per_call, unroll=unroll, mesh=mesh)
+                     steps_per_call=steps_per_call, unroll=unroll, mesh=mesh,
+                     trainable=trainable)
 
 
 def _on_mesh(tree: Any, mesh: Mesh) -> Any:

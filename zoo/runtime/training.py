@@ -101,14 +101,17 @@ def pure_step(api: Interface, static: Any, optimizer: optax.GradientTransformati
               loss_fn: Loss) -> Callable[..., tuple[Any, Any, Any, jax.Array]]:
     """`step(params, opt_state, state, x, target, key=None, **inputs) -> (params, opt_state,
     state, loss)`: loss and gradients of the training-mode forward, one optimizer update, the
-    new BatchNorm statistics. `inputs`: the model's other inputs (a language model's
-    `attention_mask`, `position_ids`), passed to `api.apply`. Pure: jit it (the static part is
-    closed over)."""
+    new BatchNorm statistics. With `frozen` (the other part of `api.partition`), `params` is
+    the trainable part: only it is differentiated and updated. `inputs`: the model's other
+    inputs (a language model's `attention_mask`, `position_ids`), passed to `api.apply`.
+    Pure: jit it (the static part is closed over)."""
 
     def step(params: Any, opt_state: Any, state: Any, x: jax.Array, target: Any,
-             key: jax.Array | None = None, **inputs: Any) -> tuple[Any, Any, Any, jax.Array]:
+             key: jax.Array | None = None, *, frozen: Any = None,
+             **inputs: Any) -> tuple[Any, Any, Any, jax.Array]:
         def objective(params: Any) -> tuple[jax.Array, Any]:
-            y, new_state = api.apply(static, params, state, x, train=True, key=key, **inputs)
+            whole = params if frozen is None else api.combine(params, frozen)
+            y, new_state = api.apply(static, whole, state, x, train=True, key=key, **inputs)
             return loss_fn(y, target), new_state
 
         (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(params)
