@@ -176,6 +176,16 @@ class Source:
             return path
         return _HubFetch(self).folder(weights)
 
+    def file(self, name: str) -> Path | None:
+        """One file of the source (None when it has none): in the folder, or fetched into
+        (or found in) the Hugging Face cache and checked as the weights are (a tokenizer's
+        files beside the weights)."""
+        check_filename(name, str(self))
+        if self.kind == "local-dir":
+            path = self.folder() / name
+            return path if path.is_file() else None
+        return _HubFetch(self).download(name)
+
     def config_json(self) -> dict[str, Any] | None:
         """The source's ``config.json`` as data (None when it has none); only that file is
         fetched."""
