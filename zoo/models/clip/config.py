@@ -30,8 +30,9 @@ class Family:
     (`pool`: "eos", CLIP's, or "last"), SigLIP's text `head` (a Linear with bias after the
     pooled token), CLIP's `visual_projection` / `text_projection` (Linears without bias),
     the logit scale's shape and a logit bias, the probabilities of zero-shot labels
-    (`softmax` over the labels, CLIP's; `sigmoid` of each, SigLIP's) and the image tower's
-    ViT options."""
+    (`softmax` over the labels, CLIP's; `sigmoid` of each, SigLIP's), the image tower's
+    ViT options, and how its processor prepares texts: padded to the longest with the
+    attention mask (CLIP), or to `max_position_embeddings` without it (SigLIP)."""
 
     causal: bool
     pool: Literal["eos", "last"]
@@ -41,13 +42,15 @@ class Family:
     logit_bias: bool
     probabilities: Literal["softmax", "sigmoid"]
     vision: tuple[tuple[str, Any], ...]
+    text_padding: Literal["longest", "max_length"]  # how its texts are padded (processor's)
+    text_mask: bool  # whether its text tower is given the attention mask
 
 
 FAMILIES: dict[str, Family] = {
     "clip": Family(True, "eos", False, True, (), False, "softmax",
-                   (("pre_norm", True),)),
+                   (("pre_norm", True),), "longest", True),
     "siglip": Family(False, "last", True, False, (1,), True, "sigmoid",
-                     (("class_token", False), ("global_pool", "map"))),
+                     (("class_token", False), ("global_pool", "map")), "max_length", False),
 }
 _SIGLIP = {"model_type": "siglip", "vocab_size": 32000, "text_hidden_size": 768,
            "text_intermediate_size": 3072, "text_num_attention_heads": 12,
@@ -62,11 +65,19 @@ NAMED_MODELS: dict[str, dict[str, Any]] = {
     "clip-vit-base-patch16": {"patch_size": 16, "eos_token_id": 2},
     "siglip-base-patch16-224": _SIGLIP,
 }
+# The releases on the Hub, with their processors' preprocessing as timm's fields: CLIP's
+# shortest side to 224 (bicubic) and a centre crop, OpenAI's mean and std; SigLIP's resize to
+# 224x224 (bicubic), mean and std 0.5.
+_IMAGES = {"input_size": [3, 224, 224], "interpolation": "bicubic"}
 HUB_REPOS: dict[str, dict[str, Any]] = {
-    "clip-vit-base-patch16": {"openai": {"hub": "openai/clip-vit-base-patch16",
-                                         "license": "mit"}},
-    "siglip-base-patch16-224": {"google": {"hub": "google/siglip-base-patch16-224",
-                                           "license": "apache-2.0"}},
+    "clip-vit-base-patch16": {"openai": {
+        "hub": "openai/clip-vit-base-patch16", "license": "mit", **_IMAGES, "crop_pct": 1.0,
+        "crop_mode": "center", "mean": [0.48145466, 0.4578275, 0.40821073],
+        "std": [0.26862954, 0.26130258, 0.27577711]}},
+    "siglip-base-patch16-224": {"google": {
+        "hub": "google/siglip-base-patch16-224", "license": "apache-2.0", **_IMAGES,
+        "crop_pct": 1.0, "crop_mode": "squash", "mean": [0.5, 0.5, 0.5],
+        "std": [0.5, 0.5, 0.5]}},
 }
 
 
@@ -102,6 +113,7 @@ class ClipConfig(Config):
         "vision_num_attention_heads": 2}
     VARIANTS: ClassVar[dict[str, dict[str, Any]]] = {
         "siglip": {"model_type": "siglip", "projection_dim": 16,
+                   "logit_scale_init_value": math.log(10.0), "logit_bias_init_value": -10.0,
                    "text_hidden_act": "gelu_pytorch_tanh",
                    "vision_hidden_act": "gelu_pytorch_tanh"}}
     NAMED: ClassVar[dict[str, dict[str, Any]]] = NAMED_MODELS
