@@ -15,6 +15,7 @@ unknown field.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -73,9 +74,10 @@ _VISION_FIELDS = {"hidden_size": "vision_hidden_size",
                   "num_channels": "num_channels", "image_size": "image_size",
                   "patch_size": "patch_size"}
 # fields of the towers' configs that change nothing the two-tower model computes: a tower's
-# own projection width (read at the top level), dropout (training), initialisation
+# own projection width (read at the top level), dropout (training), initialisation, a tie
+# of an LM head they have not
 _TOWER_INERT = {"projection_dim", "attention_dropout", "dropout", "initializer_factor",
-                "add_cross_attention", "typical_p", "projection_size"}
+                "add_cross_attention", "typical_p", "projection_size", "tie_word_embeddings"}
 _TOP = {"projection_dim", "logit_scale_init_value", "initializer_factor", "text_config",
         "vision_config", "text_config_dict", "vision_config_dict"}
 _FIXED = {"add_cross_attention": (False,), "vision_use_head": (True,)}
@@ -158,7 +160,8 @@ class SiglipReader(TwoTowerReader):
         "vocab_size": 32000, "text_hidden_size": 768, "text_intermediate_size": 3072,
         "text_num_attention_heads": 12, "text_hidden_act": "gelu_pytorch_tanh",
         "text_layer_norm_eps": 1e-6, "max_position_embeddings": 64, "patch_size": 16,
-        "vision_hidden_act": "gelu_pytorch_tanh", "vision_layer_norm_eps": 1e-6}
+        "vision_hidden_act": "gelu_pytorch_tanh", "vision_layer_norm_eps": 1e-6,
+        "logit_scale_init_value": math.log(10.0), "logit_bias_init_value": -10.0}
 
     def projection_dim(self, raw: Mapping[str, Any], values: dict[str, Any]) -> int:
         """The text head's width: `projection_size`, by default the text tower's width."""
