@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
 from zoo.configs import Config, ConfigError, positive
 from zoo.models.decoder import AttentionSpec, DecoderSpec, MLPSpec, Names, PoolSpec
-from zoo.models.vit.config import ViTConfig
+
+if TYPE_CHECKING:  # imported where used: the registry keeps the folders' order
+    from zoo.models.vit.config import ViTConfig
 
 _BLOCK = (("self_attn", "attention"), ("layer_norm1", "attention_norm"), ("mlp", "mlp"),
           ("layer_norm2", "mlp_norm"))
@@ -167,6 +169,8 @@ class ClipConfig(Config):
     @property
     def vision(self) -> ViTConfig:
         """The image tower: the zoo's ViT, pooled, without classifier."""
+        from zoo.models.vit.config import ViTConfig
+
         width = self.vision_hidden_size
         return ViTConfig(
             image_size=self.image_size, patch_size=self.patch_size,
