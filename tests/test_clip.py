@@ -274,3 +274,32 @@ def test_named_models_match_their_published_config_and_transformers(name):
         k: tuple(v.shape) for k, v in reference.state_dict().items()}
     assert sum(int(np.prod(v.shape)) for v in spec.values()) == sum(
         p.numel() for p in reference.parameters())
+
+
+def test_the_tokenizer_is_read_from_a_folder_or_the_hub_cache(tmp_path, monkeypatch):
+    """`zoo.tokenizer.load`: a folder, ``local-dir:``, or a Hub repository's cached files
+    (offline); a folder without tokenizer.json is refused in one line naming it."""
+    from tests.hub_cache import add_folder, offline_hub
+    from zoo.hub import SourceError
+    from zoo.tokenizer import load
+
+    path = tiny_tokenizer(tmp_path / "tok", 8)
+    add_folder(tmp_path / "cache", "org/tiny-clip", path)
+    offline_hub(monkeypatch, tmp_path / "cache")
+    texts = ["a photo of a dog.", "cat"]
+    want = load(path)(texts)
+    for source in (f"local-dir:{path}", "hf-hub:org/tiny-clip"):
+        got = load(source)(texts)
+        assert all((g == w).all() for g, w in zip(got, want, strict=True)), source
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match=r"no tokenizer\.json"):
+        load(tmp_path / "empty")
+
+
+def test_zero_shot_refuses_what_it_cannot_read(root):
+    model = converters.load(folder("clip", root), "torch")
+    images = batch(FAMILIES["clip"])[0]
+    with pytest.raises(ConfigError, match="pass tokenizer="):
+        zero_shot(model, "torch", images, LABELS)
+    with pytest.raises(ConfigError, match="has no text tower"):
+        zero_shot(zoo.create(zoo.tiny_config("mlp"), "torch"), "torch", images, LABELS)

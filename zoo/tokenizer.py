@@ -116,5 +116,5 @@ def load(source: str | Path | Source) -> Tokenizer:
     if found is None:
         raise SourceError(f"{where}: no {FILE} (the zoo reads a model's tokenizer from its "
                           f"{FILE})")
-    side = [p for name in SIDE_FILES if (p := where.file(name)) is not None]
+    side = [p for name in SIDE_FILES if (p := where.file(name, optional=True)) is not None]
     return from_files(found, side)
