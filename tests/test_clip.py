@@ -303,3 +303,22 @@ def test_zero_shot_refuses_what_it_cannot_read(root):
         zero_shot(model, "torch", images, LABELS)
     with pytest.raises(ConfigError, match="has no text tower"):
         zero_shot(zoo.create(zoo.tiny_config("mlp"), "torch"), "torch", images, LABELS)
+
+
+def test_the_command_line_converts_a_folder_and_writes_one_back(root, tmp_path, capsys):
+    """`python -m converters convert FOLDER DST` (the config from config.json, the layout
+    named) and back `--to hub`, which transformers loads strictly."""
+    from tests.converter_cli import cli
+
+    capsys.readouterr()
+    code, out, err = cli(capsys, "convert", folder("siglip", root), tmp_path / "z.safetensors",
+                         "--to", "canonical")
+    assert code == 0, err
+    assert "(hf-siglip), keys renamed" in out
+    assert converters.load(tmp_path / "z.safetensors").config == FAMILIES["siglip"]
+    code, out, err = cli(capsys, "convert", tmp_path / "z.safetensors", tmp_path / "hf",
+                         "--to", "hub")
+    assert code == 0, err
+    _, info = transformers.SiglipModel.from_pretrained(tmp_path / "hf",
+                                                       output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
