@@ -33,7 +33,7 @@ import converters
 import zoo
 from tests.lm_reference import relative
 from zoo.configs import ConfigError
-from zoo.predict import image_text_logits, zero_shot
+from zoo.predict import features, image_text_logits, zero_shot
 from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
@@ -104,13 +104,9 @@ def hf_outputs(family: str, images, ids, mask) -> dict[str, np.ndarray]:
 def zoo_outputs(model, impl: str, images, ids, mask) -> dict[str, np.ndarray]:
     from zoo.libraries import native_interface
 
-    api = native_interface(impl)
-    config = model[0].config if isinstance(model, tuple) else model.config
-    image = api.call(model, "get_image_features", api.to_native(images, config))
-    text = api.call(model, "get_text_features", ids, inputs={"attention_mask": mask})
-    norm = lambda x: np.asarray(x) / np.linalg.norm(np.asarray(x), axis=-1, keepdims=True)
-    return {"image": norm(image), "text": norm(text),
-            "logits": image_text_logits(model, impl, images, ids, mask)}
+    image, text = features(model, impl, images, ids, mask)
+    logits = native_interface(impl).call(model, "scale_logits", image @ text.T)
+    return {"image": image, "text": text, "logits": np.asarray(logits)}
 
 
 @pytest.mark.parametrize(("family", "impls"), [

@@ -82,13 +82,11 @@ def _normalized(x: Any) -> np.ndarray:
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
 
 
-def image_text_logits(model: Any, impl: str, images: Any, input_ids: Any,
-                      attention_mask: Any = None) -> np.ndarray:
-    """`logits_per_image` `(N, M)` of N images (the canonical layout, `(N, C, H, W)`) and M
-    texts (token ids `(M, L)`) for a CLIP or SigLIP `model` of library `impl`, as
-    transformers' `CLIPModel` / `SiglipModel` compute them: each tower's features through
-    the library's interface, normalised, their cosines scaled by the model (`scale_logits`:
-    times `exp(logit_scale)`, plus SigLIP's bias)."""
+def features(model: Any, impl: str, images: Any, input_ids: Any, attention_mask: Any = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The normalised image features `(N, D)` of N images (the canonical layout,
+    `(N, C, H, W)`) and text features `(M, D)` of M texts (token ids `(M, L)`) of a CLIP or
+    SigLIP `model` of library `impl`, each tower through the library's interface."""
     from zoo.libraries import native_interface
 
     api, config = native_interface(impl), _config(model)
@@ -97,7 +95,19 @@ def image_text_logits(model: Any, impl: str, images: Any, input_ids: Any,
     mask = None if attention_mask is None else np.asarray(attention_mask, np.int32)
     text = _normalized(api.call(model, "get_text_features", np.asarray(input_ids, np.int32),
                                 inputs={"attention_mask": mask}))
-    return np.asarray(api.call(model, "scale_logits", image @ text.T), np.float32)
+    return image, text
+
+
+def image_text_logits(model: Any, impl: str, images: Any, input_ids: Any,
+                      attention_mask: Any = None) -> np.ndarray:
+    """`logits_per_image` `(N, M)` of N images and M texts (`features`), as transformers'
+    `CLIPModel` / `SiglipModel` compute them: the cosines scaled by the model
+    (`scale_logits`: times `exp(logit_scale)`, plus SigLIP's bias)."""
+    from zoo.libraries import native_interface
+
+    image, text = features(model, impl, images, input_ids, attention_mask)
+    return np.asarray(native_interface(impl).call(model, "scale_logits", image @ text.T),
+                      np.float32)
 
 
 def zero_shot(model: Any, impl: str, images: Any, labels: Sequence[str], tokenizer: Any = None,
