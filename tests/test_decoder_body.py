@@ -184,3 +184,20 @@ def test_a_bidirectional_mask_hides_only_the_padding():
     mask = np.asarray(sequence_mask(3, valid, causal=False))
     assert (mask == np.array([[[True, True, False]] * 3])).all()
     assert not np.asarray(sequence_mask(3, valid))[0, 0, 1]  # causal: the future hidden
+
+
+def test_the_pooled_token_is_transformers_choice():
+    """`PoolSpec.index`: BERT's first token, SigLIP's last, CLIP's first EOS and, for its
+    configs of `eos_token_id` 2, the highest id; the same on NumPy and PyTorch arrays."""
+    torch = pytest.importorskip("torch")
+    from zoo.models.decoder import PoolSpec
+
+    ids = np.array([[5, 9, 2, 0, 0], [5, 7, 8, 2, 2]])
+    assert PoolSpec().index(ids) == 0 and PoolSpec("last").index(ids) == -1
+    assert PoolSpec("eos", eos_token_id=2).index(ids).tolist() == [2, 3]
+    assert PoolSpec("max_id").index(ids).tolist() == [1, 2]
+    assert PoolSpec("eos", eos_token_id=2).index(torch.from_numpy(ids)).tolist() == [2, 3]
+    with pytest.raises(ValueError, match="needs eos_token_id"):
+        PoolSpec("eos")
+    with pytest.raises(ValueError, match="pass input_ids"):
+        PoolSpec("max_id").index(None)

@@ -111,7 +111,7 @@ def test_the_configs_read_are_the_named_towers_options():
         "dinov2": {"model_type": "dinov2", "architectures": ["Dinov2Model"],
                    "use_swiglu_ffn": True, "hidden_size": 1536, "num_hidden_layers": 40,
                    "num_attention_heads": 24, "image_size": 518},
-        "clip": {"model_type": "clip", "vision_config": {"patch_size": 16}},
+        "clip": {"model_type": "clip_vision_model", "patch_size": 16},
         "siglip": {"model_type": "siglip_vision_model", "hidden_size": 1152,
                    "intermediate_size": 4304, "num_hidden_layers": 27,
                    "num_attention_heads": 16, "image_size": 384, "patch_size": 14},

@@ -132,5 +132,5 @@ def _tokenized(texts: Any, tokenizer: Any, config: Any, max_length: int | None
                          "zoo.tokenizer.load's")
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load(
         os.fspath(tokenizer) if isinstance(tokenizer, os.PathLike) else tokenizer)
-    limit = max_length or tok.max_length or getattr(config, "max_length", None)
-    return tok.encode(texts, max_length=limit)
+    limit = max_length or tok.model_max_length or getattr(config, "max_length", None)
+    return tok(texts, max_length=limit)

@@ -1,6 +1,7 @@
 """Classify images with a pretrained model: the top classes by name, with their probabilities.
 
     python -m zoo.predict IMAGE [IMAGE ...] --model vit_small_patch16_224 --impl nnx [--top 5]
+    python -m zoo.predict IMAGE --model clip-vit-base-patch16 --labels cat dog   # zero-shot
 
 `--model` is a name with a pretrained tag (``resnet50.tv_in1k``; an untagged name takes its
 default tag, as timm's) or a source (``hf-hub:timm/resnet50.a1_in1k``, ``local-dir:PATH``).
@@ -14,7 +15,10 @@ In Python, the same in three lines:
     x = zoo.transform(zoo.data_config(model), "nnx")(image)       # a PIL image, path or array
     probs = jax.nn.softmax(zoo.native_interface("nnx").forward(model, x))  # names: zoo.labels
 
-or `classify(model, "nnx", image)`. Every failure is one ``error: ...`` line (exit 1; 2 for bad
+or `classify(model, "nnx", image)`. With `--labels` a CLIP or SigLIP model classifies
+zero-shot (`zero_shot(model, impl, images, labels, tokenizer)`: each label read as "a photo
+of a {label}.", the model's own `tokenizer.json` from the same cache; docs/zero_shot.md).
+Every failure is one ``error: ...`` line (exit 1; 2 for bad
 arguments), e.g. when the weights are not in the cache and the machine is offline.
 """
 
@@ -73,6 +77,96 @@ def classify(model: Any, impl: str, images: Any, *, name: str | None = None, top
     return out if many else out[:1]
 
 
+PROMPT = "a photo of a {label}."
+
+
+def _config(model: Any) -> Any:
+    return (model[0] if isinstance(model, tuple) else model).config
+
+
+def _normalized(x: Any) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+
+
+def features(model: Any, impl: str, images: Any, input_ids: Any, attention_mask: Any = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The normalised image features `(N, D)` of N images (the canonical layout,
+    `(N, C, H, W)`) and text features `(M, D)` of M texts (token ids `(M, L)`) of a CLIP or
+    SigLIP `model` of library `impl`, each tower through the library's interface."""
+    from zoo.libraries import native_interface
+
+    api, config = native_interface(impl), _config(model)
+    pixels = api.to_native(np.asarray(images, np.float32), config)
+    image = _normalized(api.call(model, "get_image_features", pixels))
+    mask = None if attention_mask is None else np.asarray(attention_mask, np.int32)
+    text = _normalized(api.call(model, "get_text_features", np.asarray(input_ids, np.int32),
+                                inputs={"attention_mask": mask}))
+    return image, text
+
+
+def image_text_logits(model: Any, impl: str, images: Any, input_ids: Any,
+                      attention_mask: Any = None) -> np.ndarray:
+    """`logits_per_image` `(N, M)` of N images and M texts (`features`), as transformers'
+    `CLIPModel` / `SiglipModel` compute them: the cosines scaled by the model
+    (`scale_logits`: times `exp(logit_scale)`, plus SigLIP's bias)."""
+    from zoo.libraries import native_interface
+
+    image, text = features(model, impl, images, input_ids, attention_mask)
+    return np.asarray(native_interface(impl).call(model, "scale_logits", image @ text.T),
+                      np.float32)
+
+
+def zero_shot(model: Any, impl: str, images: Any, labels: Sequence[str], tokenizer: Any = None,
+              *, prompt: str = PROMPT) -> np.ndarray:
+    """Zero-shot classification: the probability `(N, len(labels))` of each label for each
+    image, the labels read as `prompt` ("a photo of a {label}.") by the model's text tower:
+    a softmax over the labels (CLIP) or each label's sigmoid (SigLIP; `Family.probabilities`).
+    `images`: an array `(N, C, H, W)` already preprocessed, or images (PIL, paths, uint8
+    arrays) for a model made by `zoo.create(..., pretrained=True)` (its tag's preprocessing).
+    `tokenizer`: a `zoo.tokenizer.Tokenizer` (None: the pretrained model's own `tokenizer.json`
+    from the same Hub cache as its weights); texts are padded as the family's processor pads
+    them (`Family.text_padding`, `text_mask`)."""
+    from zoo.tokenizer import load
+
+    config = _config(model)
+    family = getattr(config, "family", None)
+    if family is None or not hasattr(family, "probabilities"):
+        raise ConfigError(f"zero_shot: a {config.arch} model has no text tower (CLIP, SigLIP)")
+    if not labels:
+        raise ValueError("zero_shot: give at least one label")
+    tag = made_from(model)
+    if tokenizer is None:
+        if tag is None:
+            raise ConfigError("zero_shot: pass tokenizer= (zoo.tokenizer.load(FOLDER)): this "
+                              "model was not made by zoo.create(..., pretrained=True)")
+        tokenizer = load(tag.hub if ":" in tag.hub else f"hf-hub:{tag.hub}")
+    pixels = np.asarray(images, np.float32) if _is_batch(images) else _preprocessed(
+        tag, images)
+    texts = [prompt.format(label=label) for label in labels]
+    ids, mask = tokenizer(texts, padding=family.text_padding,
+                          max_length=config.max_position_embeddings)
+    logits = image_text_logits(model, impl, pixels, ids, mask if family.text_mask else None)
+    logits = logits.astype(np.float64)
+    if family.probabilities == "sigmoid":
+        return 1 / (1 + np.exp(-logits))
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    return np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+
+
+def _is_batch(images: Any) -> bool:
+    return isinstance(images, np.ndarray) and images.ndim == 4 and images.dtype != np.uint8
+
+
+def _preprocessed(tag: Pretrained | None, images: Any) -> np.ndarray:
+    """Images in the canonical layout, by the tag's preprocessing."""
+    if tag is None:
+        raise ConfigError("zero_shot: pass preprocessed images (N, C, H, W): this model was "
+                          "not made by zoo.create(..., pretrained=True)")
+    many = isinstance(images, list | tuple)
+    return np.asarray(transform(data_config(tag))(list(images) if many else [images]))
+
+
 def _parser() -> ArgumentParser:
     from zoo.libraries import IMPLS
 
@@ -87,6 +181,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--impl", default="nnx", choices=list(IMPLS),
                    help="the library to run it in (default nnx)")
     p.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
+    p.add_argument("--labels", nargs="+", metavar="LABEL",
+                   help="zero-shot classification (a CLIP or SigLIP --model): the labels, "
+                        f"read as {PROMPT!r}")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return p
 
@@ -102,7 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = zoo.create(args.model, args.impl, pretrained=True)
         tag = made_from(model)
         cfg = data_config(model)
-        results = classify(model, args.impl, list(args.images), top=args.top)
+        if args.labels:
+            probs = zero_shot(model, args.impl, list(args.images), args.labels)
+            results = [sorted(zip(args.labels, map(float, row), strict=True),
+                              key=lambda pair: -pair[1])[:args.top] for row in probs]
+        else:
+            results = classify(model, args.impl, list(args.images), top=args.top)
     except Exception as e:  # one line, whatever failed (--debug for the traceback)
         if args.debug:
             raise

@@ -7,7 +7,8 @@ EfficientNet and MobileNetV3; and the hub folders' `config.json` readers
 (`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers, Swin and
 language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3; `hf_gemma`: gemma, gemma2,
 gemma3_text; `hf_phi3`: phi3; `hf_moe`: mixtral, qwen3_moe, with the layouts of their
-per-expert files; `hf_bert`: bert, roberta), timm, the zoo's own).
+per-expert files; `hf_bert`: bert, roberta; `hf_clip_model`: the two-tower clip and siglip,
+with their layouts), timm, the zoo's own).
 
 One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
 new layout is one `Adapter` value and one `register` call below, a new hub family one
@@ -41,6 +42,8 @@ from converters.adapters.hf_clip import (
     HFCLIPVisionReader,
     HFSiglipVisionReader,
 )
+from converters.adapters.hf_clip_model import HF_CLIP_MODEL, HF_SIGLIP_MODEL
+from converters.adapters.hf_clip_model import READERS as TWO_TOWER_READERS
 from converters.adapters.hf_dinov2 import HF_DINOV2, HF_DINOV2_MODULES, HFDinov2Reader
 from converters.adapters.hf_gemma import READERS as GEMMA_READERS
 from converters.adapters.hf_lm import READERS as LM_READERS
@@ -106,11 +109,12 @@ def to_canonical_names(state: Mapping[str, Any], arch: str | None
 for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_VISION,
                  HF_SIGLIP_VISION, HF_SWIN, HF_SWIN_MODULES, BIG_VISION_VIT, TORCHVISION_CONVNEXT,
                  TORCHVISION_EFFICIENTNET, TORCHVISION_MOBILENET_V3_LARGE,
-                 TORCHVISION_MOBILENET_V3_SMALL, HF_MIXTRAL, HF_QWEN3_MOE):
+                 TORCHVISION_MOBILENET_V3_SMALL, HF_MIXTRAL, HF_QWEN3_MOE, HF_CLIP_MODEL,
+                 HF_SIGLIP_MODEL):
     register(_adapter)
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
                 HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, *PHI3_READERS,
-                *MOE_READERS, *ENCODER_READERS, ZooReader()):
+                *MOE_READERS, *ENCODER_READERS, *TWO_TOWER_READERS, ZooReader()):
     hub.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Stack", "Transform",

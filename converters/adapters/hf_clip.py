@@ -1,7 +1,8 @@
 """HF transformers CLIP and SigLIP image towers (`CLIPVisionModel`, `SiglipVisionModel`, and
 the image towers of `CLIPModel` / `SiglipModel` checkpoints): their key layouts (one for files
 and transformers 5's modules alike) and `config.json` (`model_type` `clip_vision_model`,
-`siglip_vision_model`, or `clip` / `siglip` with a `vision_config`).
+`siglip_vision_model`; the two-tower `clip` / `siglip` folders are `hf_clip_model`'s, whose
+layouts reuse these under `vision_model.`).
 
 The zoo's ViT is the same function:
 - CLIP: timm's CLIP options (`pre_norm`: HF's `pre_layrnorm` is `norm_pre`, the patch
@@ -12,9 +13,9 @@ The zoo's ViT is the same function:
 - SigLIP: no class token, the attention-pool head (`global_pool="map"`: HF's `head.probe` is
   `attn_pool.latent`, its `nn.MultiheadAttention` packed `in_proj` splits into the zoo's `q`
   and `kv`), the tanh GELU (`gelu_pytorch_tanh`); the output is HF's `pooler_output`.
-Of a two-tower checkpoint the text tower, the projections into the joint embedding and the
-logit scale are left out (the zoo's output is the image tower's pooled features, before
-`visual_projection`).
+Of a two-tower state dict read as a ViT the text tower, the projections into the joint
+embedding and the logit scale are left out (the zoo's output is the image tower's pooled
+features, before `visual_projection`).
 """
 
 from __future__ import annotations
@@ -106,33 +107,29 @@ def _tower(raw: Mapping[str, Any], where: str, family: str, defaults: dict[str, 
 
 
 class HFCLIPVisionReader(HubReader):
-    """`config.json` of a CLIP image tower (`clip_vision_model`) or two-tower CLIP (`clip`,
-    its `vision_config`); read only."""
+    """`config.json` of a CLIP image tower (`clip_vision_model`); read only (two-tower CLIP
+    folders: `hf_clip_model`)."""
 
     name: ClassVar[str] = "hf-clip-vision"
     adapter: ClassVar[Adapter | None] = HF_CLIP_VISION
 
     def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") in ("clip_vision_model", "clip")
+        return raw.get("model_type") == "clip_vision_model"
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
-        if raw.get("model_type") == "clip":
-            raw = {"vision_config": raw.get("vision_config")}
         return _tower(raw, where, "HF CLIP image tower", _CLIP, pre_norm=True)
 
 
 class HFSiglipVisionReader(HubReader):
-    """`config.json` of a SigLIP image tower (`siglip_vision_model`) or two-tower SigLIP
-    (`siglip`, its `vision_config`); read only."""
+    """`config.json` of a SigLIP image tower (`siglip_vision_model`); read only (two-tower
+    SigLIP folders: `hf_clip_model`)."""
 
     name: ClassVar[str] = "hf-siglip-vision"
     adapter: ClassVar[Adapter | None] = HF_SIGLIP_VISION
 
     def claims(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") in ("siglip_vision_model", "siglip")
+        return raw.get("model_type") == "siglip_vision_model"
 
     def config(self, raw: Mapping[str, Any], where: str) -> Config:
-        if raw.get("model_type") == "siglip":
-            raw = {"vision_config": raw.get("vision_config")}
         return _tower(raw, where, "HF SigLIP image tower", _SIGLIP, class_token=False,
                       global_pool="map")

@@ -176,14 +176,17 @@ class Source:
             return path
         return _HubFetch(self).folder(weights)
 
-    def file(self, name: str) -> Path | None:
-        """The local path of the source's file `name` (a tokenizer's), checked as the
-        weights are; None when the source has no such file. Only that file is fetched."""
+    def file(self, name: str, *, optional: bool = False) -> Path | None:
+        """One file of the source (None when it has none): in the folder, or fetched into
+        (or found in) the Hugging Face cache and checked as the weights are (a tokenizer's
+        files beside the weights). `optional`: None, not NotCachedError, when an offline
+        cache cannot say whether the repository has it."""
         check_filename(name, str(self))
         if self.kind == "local-dir":
             path = self.folder() / name
             return path if path.is_file() else None
-        return _HubFetch(self).download(name)
+        fetch = _HubFetch(self)
+        return fetch.try_download(name)[0] if optional else fetch.download(name)
 
     def config_json(self) -> dict[str, Any] | None:
         """The source's ``config.json`` as data (None when it has none); only that file is

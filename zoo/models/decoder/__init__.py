@@ -8,6 +8,8 @@ from zoo.models.decoder.spec import (
     MLPSpec,
     MoESpec,
     Names,
+    PoolSpec,
 )
 
-__all__ = ["AttentionSpec", "DecoderSpec", "LayerAttention", "MLPSpec", "MoESpec", "Names"]
+__all__ = ["AttentionSpec", "DecoderSpec", "LayerAttention", "MLPSpec", "MoESpec", "Names",
+           "PoolSpec"]

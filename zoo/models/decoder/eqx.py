@@ -391,11 +391,60 @@ class ResidualOutput(eqx.Module):
         return _tokenwise(self.LayerNorm, self.dropout(_tokenwise(self.dense, h), key=key) + x)
 
 
+class OutProjAttention(SelfAttention):
+    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
+
+    k_proj: Linear
+    v_proj: Linear
+    q_proj: Linear
+    out_proj: Linear
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        kk, kv, kq, ko = jax.random.split(key, 4)
+        a, e = spec.attention, spec.hidden_size
+        q, g, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
+        self.k_proj = Linear(e, g, use_bias=b, key=kk, dtype=dtype)
+        self.v_proj = Linear(e, g, use_bias=b, key=kv, dtype=dtype)
+        self.q_proj = Linear(e, q, use_bias=b, key=kq, dtype=dtype)
+        self.out_proj = Linear(q, e, use_bias=a.out_bias, key=ko, dtype=dtype)
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        d, length = self.spec.attention.head_dim, x.shape[0]
+        return tuple(_tokenwise(p, x).reshape(length, -1, d)
+                     for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def output(self, h: Array) -> Array:
+        return _tokenwise(self.out_proj, h)
+
+
+class FcMLP(eqx.Module):
+    """CLIP's and SigLIP's `fc2(act(fc1(x)))`, over a sequence."""
+
+    fc1: Linear
+    fc2: Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
+                 ) -> None:
+        k1, k2 = jax.random.split(key)
+        e, m, b = spec.hidden_size, mlp.width, mlp.bias
+        self.fc1 = Linear(e, m, use_bias=b, key=k1, dtype=dtype)
+        self.fc2 = Linear(m, e, use_bias=b, key=k2, dtype=dtype)
+        self.activation = mlp.activation
+
+    def __call__(self, x: Array) -> Array:
+        act = activation(self.activation)
+        return jax.vmap(lambda t: self.fc2(act(self.fc1(t))))(x)
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
                                               "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue}
+                                              "query_key_value": QueryKeyValue,
+                                              "out_proj": OutProjAttention}
 MLPS: dict[str, Callable[..., eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                              "dense": DenseMLP, "moe": make_moe}
+                                              "dense": DenseMLP, "fc": FcMLP, "moe": make_moe}
 
 
 class Block(eqx.Module):
@@ -508,8 +557,8 @@ class Decoder(eqx.Module):
         if names.norm is not None:
             items.append((names.norm, make_norm(spec, e, dtype)))
         if names.pooler is not None:
-            items.append((names.pooler, Linear(e, e, key=jax.random.fold_in(k2, 2),
-                                               dtype=dtype)))
+            items.append((names.pooler, Linear(e, spec.pooling.size or e,
+                                               key=jax.random.fold_in(k2, 2), dtype=dtype)))
         for name, module in nest(items):
             setattr(self, name, module)
         self.embedding_dropout = eqx.nn.Dropout(spec.embedding_dropout)
@@ -518,9 +567,15 @@ class Decoder(eqx.Module):
     def embedding(self) -> eqx.nn.Embedding:
         return at(self, self.spec.names.embedding)
 
-    def pool(self, h: Array) -> Array:
-        """The pooler's output: `tanh(pooler(h[0]))` (`Names.pooler`)."""
-        return jnp.tanh(at(self, self.spec.names.pooler)(h[0]))
+    def pool(self, h: Array, input_ids: Array | None = None) -> Array:
+        """The pooled output of one sequence's hidden states `h` `(L, hidden_size)`: the token
+        `spec.pooling` says (of `input_ids`), then the pooler and tanh, if any."""
+        p = self.spec.pooling
+        x = h[p.index(input_ids)]
+        if self.spec.names.pooler is None:
+            return x
+        x = at(self, self.spec.names.pooler)(x)
+        return jnp.tanh(x) if p.tanh else x
 
     def __call__(self, input_ids: Array, attention_mask: Array | None,
                  position_ids: Array | None, cache: KVCache | None, key: Key,

@@ -324,11 +324,48 @@ class ResidualOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(h), deterministic=not train) + x)
 
 
+class OutProjAttention(SelfAttention):
+    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
+
+    def setup(self) -> None:
+        super().setup()
+        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
+        self.k_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.v_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.q_proj = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
+        self.out_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).reshape(n, length, -1, a.head_dim)
+                     for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.out_proj(h)
+
+
+class FcMLP(nn.Module):
+    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
+
+    spec: DecoderSpec
+    mlp: MLPSpec
+    param_dtype: str = "float32"
+
+    def setup(self) -> None:
+        m, dt = self.mlp, dtype_of(self.param_dtype)
+        self.fc1 = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
+        self.fc2 = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.fc2(activation(self.mlp.activation)(self.fc1(x)))
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
                                               "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue}
+                                              "query_key_value": QueryKeyValue,
+                                              "out_proj": OutProjAttention}
 MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                    "dense": DenseMLP, "moe": SparseMoE}
+                                    "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -424,7 +461,8 @@ class Decoder(nn.Module):
         if names.norm is not None:
             items.append((names.norm, lambda: make_norm(s, dt)))
         if names.pooler is not None:
-            items.append((names.pooler, lambda: nn.Dense(s.hidden_size, param_dtype=dt)))
+            items.append((names.pooler, lambda: nn.Dense(s.pooling.size or s.hidden_size,
+                                                         param_dtype=dt)))
         for name, maker in nest(items):
             setattr(self, name, maker())
         self.embedding_dropout = nn.Dropout(s.embedding_dropout)
@@ -461,13 +499,20 @@ class Decoder(nn.Module):
             layer = s.layer(i)
             h = block(h, positions, masks[layer.sliding_window], layer.inv_freq, train, index,
                       router)
+        h = h if names.norm is None else at(self, names.norm)(h)
         if names.pooler is not None:  # called (its result unused: compiled away) so that its
-            self.pool(h)  # parameters exist and the walkers see it in a model returning `h`
-        return h if names.norm is None else at(self, names.norm)(h)
+            self.pool(h, input_ids)  # parameters exist and the walkers see it
+        return h
 
-    def pool(self, h: jax.Array) -> jax.Array:
-        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
-        return jnp.tanh(at(self, self.spec.names.pooler)(h[:, 0]))
+    def pool(self, h: jax.Array, input_ids: jax.Array | None = None) -> jax.Array:
+        """The pooled output `(N, ...)` of the hidden states `h` `(N, L, hidden_size)`: the
+        token `spec.pooling` says (of `input_ids`), then the pooler and tanh, if any."""
+        p = self.spec.pooling
+        x = h[jnp.arange(h.shape[0]), p.index(input_ids)]
+        if self.spec.names.pooler is None:
+            return x
+        x = at(self, self.spec.names.pooler)(x)
+        return jnp.tanh(x) if p.tanh else x
 
     def attend(self, h: jax.Array) -> jax.Array:
         """The tied head's logits: `h @ embedding.T`, promoted as `nn.Embed.attend` does, with

@@ -292,11 +292,47 @@ class ResidualOutput(nnx.Module):
         return self.LayerNorm(self.dropout(self.dense(h), rngs=rngs) + x)
 
 
+class OutProjAttention(SelfAttention):
+    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        super().__init__(spec)
+        a, e, dt = spec.attention, spec.hidden_size, param_dtype
+        q, kv, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
+        self.k_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.v_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.q_proj = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.out_proj = nnx.Linear(q, e, use_bias=a.out_bias, param_dtype=dt, rngs=rngs)
+
+    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).reshape(n, length, -1, a.head_dim)
+                     for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def output(self, h: jax.Array) -> jax.Array:
+        return self.out_proj(h)
+
+
+class FcMLP(nnx.Module):
+    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
+                 ) -> None:
+        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
+        self.activation = mlp.activation
+        self.fc1 = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
+        self.fc2 = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.fc2(activation(self.activation)(self.fc1(x)))
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
                                               "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue}
+                                              "query_key_value": QueryKeyValue,
+                                              "out_proj": OutProjAttention}
 MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                     "dense": DenseMLP, "moe": SparseMoE}
+                                     "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
 
 
 class Block(nnx.Module):
@@ -393,13 +429,20 @@ class Decoder(nnx.Module):
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e, dt, rngs))
         if names.pooler is not None:
-            place(self, names.pooler, nnx.Linear(e, e, param_dtype=dt, rngs=rngs))
+            place(self, names.pooler, nnx.Linear(e, spec.pooling.size or e, param_dtype=dt,
+                                                 rngs=rngs))
         self.spec = spec
         self.cache_index: nnx.Cache | None = nnx.data(None)  # init_cache
 
-    def pool(self, h: jax.Array) -> jax.Array:
-        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
-        return jnp.tanh(at(self, self.spec.names.pooler)(h[:, 0]))
+    def pool(self, h: jax.Array, input_ids: jax.Array | None = None) -> jax.Array:
+        """The pooled output `(N, ...)` of the hidden states `h` `(N, L, hidden_size)`: the
+        token `spec.pooling` says (of `input_ids`), then the pooler and tanh, if any."""
+        p = self.spec.pooling
+        x = h[jnp.arange(h.shape[0]), p.index(input_ids)]
+        if self.spec.names.pooler is None:
+            return x
+        x = at(self, self.spec.names.pooler)(x)
+        return jnp.tanh(x) if p.tanh else x
 
     def blocks(self) -> list[Block]:
         return list(at(self, self.spec.names.layers))

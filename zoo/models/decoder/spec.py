@@ -21,13 +21,16 @@ per library, chosen by the spec's kind:
   transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
   optional per-head `q_norm` / `k_norm`), `qkv_proj` (Phi-3's: one `qkv_proj` linear layer,
   its output queries, keys, values stacked, `heads * head_dim` then twice
-  `kv_heads * head_dim`, and `o_proj`) or `query_key_value` (BERT's `query`, `key`, `value`;
-  its output projection is the block's `attention_output`); causal, or bidirectional with
-  `causal=False` (only the padding masked); grouped key/value heads, biases, a sliding window,
-  the scores' scale (`scale`, default `head_dim ** -0.5`) and soft-capping (`logit_softcap`);
+  `kv_heads * head_dim`, and `o_proj`), `query_key_value` (BERT's `query`, `key`, `value`;
+  its output projection is the block's `attention_output`) or `out_proj` (CLIP's and
+  SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj`, in transformers' definition order);
+  causal, or bidirectional with `causal=False` (only the padding masked); grouped key/value
+  heads, biases, a sliding window, the scores' scale (`scale`, default `head_dim ** -0.5`)
+  and soft-capping (`logit_softcap`);
 - MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
   (`down_proj(act(gate_proj(x)) * up_proj(x))`), `gate_up` (Phi-3's: the same with the
-  gate and up projections in one `gate_up_proj`, gate first), `dense` (BERT's intermediate,
+  gate and up projections in one `gate_up_proj`, gate first), `fc` (CLIP's and SigLIP's
+  `fc2(act(fc1(x)))`, biased as `bias`), `dense` (BERT's intermediate,
   `act(dense(x))`; its second matrix is the block's `mlp_output`) or `moe` (a mixture of gated
   experts, `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers'
   fused `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
@@ -41,8 +44,12 @@ per library, chosen by the spec's kind:
   rotary (`rope`, the inverse frequencies: `2 * len(rope)` leading dimensions of each head
   rotated, the rest passed through, transformers' partial rotary), or both absent; token type
   embeddings (`Names.token_types`, `type_vocab_size` rows) and an embedding norm
-  (`Names.embedding_norm`) where the names have them; a pooler (`Names.pooler`:
-  `tanh(dense(h[0]))`, the body's `pool`);
+  (`Names.embedding_norm`) where the names have them;
+- pooling (the body's `pool`, `PoolSpec`): one token's state (`first`: BERT's; `last`:
+  SigLIP's text tower; `eos`: the first `eos_token_id`, CLIP's; `max_id`: the highest id,
+  CLIP's rule for its configs of `eos_token_id` 2), then the pooler where the names have one
+  (`Names.pooler`: a Linear, then tanh when `PoolSpec.tanh`: BERT's `tanh(dense(h[0]))`,
+  SigLIP's `head`);
 - layer types: layers may differ in their window and rotary frequencies (`layer_types`, one
   name per layer, each an entry of the table `attention_types`: a `LayerAttention`); without
   them every layer has the attention's `sliding_window` and the spec's `rope`.
@@ -78,7 +85,7 @@ class Names:
     positions: str | None = None  # learned absolute position embedding
     token_types: str | None = None  # token type embedding (BERT's segments)
     embedding_norm: str | None = None  # the norm of the summed embeddings
-    pooler: str | None = None  # a Linear of the first token's state, then tanh (BERT's)
+    pooler: str | None = None  # a Linear of the pooled token's state (`PoolSpec`)
 
     def __post_init__(self) -> None:
         roles = sorted(role for _, role in self.block if role not in POST_ROLES)
@@ -104,7 +111,7 @@ class AttentionSpec:
     """The attention's layout and options (`c_attn`: transformers' `Conv1D`, always biased;
     `qkvo` and `qkv_proj`: biases as `qkv_bias` and `out_bias`)."""
 
-    layout: Literal["c_attn", "qkvo", "qkv_proj", "query_key_value"]
+    layout: Literal["c_attn", "qkvo", "qkv_proj", "query_key_value", "out_proj"]
     heads: int
     kv_heads: int
     head_dim: int
@@ -153,7 +160,7 @@ class MLPSpec:
     """The MLP's kind, width and activation (`c_fc`: `Conv1D`, always biased; `gated` and
     `gate_up`: biases as `bias`; `moe`: `moe` says the mixture, `width` is each expert's)."""
 
-    kind: Literal["c_fc", "gated", "gate_up", "dense", "moe"]
+    kind: Literal["c_fc", "gated", "gate_up", "dense", "fc", "moe"]
     width: int
     activation: str
     bias: bool = False
@@ -168,6 +175,36 @@ class MLPSpec:
     def gated(self) -> bool:
         """Whether a gate multiplies the up projection (three `width`-wide matrices, else two)."""
         return self.kind in ("gated", "gate_up", "moe")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """How the body's `pool` makes one vector of a sequence: the state of one token (`first`,
+    `last`, `eos`: the first `eos_token_id`, `max_id`: the highest id, as transformers' CLIP
+    pools), then the pooler (`Names.pooler`, if any: a Linear of `size` outputs, None: the
+    hidden size), then tanh when `tanh`."""
+
+    token: Literal["first", "last", "eos", "max_id"] = "first"
+    eos_token_id: int | None = None
+    size: int | None = None
+    tanh: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.token == "eos") != (self.eos_token_id is not None):
+            raise ValueError(f"pooling at token {self.token!r} needs eos_token_id exactly when "
+                             f"the token is 'eos', found {self.eos_token_id!r}")
+
+    def index(self, input_ids: Any) -> Any:
+        """The pooled token's index along the last axis of `input_ids` (NumPy, JAX and
+        PyTorch arrays alike; an int for `first` and `last`)."""
+        if self.token in ("first", "last"):
+            return 0 if self.token == "first" else -1
+        if input_ids is None:
+            raise ValueError(f"pooling at token {self.token!r} reads the token ids: pass "
+                             "input_ids")
+        if self.token == "max_id":
+            return input_ids.argmax(-1)
+        return ((input_ids == self.eos_token_id) * 1).argmax(-1)
 
 
 @dataclass(frozen=True)
@@ -209,6 +246,7 @@ class DecoderSpec:
     output_router_logits: bool = False  # the output is (logits, router logits)
     type_vocab_size: int | None = None  # rows of the token type embedding
     padding_idx: int | None = None  # positions counted from padding_idx + 1 (RoBERTa)
+    pooling: PoolSpec = PoolSpec()  # the body's `pool`: which token, the pooler's options
 
     def __post_init__(self) -> None:
         if (self.names.token_types is None) != (self.type_vocab_size is None):

@@ -37,7 +37,8 @@ def gelu_new(x: torch.Tensor) -> torch.Tensor:
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_new": gelu_new, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+    "gelu": F.gelu, "relu": F.relu, "silu": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x)}
 NORMS: dict[str, type[nn.Module]] = {"layer_norm": nn.LayerNorm, "rms_norm": RMSNorm,
                                      "offset_rms_norm": OffsetRMSNorm}
 
@@ -294,11 +295,46 @@ class ResidualOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(h)) + x)
 
 
+class OutProjAttention(SelfAttention):
+    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__(spec)
+        a, e = spec.attention, spec.hidden_size
+        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        self.k_proj = nn.Linear(e, kv, bias=a.qkv_bias)
+        self.v_proj = nn.Linear(e, kv, bias=a.qkv_bias)
+        self.q_proj = nn.Linear(e, q, bias=a.qkv_bias)
+        self.out_proj = nn.Linear(q, e, bias=a.out_bias)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, (n, length, _) = self.spec.attention, x.shape
+        return tuple(p(x).view(n, length, -1, a.head_dim)
+                     for p in (self.q_proj, self.k_proj, self.v_proj))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(h)
+
+
+class FcMLP(nn.Module):
+    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
+
+    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(spec.hidden_size, mlp.width, bias=mlp.bias)
+        self.fc2 = nn.Linear(mlp.width, spec.hidden_size, bias=mlp.bias)
+        self.act = ACTIVATIONS[mlp.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
 ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
                                               "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue}
+                                              "query_key_value": QueryKeyValue,
+                                              "out_proj": OutProjAttention}
 MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                    "dense": DenseMLP, "moe": SparseMoE}
+                                    "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -385,12 +421,18 @@ class Decoder(nn.Module):
         if names.norm is not None:
             place(self, names.norm, make_norm(spec, e))
         if names.pooler is not None:
-            place(self, names.pooler, nn.Linear(e, e))
+            place(self, names.pooler, nn.Linear(e, spec.pooling.size or e))
         self.spec = spec
 
-    def pool(self, h: torch.Tensor) -> torch.Tensor:
-        """The pooler's output: `tanh(pooler(h[:, 0]))` (`Names.pooler`)."""
-        return torch.tanh(self.get_submodule(self.spec.names.pooler)(h[:, 0]))
+    def pool(self, h: torch.Tensor, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The pooled output `(N, ...)` of the hidden states `h` `(N, L, hidden_size)`: the
+        token `spec.pooling` says (of `input_ids`), then the pooler and tanh, if any."""
+        p = self.spec.pooling
+        x = h[torch.arange(h.shape[0], device=h.device), p.index(input_ids)]
+        if self.spec.names.pooler is None:
+            return x
+        x = self.get_submodule(self.spec.names.pooler)(x)
+        return torch.tanh(x) if p.tanh else x
 
     def embedding(self) -> nn.Embedding:
         return self.get_submodule(self.spec.names.embedding)
