@@ -52,9 +52,11 @@ def test_data_config_is_timms_for_every_tag():
     from timm.models import get_pretrained_cfg
 
     for name in zoo.list_pretrained():
-        if zoo.weights.pretrained.resolve(name).pretrained.fields["library"] != "timm":
-            with pytest.raises(ConfigError, match="no image preprocessing"):
-                zoo.data_config(name)
+        fields = zoo.weights.pretrained.resolve(name).pretrained.fields
+        if fields["library"] != "timm":
+            if fields["mean"] is None:  # token models
+                with pytest.raises(ConfigError, match="no image preprocessing"):
+                    zoo.data_config(name)
             continue
         for test in (False, True):
             want = resolve_data_config(pretrained_cfg=get_pretrained_cfg(name).to_dict(),
@@ -62,6 +64,34 @@ def test_data_config_is_timms_for_every_tag():
             assert zoo.data_config(name, use_test_size=test) == want, name
     untagged = zoo.data_config("resnet50")
     assert untagged == zoo.data_config(f"resnet50.{timm.models.get_pretrained_cfg('resnet50').tag}")
+
+
+def test_two_tower_tags_preprocess_as_transformers_image_processors():
+    """The CLIP and SigLIP tags' images are prepared as transformers' image processors
+    prepare them: CLIP's resize of the shorter side then a center crop (timm's "center" at
+    crop_pct 1), SigLIP's resize to the square ("squash"); bicubic; their means and stds."""
+    import transformers
+    from PIL import Image
+
+    processors = {"clip": transformers.CLIPImageProcessor(),
+                  "siglip": transformers.SiglipImageProcessor()}
+    tagged = {name: zoo.weights.pretrained.resolve(name) for name in zoo.list_pretrained()}
+    images = {n: r for n, r in tagged.items() if r.pretrained.fields["library"] != "timm"
+              and r.pretrained.fields["mean"] is not None}
+    assert {n.split("-")[0] for n in images} == set(processors)
+    for name in images:
+        processor = processors[name.split("-")[0]]
+        cfg = zoo.data_config(name)
+        assert cfg["mean"] == pytest.approx(processor.image_mean), name
+        assert cfg["std"] == pytest.approx(processor.image_std), name
+        assert cfg["interpolation"] == "bicubic", name
+        assert processor.resample == Image.Resampling.BICUBIC, name
+        cropped = bool(processor.do_center_crop)
+        assert cfg["crop_mode"] == ("center" if cropped else "squash"), name
+        side = (processor.crop_size if cropped else processor.size).height
+        if cropped:  # the shorter side resized to the crop's: timm's crop_pct 1
+            assert processor.size.shortest_edge == side, name
+        assert cfg["input_size"] == (3, side, side) and cfg["crop_pct"] == 1.0, name
 
 
 def test_every_preprocessing_of_the_table_equals_timms_bitwise(photos):

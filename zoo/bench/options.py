@@ -34,7 +34,7 @@ other commands (python -m zoo.bench COMMAND --help):
   breakdown ARCH --preset P            step time per op category
   xla-cpu [--only NAME,...]            XLA:CPU's limits, minimal reproductions
   convert                              checkpoint conversion, every format pair
-  partition [--layers N]               a frozen / trainable split's cost per step
+  partition [--layers N]               frozen / trainable split: cost per step
 
 call styles (--call): eqx: filter_jit, partition, fast; linen: jit, fast;
   nnx: nnx_jit, jit_tree, flaxlib, cached_partial, jit_partial, split, fast;

@@ -2,7 +2,7 @@
 
     model = zoo.lora.add(model, "nnx", rank=8, alpha=16, targets=("q_proj", "v_proj"))
     step = zoo.runtime.fast.train_step(model, "nnx", optax.adamw(1e-3), loss,
-                               trainable=zoo.lora.TRAINABLE)     # only the factors train
+                                       trainable=zoo.lora.TRAINABLE)  # only the factors train
     zoo.lora.save(step.model(), "nnx", "adapter/")               # peft's adapter folder
     model = zoo.lora.load(base, "linen", "adapter/")             # any library, or peft's own
     merged = zoo.lora.merge(model, "linen")                      # a plain model, W + s B A
