@@ -121,3 +121,31 @@ def test_texts_need_a_tokenizer(folder, tmp_path):
         zoo.embed(model, "nnx", TEXTS)
     with pytest.raises(TokenizerError, match=r"no tokenizer\.json \(the zoo reads"):
         load(tmp_path)
+
+
+def test_the_command_line_embeds_texts_and_keeps_nothing_it_should_not(folder, tmp_path,
+                                                                        capsys):
+    """`python -m zoo.predict --texts ...`: the model and its tokenizer from one source, the
+    cosine similarities printed within 80 columns, the vectors written to a new .npy equal to
+    `zoo.embed`'s; an existing --out is refused in one line and left as it was."""
+    from zoo.predict import main
+
+    out = tmp_path / "vectors.npy"
+    argv = ["--texts", *TEXTS, "--model", f"local-dir:{folder}", "--impl", "nnx",
+            "--pooling", "mean"]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cosine similarity:" in printed and f"[1] {TEXTS[0]}" in printed
+    assert max(len(line) for line in printed.splitlines() if str(tmp_path.parent) not in line
+               and str(folder) not in line) <= 80  # our own text; the paths are the user's
+    want = np.asarray(zoo.embed(converters.load(folder, "nnx"), "nnx", TEXTS,
+                                tokenizer=folder, pooling="mean"))
+    np.testing.assert_allclose(np.load(out), want, atol=POOLED)  # tolerance: as POOLED
+    sims = np.load(out) @ np.load(out).T
+    assert f"{sims[0, 0] / np.linalg.norm(np.load(out)[0]) ** 2:7.3f}" in printed
+    before = out.read_bytes()
+    assert main([*argv, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out {out}: exists (not overwritten)"
+    assert out.read_bytes() == before
+    with pytest.raises(SystemExit):
+        main(["x.jpg", "--texts", "a"])  # images and texts: one or the other

@@ -2,6 +2,7 @@
 
     python -m zoo.predict IMAGE [IMAGE ...] --model vit_small_patch16_224 --impl nnx [--top 5]
     python -m zoo.predict IMAGE --model clip-vit-base-patch16 --labels cat dog   # zero-shot
+    python -m zoo.predict --texts "a sentence" "another one" --model all-minilm-l6-v2
 
 `--model` is a name with a pretrained tag (``resnet50.tv_in1k``; an untagged name takes its
 default tag, as timm's) or a source (``hf-hub:timm/resnet50.a1_in1k``, ``local-dir:PATH``).
@@ -18,6 +19,9 @@ In Python, the same in three lines:
 or `classify(model, "nnx", image)`. With `--labels` a CLIP or SigLIP model classifies
 zero-shot (`zero_shot(model, impl, images, labels, tokenizer)`: each label read as "a photo
 of a {label}.", the model's own `tokenizer.json` from the same cache; docs/zero_shot.md).
+With `--texts` an encoder (BERT, RoBERTa, their sentence-embedding checkpoints) embeds the
+texts (`zoo.embed`, its tokenizer from the same source): their cosine similarities are
+printed, `--out FILE.npy` keeps the vectors (docs/embeddings.md).
 Every failure is one ``error: ...`` line (exit 1; 2 for bad
 arguments), e.g. when the weights are not in the cache and the machine is offline.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,10 @@ from zoo.weights.pretrained import (
     resolve,
     transform,
 )
+from zoo.weights.sources import Source
+
+IMAGE_MODEL = "vit_small_patch16_224"  # the default --model for images
+TEXT_MODEL = "all-minilm-l6-v2"  # and for --texts
 
 
 def _tag_of(model: Any, name: str | None) -> Pretrained | None:
@@ -173,26 +182,67 @@ def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m zoo.predict",
                        description="Classify images with a pretrained model (top classes and "
                                    "probabilities).")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any Pillow reads)")
-    p.add_argument("--model", default="vit_small_patch16_224",
+    p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (any Pillow reads)")
+    p.add_argument("--model", default=None,
                    help="a name with a pretrained tag (resnet50.tv_in1k; untagged: its "
-                        "default tag) or hf-hub:ORG/REPO / local-dir:PATH "
-                        "(default vit_small_patch16_224)")
+                        f"default tag) or hf-hub:ORG/REPO / local-dir:PATH (default "
+                        f"{IMAGE_MODEL}; with --texts {TEXT_MODEL})")
     p.add_argument("--impl", default="nnx", choices=list(IMPLS),
                    help="the library to run it in (default nnx)")
     p.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
     p.add_argument("--labels", nargs="+", metavar="LABEL",
                    help="zero-shot classification (a CLIP or SigLIP --model): the labels, "
                         f"read as {PROMPT!r}")
+    p.add_argument("--texts", nargs="+", metavar="TEXT",
+                   help="sentence embeddings of the texts (an encoder --model): their cosine "
+                        "similarities")
+    p.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                   help="with --texts: how the tokens' states are pooled (default: the "
+                        "model's own)")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.npy",
+                   help="with --texts: write the embeddings (N, E) there (a new file)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return p
 
 
+def embed_texts(model_name: str, impl: str, texts: Sequence[str], pooling: str | None = None
+                ) -> tuple[Pretrained | None, np.ndarray]:
+    """The pretrained encoder `model_name`'s embeddings `(N, E)` of `texts`, tokenized by the
+    `tokenizer.json` of the same source as its weights."""
+    import zoo
+
+    model = zoo.create(model_name, impl, pretrained=True)
+    tag = made_from(model)
+    source = model_name if Source.parse(model_name) is not None or tag is None else (
+        tag.hub if ":" in tag.hub else f"hf-hub:{tag.hub}")
+    vectors = zoo.embed(model, impl, list(texts), tokenizer=source, pooling=pooling)
+    return tag, np.asarray(vectors, np.float64)
+
+
+def _print_similarities(texts: Sequence[str], vectors: np.ndarray) -> None:
+    """The cosine similarity of every pair of texts, then the texts by number."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    sims = unit @ unit.T
+    shown = min(len(texts), 10)  # 80 columns
+    print("cosine similarity:")
+    print("     " + "".join(f"{f'[{j + 1}]':>7}" for j in range(shown)))
+    for i in range(len(texts)):
+        print(f"{f'[{i + 1}]':>5}" + "".join(f"{sims[i, j]:7.3f}" for j in range(shown)))
+    for i, text in enumerate(texts):
+        print(f"[{i + 1}] {text if len(text) <= 72 else text[:69] + '...'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.top < 1:
-        print("error: --top must be at least 1", file=sys.stderr)
-        return 2
+        parser.error("--top must be at least 1")
+    if bool(args.images) == bool(args.texts):
+        parser.error("give images (IMAGE ...) or --texts, not both" if args.images else
+                     "give images (IMAGE ...) or --texts TEXT ...")
+    if args.texts:
+        return _texts_main(args)
+    args.model = args.model or IMAGE_MODEL
     try:
         import zoo
 
@@ -217,6 +267,29 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cfg['crop_pct']})")
         for label, p in top:
             print(f"  {100 * p:6.2f}%  {label}")
+    return 0
+
+
+def _texts_main(args: Any) -> int:
+    if args.out is not None and (args.out.exists() or args.out.suffix != ".npy"):
+        print(f"error: --out {args.out}: " + ("exists (not overwritten)" if args.out.exists()
+                                              else "give a new .npy file"), file=sys.stderr)
+        return 2
+    name = args.model or TEXT_MODEL
+    try:
+        tag, vectors = embed_texts(name, args.impl, args.texts, args.pooling)
+    except Exception as e:  # one line, whatever failed (--debug for the traceback)
+        if args.debug:
+            raise
+        text = str(e).strip().splitlines()
+        print(f"error: {text[0] if text else type(e).__name__}", file=sys.stderr)
+        return 1
+    print(f"model: {tag or name}")
+    print(f"{len(args.texts)} texts -> {vectors.shape[1]} dimensions ({args.impl})")
+    _print_similarities(args.texts, vectors)
+    if args.out is not None:
+        np.save(args.out, vectors.astype(np.float32))
+        print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32: {args.out}")
     return 0
 
 
