@@ -110,3 +110,26 @@ def test_default_prompt_fits_a_tiny_preset_and_a_bad_one_gets_one_line(capsys) -
     assert generation.styles("all") == tuple(generation.STYLES)
     with pytest.raises(ValueError, match="--call fast"):
         generation.styles("fast")
+
+
+def test_a_step_lost_in_the_noise_prints_dashes_not_a_negative_time() -> None:
+    """At tiny sizes the decode step (the difference of two timings) can come out at or below
+    zero: its ms/step, tokens/s and ratios print "-", never a negative number, and a row's
+    ratio to PyTorch uses PyTorch's step only where it was measured."""
+    row = {"impl": "linen", "style": "loop", "prefill_tokens_per_s": 7926.0,
+           "decode_s": -0.00045, "decode_tokens_per_s": None, "floor_ratio": -214.99,
+           "compile_s": 5.66}
+    ok = {**row, "impl": "eqx", "decode_s": 0.00063, "decode_tokens_per_s": 12702.7,
+          "floor_ratio": 297.59}
+    torch = {**ok, "impl": "torch", "style": "eager", "decode_s": 0.04083,
+             "decode_tokens_per_s": 195.9, "floor_ratio": 19292.68, "compile_s": 0.0}
+    record = {"config": {"arch": "gpt2", "batch": 8, "prompt": 8, "new": 8,
+                         "dtype": "float32"},
+              "floor": {"decode_s": 2.1e-6, "weights": 1e6}, "bandwidth_bytes_per_s": 13.7e9,
+              "results": [ok, row, torch]}
+    lines = generation.table(record)
+    assert max(map(len, lines)) <= 80
+    linen = next(line for line in lines if line.startswith("linen"))
+    assert "-0" not in linen and linen.split()[3:7] == ["-", "-", "-", "-"]
+    eqx = next(line for line in lines if line.startswith("eqx")).split()
+    assert eqx[3:7] == ["0.63", "12702.7", "297.59", "0.02"]

@@ -319,19 +319,24 @@ def table(record: dict[str, Any]) -> list[str]:
              f"weights + cache at {record['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (copy)",
              f"{'library':7} {'style':11} {'prefill tok/s':>13} {'ms/step':>8} "
              f"{'tok/s':>8} {'x floor':>7} {'x torch':>7} {'compile s':>9}"]
-    torch_ms = min((r["decode_s"] for r in record["results"]
-                    if library(r["impl"]).reference and r["style"] == "eager"), default=None)
+    torch_s = min((r["decode_s"] for r in record["results"] if r["decode_s"] > 0
+                   and library(r["impl"]).reference and r["style"] == "eager"), default=None)
     for r in record["results"]:
-        ratio = f"{r['decode_s'] / torch_ms:7.2f}" if torch_ms else f"{'':7}"
+        step = r["decode_s"] if r["decode_s"] > 0 else None  # else: lost in the timer's noise
+        ratio = (_number(step / torch_s, 7, 2) if torch_s and step else
+                 _number(None, 7) if torch_s else f"{'':7}")
         lines.append(f"{r['impl']:7} {r['style']:11} {r['prefill_tokens_per_s']:13.0f} "
-                     f"{r['decode_s'] * 1e3:8.2f} {_number(r['decode_tokens_per_s'], 8)} "
-                     f"{r['floor_ratio'] or 0:7.2f} {ratio} {r['compile_s']:9.2f}")
+                     f"{_number(step and step * 1e3, 8, 2)} "
+                     f"{_number(r['decode_tokens_per_s'], 8)} "
+                     f"{_number(step and r['floor_ratio'], 7, 2)} {ratio} "
+                     f"{r['compile_s']:9.2f}")
     return lines
 
 
-def _number(value: float | None, width: int) -> str:
-    """`value` in `width` columns, "-" for None (a decode step lost in the noise)."""
-    return f"{'-':>{width}}" if value is None else f"{value:{width}.1f}"
+def _number(value: float | None, width: int, digits: int = 1) -> str:
+    """`value` in `width` columns, "-" for None (a decode step lost in the noise: the
+    difference of two timings at or below zero)."""
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.{digits}f}"
 
 
 def run_from_args(args: Any) -> GenerationRun:
