@@ -22,7 +22,8 @@ from canonical import KINDS, ConversionError, KeyMismatchError, Layer, StateMism
 from canonical.state import walker
 from canonical.torch_arrays import torch_to_numpy
 from zoo.configs import Config
-from zoo.registry import make_config, schema, skeleton, walk_facts
+from zoo.names import make_config
+from zoo.registry import schema, skeleton, walk_facts
 
 __all__ = ["ConversionError", "as_numpy_state", "canonical_layers", "canonical_spec",
            "config_of", "convert", "from_canonical", "to_canonical", "validate"]

@@ -10,8 +10,8 @@ import functools
 import numpy as np
 
 import zoo
+from zoo.layers.causal import positions
 from zoo.models.gemma.config import GEMMA2, GEMMA3, pattern
-from zoo.models.language import positions
 
 # Every option of the list, each in a small config (two layers of width 16-32).
 _ROPE = {"rope_type": "default", "rope_theta": 1e6}

@@ -26,7 +26,7 @@ def test_generated_checkpoint_is_written_lazily(tmp_path):
     from safetensors.numpy import load_file
 
     from zoo.bench.convert import SIZES
-    from zoo.registry import make_config
+    from zoo.names import make_config
 
     config = make_config("vit", **SIZES["vit-tiny"])
     size = generate(config, tmp_path / "g.safetensors")

@@ -24,7 +24,7 @@ from converters.__main__ import main
 from converters.checkpoints import CheckpointError
 from converters.checkpoints.formats.safetensors_io import parse_size, plan_shards
 from converters.core import canonical_spec
-from zoo.registry import make_config
+from zoo.names import make_config
 
 VIT = make_config("vit", width=64, depth=4, num_heads=2, patch_size=4, image_size=[16, 16],
                   num_classes=10)

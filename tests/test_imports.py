@@ -103,7 +103,7 @@ import numpy as np
 from safetensors.numpy import save_file
 from converters.__main__ import main
 from converters.core import canonical_spec
-from zoo.registry import make_config
+from zoo.names import make_config
 
 config = make_config("vit", width=32, depth=1, num_heads=2, patch_size=8,
                      image_size=[16, 16], num_classes=3)

@@ -23,7 +23,7 @@ from zoo.configs import Config, ConfigError
 from zoo.embed import embed
 from zoo.interface import Interface
 from zoo.libraries import interface, library, native_interface
-from zoo.names import list_models
+from zoo.names import list_models, make_config
 from zoo.registry import (
     ARCHS,
     IMPLS,
@@ -31,7 +31,6 @@ from zoo.registry import (
     architecture,
     example_input,
     list_implementations,
-    make_config,
     model_class,
     native_init,
     register,

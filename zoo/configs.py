@@ -333,6 +333,17 @@ def positive(name: str, values: tuple[int, ...]) -> None:
 CONFIGS: dict[str, type[Config]] = {}  # filled by zoo.registry.register
 
 
+def named_models() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every named model: name -> (architecture, config overrides)."""
+    table: dict[str, tuple[str, dict[str, Any]]] = {}
+    for arch, cls in CONFIGS.items():
+        for name, overrides in cls.NAMED.items():
+            if name in table or name in CONFIGS:
+                raise ConfigError(f"model name {name!r} of {arch} is already taken")
+            table[name] = (arch, overrides)
+    return table
+
+
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Build the config named by data['arch']."""
     if not isinstance(data, dict):

@@ -17,18 +17,8 @@ import fnmatch
 from typing import Any
 
 from zoo.configs import CONFIGS, Config, ConfigError
+from zoo.configs import named_models as named_models  # re-exported: names live here
 from zoo.weights.pretrained.table import find, split
-
-
-def named_models() -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every named model: name -> (architecture, config overrides)."""
-    table: dict[str, tuple[str, dict[str, Any]]] = {}
-    for arch, cls in CONFIGS.items():
-        for name, overrides in cls.NAMED.items():
-            if name in table or name in CONFIGS:
-                raise ConfigError(f"model name {name!r} of {arch} is already taken")
-            table[name] = (arch, overrides)
-    return table
 
 
 def resolve(name: str) -> tuple[str, dict[str, Any]]:
@@ -52,6 +42,16 @@ def named_config(name: str, **overrides: Any) -> Config:
     """The config of an architecture or named model, with `overrides` applied on top."""
     arch, named = resolve(name)
     return CONFIGS[arch](**{**named, **overrides})
+
+
+def make_config(arch: str | Config, **overrides: Any) -> Config:
+    """A config from an architecture or model name ("resnet50", `zoo.names`) plus overrides,
+    or an existing config."""
+    if isinstance(arch, Config):
+        if overrides:
+            raise ConfigError("pass overrides with an architecture name, not with a config")
+        return arch
+    return named_config(arch, **overrides)
 
 
 def list_models(pattern: str = "*") -> list[str]:

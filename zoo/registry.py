@@ -20,10 +20,9 @@ import jax
 import jax.numpy as jnp
 
 import canonical
-from zoo.configs import CONFIGS, Config, ConfigError
+from zoo.configs import CONFIGS, Config
 from zoo.libraries import IMPLS, jax_libraries, library
 from zoo.libraries import JAX_IMPLS as JAX_IMPLS  # re-exported: live views of the libraries
-from zoo.names import named_config
 
 
 @dataclass(frozen=True)
@@ -139,15 +138,6 @@ def list_implementations(impl: str | None = None) -> list[tuple[str, str]]:
     return [(a, i) for a in ARCHS for i in impls
             if architecture(a).has(i) and library(i).available()]
 
-
-def make_config(arch: str | Config, **overrides: Any) -> Config:
-    """A config from an architecture or model name ("resnet50", `zoo.names`) plus overrides,
-    or an existing config."""
-    if isinstance(arch, Config):
-        if overrides:
-            raise ConfigError("pass overrides with an architecture name, not with a config")
-        return arch
-    return named_config(arch, **overrides)
 
 
 def tiny_config(arch: str, **overrides: Any) -> Config:

@@ -22,8 +22,7 @@ from converters.core import config_of, to_canonical
 from converters.optim import CanonicalOptState, to_canonical_opt
 from zoo.configs import Config
 from zoo.libraries import owner
-from zoo.names import list_models
-from zoo.registry import make_config
+from zoo.names import list_models, make_config
 from zoo.runtime import sharding
 
 

@@ -195,7 +195,7 @@ def remove(path: Path) -> None:
 
 def run_size(size: str, sources: list[str], targets: list[str], scratch: Path,
              log: Any, back_only: bool = False) -> dict[str, Any]:
-    from zoo.registry import make_config
+    from zoo.names import make_config
 
     config = make_config("vit", **SIZES[size])
     work = Path(tempfile.mkdtemp(prefix=f"zoo-convert-{size}-", dir=scratch))

@@ -78,6 +78,14 @@ def default_positions(length: int) -> Array:
     return jnp.arange(length, dtype=jnp.int32)
 
 
+def positions(attention_mask: Any) -> Any:
+    """The position ids `transformers`' `generate` gives a (left-)padded batch: each token
+    counted from the first token of its sequence (`cumsum(mask) - 1`), 1 at padding (never
+    read). Works on NumPy, JAX and PyTorch arrays alike."""
+    counted = attention_mask.cumsum(-1) - 1
+    return counted * (attention_mask != 0) + (attention_mask == 0) * 1
+
+
 def _float32_or_wider(dtype: Any) -> jnp.dtype:
     with jax.numpy_dtype_promotion("standard"):
         return jnp.result_type(dtype, jnp.float32)

@@ -24,6 +24,7 @@ import numpy as np
 
 from canonical.ties import Tie
 from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.layers.causal import positions as positions  # re-exported: the models' own name
 from zoo.models.decoder.spec import DecoderSpec
 
 DEFAULT_LENGTH = 128  # the examples' length when the config does not set `seq_len`
@@ -123,11 +124,3 @@ class LanguageModelConfig(Config):
         import jax.numpy as jnp
 
         return jax.random.randint(key, (batch, self.length), 0, self.vocab_size, jnp.int32)
-
-
-def positions(attention_mask: Any) -> Any:
-    """The position ids `transformers`' `generate` gives a (left-)padded batch: each token
-    counted from the first token of its sequence (`cumsum(mask) - 1`), 1 at padding (never
-    read). Works on NumPy, JAX and PyTorch arrays alike."""
-    counted = attention_mask.cumsum(-1) - 1
-    return counted * (attention_mask != 0) + (attention_mask == 0) * 1

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from zoo.models.language import positions
+from zoo.layers.causal import positions
 from zoo.runtime.generation.sampling import next_token
 from zoo.runtime.generation.settings import Settings
 

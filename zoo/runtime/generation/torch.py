@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zoo.models.language import positions
+from zoo.layers.causal import positions
 from zoo.runtime.generation.settings import Settings
 
 

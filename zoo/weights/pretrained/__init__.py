@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.configs import ConfigError
+from zoo.configs import ConfigError, named_models
 from zoo.weights.pretrained.labels import label_names
 from zoo.weights.pretrained.preprocess import Transform, data_config, made_from, remember, transform
 from zoo.weights.pretrained.resolving import Resolved, resolve
@@ -34,8 +34,6 @@ __all__ = ["Pretrained", "Resolved", "Transform", "data_config", "find", "label_
 def labels(name_or_label_set: Any) -> tuple[str, ...]:
     """The class names a pretrained model predicts: of a label set ("imagenet-1k"), of a name
     or tag (its label set), or of a model `zoo.create(..., pretrained=True)` made."""
-    from zoo.names import named_models
-
     if isinstance(name_or_label_set, str) and Source.parse(name_or_label_set) is None:
         found = resolve(name_or_label_set).pretrained if "." in name_or_label_set or \
             name_or_label_set in named_models() else None

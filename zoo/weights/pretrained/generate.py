@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zoo.configs import CONFIGS, ConfigError
-from zoo.names import named_models
+from zoo.configs import CONFIGS, ConfigError, named_models
 from zoo.weights.pretrained.labels import LABELS
 from zoo.weights.pretrained.table import FIELDS, GENERATE, TABLE
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.configs import ConfigError
+from zoo.configs import CONFIGS, ConfigError, named_models
 from zoo.weights.pretrained.table import Pretrained, find, split
 from zoo.weights.sources import Source
 
@@ -37,8 +37,5 @@ def resolve(text: str) -> Resolved:
     source = Source.parse(text)
     if source is not None:
         return Resolved(None, None, source)
-    from zoo.configs import CONFIGS
-    from zoo.names import named_models
-
     name, tag = split(text, {**named_models(), **dict.fromkeys(CONFIGS)})
     return Resolved(name, find(name, tag), None, tag is not None)
