@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -70,6 +71,44 @@ def test_each_layer_imports_only_from_below():
             assert target.split(".")[0] in below[top], f"{source} imports {target}"
             assert not target.startswith(upper), f"{source} imports {target}"
 
+
+
+def _table(heading: str) -> list[list[str]]:
+    """The cells of the first table's rows (its header and rule left out) after `heading` in
+    docs/layout.md."""
+    lines = (ROOT / "docs" / "layout.md").read_text().split(heading, 1)[1].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = itertools.takewhile(lambda line: line.startswith("|"), lines[first:])
+    return [[c.strip() for c in row.strip("|").split("|")] for row in list(rows)[2:]]
+
+
+def floors() -> dict[str, int]:
+    """The docs' floors inside the packages: module prefix -> floor."""
+    rows = _table("## Floors inside `zoo`")
+    return {name: int(floor) for floor, names, _ in rows
+            for name in re.findall(r"`([\w.]+)`", names)}
+
+
+def floor_of(module: str, table: dict[str, int]) -> int:
+    """The floor of the longest prefix of `module` in `table`."""
+    prefix = max((p for p in table if module == p or module.startswith(p + ".")), key=len)
+    return table[prefix]
+
+
+def test_each_floor_imports_from_below_but_the_named_imports():
+    """docs/layout.md's floors: every import runs down or within a floor, except the ones its
+    table names, each of which still exists."""
+    table = floors()
+    assert len(set(table.values())) >= 8 and {"zoo", "canonical", "converters"} <= set(table)
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if not any(m == p or m.startswith(p + ".")
+                                                   for p in table))
+    assert unplaced == [], f"modules on no floor of docs/layout.md: {unplaced}"
+    up = {(s, t) for s, t in graph.edges if floor_of(t, table) > floor_of(s, table)}
+    named = {(a.strip("`"), b.strip("`")) for a, b, _ in _table("that run back up")}
+    assert up == named, (f"running back up, not named in docs/layout.md: {sorted(up - named)}; "
+                         f"named but gone: {sorted(named - up)}")
+    assert len(named) <= 5
 
 def test_the_converters_meet_the_zoo_at_one_seam():
     """The zoo names the converters in one place only, the package it imports when a file is
