@@ -37,6 +37,13 @@ def test_channels_first_convolution_is_wrapped_in_transposes():
     assert first >= 2 and xla_cpu.conv_transposes(("NHWC", "HWIO", "NHWC")) == 0, first
 
 
+
+@pytest.mark.pinned("jax", "jaxlib")
+def test_a_stored_out_in_weight_is_transposed_before_the_product():
+    """Why Flax's decoding cannot keep PyTorch's (out, in) weights and read them as
+    `x @ w.T`: the transpose is materialised, not folded into the product."""
+    assert xla_cpu.transpose_kept()
+
 _YNN_PROBE = """
 import jax, jax.numpy as jnp
 from jax import lax

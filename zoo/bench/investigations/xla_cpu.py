@@ -34,7 +34,7 @@ from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
-           "residual_stack_loss", "xla_cpu_main"]
+           "residual_stack_loss", "transpose_kept", "xla_cpu_main"]
 
 Rows = list[tuple[str, str]]
 
@@ -186,6 +186,46 @@ def _nchw_conv(rounds: int) -> Rows:
             ("the same in NCHW/OIHW", f"{_ms(t['NCHW'][0])}, {_ratio(t['NCHW'][1])}")]
 
 
+# -- gemv-layout --------------------------------------------------------------------------------
+
+def _row_times_kernel(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`x (1, in) @ kernel (in, out)`: Flax's Dense at batch-1 decoding."""
+    return x @ kernel
+
+
+def _row_times_weight(x: jax.Array, weight: jax.Array) -> jax.Array:
+    """The same product on `weight (out, in)`, contracted where it lies (PyTorch's and the
+    zoo's Equinox layout)."""
+    return lax.dot_general(x, weight, (((1,), (1,)), ((), ())))
+
+
+def transpose_kept(n_in: int = 64, n_out: int = 16) -> bool:
+    """Whether the compiled `x @ weight.T` of a stored `(out, in)` weight keeps a transpose
+    (or copy) of it rather than folding it into the product."""
+    hlo = _compiled(lambda x, w: x @ w.T, jnp.ones((1, n_in)), jnp.ones((n_out, n_in)))
+    return bool(re.search(r"= \S+ (?:transpose|copy)\(", hlo))
+
+
+def _gemv_layout(rounds: int) -> Rows:
+    rows: Rows = []
+    for name, (n_in, n_out) in (("GPT-2's c_proj", (3072, 768)),
+                                ("Qwen2.5-0.5B's down_proj", (4864, 896))):
+        kernel = jax.random.normal(jax.random.key(0), (n_in, n_out))
+        weight = jnp.asarray(np.asarray(kernel).T.copy())
+        x = jax.random.normal(jax.random.key(1), (1, n_in))
+        calls = {"in_out": Prepared(jax.jit(_row_times_kernel), (x, kernel)),
+                 "out_in": Prepared(jax.jit(_row_times_weight), (x, weight))}
+        t = _interleaved(calls, rounds, "out_in")
+        gb = n_in * n_out * 4 / 1e9
+        rows += [(f"{name} {n_in}->{n_out}, batch 1: (in, out) kernel",
+                  f"{_ms(t['in_out'][0])}, {gb / t['in_out'][0]:.0f} GB/s"),
+                 ("  (out, in) weight", f"{_ms(t['out_in'][0])}, {gb / t['out_in'][0]:.0f} GB/s"),
+                 ("  (in, out) / (out, in)", _ratio(t["in_out"][1]))]
+    rows.append(("x @ w.T of a stored (out, in) w", "transposed first" if transpose_kept()
+                 else "folded into the product"))
+    return rows
+
+
 # -- fresh-pages and ynn-conv: each setting in a fresh process ------------------------------------
 
 _PAGES_CHILD = """
@@ -281,6 +321,10 @@ REPROS: tuple[Repro, ...] = (
           "own convolution (`--xla-cpu-flags eigen-conv`) uses both.",
           "not reported yet (YNNPACK fusion flags as workarounds: jax-ml/jax#37465)",
           _ynn_conv),
+    Repro("gemv-layout", "XLA:CPU's matrix-vector product (batch-1 decoding) reads Flax's "
+          "(in, out) kernel at a fraction of the bandwidth of an (out, in) weight when in > out, "
+          "and a stored (out, in) weight used as `x @ w.T` is transposed first, not contracted "
+          "where it lies.", "not reported yet: file with this output", _gemv_layout),
 )
 
 
