@@ -52,6 +52,46 @@ def test_fairness_refuses_different_tokens() -> None:
                              "torch")
 
 
+
+def test_tokens_that_part_at_a_near_tie_are_reported_not_refused() -> None:
+    """bfloat16's rounding may decide a near-tie either way: where two calls' tokens part,
+    the first call's logits on the common prefix say whether the two tokens were within the
+    bound; the position and both logits are in the report either way."""
+    import numpy as np
+
+    first = np.array([[5, 6, 1, 2, 3], [5, 7, 1, 1, 1]])
+    other = first.copy()
+    other[1, 3:] = [4, 0]  # row 1 parts at position 3: token 1 there, 4 here
+    seen = []
+
+    def score(prefix: np.ndarray, gap: float) -> np.ndarray:
+        seen.append(prefix.tolist())
+        logits = np.zeros(8, np.float32)
+        logits[[1, 4]] = [10.0, 10.0 - gap]
+        return logits
+
+    same = np.ones((1, 8))
+    report = generation._fairness({"eqx loop": first, "torch eager": other},
+                                  {"eqx": same, "torch": same}, "torch", 1e-2,
+                                  lambda prefix: score(prefix, 0.05))
+    assert seen == [[[5, 7, 1]]] and not report["same_tokens"]
+    (tie,) = report["near_ties"]
+    assert (tie["call"], tie["row"], tie["position"], tie["tokens"]) == ("torch eager", 1, 3,
+                                                                         [1, 4])
+    assert tie["logits"] == pytest.approx([10.0, 9.95])
+    assert 4e-3 < tie["gap_relative"] < 6e-3  # 0.05 of the largest logit, 10
+    with pytest.raises(FairnessError, match=r"at position 3 \(row 1\), logits 1.0e-01 apart"):
+        generation._fairness({"eqx loop": first, "torch eager": other},
+                             {"eqx": same, "torch": same}, "torch", 1e-2,
+                             lambda prefix: score(prefix, 1.0))
+    record = {"config": {"arch": "gpt2", "batch": 2, "prompt": 2, "new": 3, "dtype": "bfloat16"},
+              "floor": {"decode_s": 1e-3, "weights": 1e6}, "bandwidth_bytes_per_s": 1e10,
+              "results": [], "fairness": report}
+    assert generation.table(record)[-1] == (
+        "near-tie: torch eager's row 1 parts at token 3 (logits 10 and 9.95)")
+    assert generation._fairness({"a": first, "b": first}, {"eqx": same}, None, 1e-2,
+                                lambda prefix: score(prefix, 1.0))["same_tokens"]
+
 @pytest.mark.full_only
 def test_cli_prefill_mode_writes_the_record(tmp_path, capsys) -> None:
     out = tmp_path / "gen.json"
