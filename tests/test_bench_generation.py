@@ -103,7 +103,8 @@ def test_cli_prefill_mode_writes_the_record(tmp_path, capsys) -> None:
     assert all(len(line) <= 80 for line in capsys.readouterr().out.splitlines())
 
 
-@pytest.mark.parametrize("precision", ["high", "highest"])
+@pytest.mark.parametrize("precision", [pytest.param("high", marks=pytest.mark.full_only),
+                                       "highest"])
 def test_precision_reaches_the_decode_program(precision: str) -> None:
     """(The suite runs at "highest" globally: "default" would leave that.)"""
     tiny = dict(zoo.architecture("llama").config.TINY)

@@ -109,8 +109,9 @@ def zoo_outputs(model, impl: str, images, ids, mask) -> dict[str, np.ndarray]:
     return {"image": image, "text": text, "logits": np.asarray(logits)}
 
 
-@pytest.mark.parametrize(("family", "impls"), [
-    ("clip", zoo.IMPLS), ("siglip", zoo.IMPLS), ("clip-eos2", ("eqx", "torch"))])
+@pytest.mark.parametrize(("family", "impls"), [  # quick: CLIP's arithmetic; SigLIP's is full
+    ("clip", zoo.IMPLS), pytest.param("siglip", zoo.IMPLS, marks=pytest.mark.full_only),
+    ("clip-eos2", ("eqx", "torch"))])
 def test_a_folder_in_every_library_equals_transformers(family, impls, root):
     """Every library for CLIP and SigLIP; the legacy pooling rule in two (the time budget)."""
     images, ids, mask = batch(FAMILIES[family])
@@ -127,6 +128,7 @@ def model_config(model):
     return model[0].config if isinstance(model, tuple) else model.config
 
 
+@pytest.mark.full_only  # the quick subset checks attention's gradients per layer kind
 def test_gradients_of_the_logits_equal_the_pytorch_reference(root):
     """The uniform call is the pairs' logits (the diagonal of `logits_per_image`); d(their
     sum)/d(every parameter) in one JAX library (NNX) equals the PyTorch reference's."""

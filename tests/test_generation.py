@@ -220,7 +220,8 @@ def _backend_compiles(fn) -> int:
     return len(events)
 
 
-@pytest.mark.parametrize("impl", ("eqx", "linen", "nnx"))
+@pytest.mark.parametrize("impl", ("eqx", *(pytest.param(i, marks=pytest.mark.full_only)
+                                          for i in ("linen", "nnx"))))
 def test_generate_compiles_once_across_prompts(impl: str) -> None:
     """After a first call, prompts of other lengths in its bucket (8), other contents and
     another sampling seed compile nothing; the greedy tokens stay `transformers`'."""
