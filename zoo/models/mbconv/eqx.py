@@ -3,7 +3,6 @@ statistics in `eqx.nn.State`; the same modules and names as `zoo.models.mbconv.t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -13,9 +12,8 @@ from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.eqx import BatchNorm, EqxDropPath, Linear
-from zoo.models.classifier.eqx import Classifier
+from zoo.models.classifier.eqx import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -183,7 +181,7 @@ def run_stage(stages: tuple[tuple[Block, ...], ...], i: int, x: Array, state: St
     return x, state
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3` of one image, as its config says: conv_stem bn1
     act, `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -223,39 +221,22 @@ class MBConvNet(Classifier):
         head_key = None if key is None else block_keys(key, sum(map(len, self.blocks)))
         return self.forward_head(x, key=head_key), state
 
-    def forward_intermediates(
-            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False, *, key: PRNGKeyArray | None = None,
-    ) -> tuple[Any, State]:
-        """timm's, per image, with the state: `((features, taps), state)` or, with
-        `intermediates_only`, `(taps, state)`; the taps are the feature maps at
-        `config.stage_ends` (0: after the stem, i: after stage i - 1), each `(C, H, W)` for
-        `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n taps
-        (int), those listed, or all (None); `stop_early` skips the stages after the last one
-        taken (and then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, batched=False)
-        act = activation(self.config.act)
+    def forward_stem(self, x: Array, state: State) -> tuple[Array, Array, State]:
         x, state = self.bn1(self.conv_stem(x), state)
-        x = act(x)
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x, state = run_stage(self.blocks, i, x, state, key)
-            if i + 1 in take:
-                taps.append(x)
-        perm = permutation("NCHW", output_fmt, batched=False)
-        taps = [t.transpose(perm) for t in taps]
-        if intermediates_only:
-            return taps, state
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x, state = self.bn2(self.conv_head(x), state)
-            x = act(x)
-        return (x, taps), state
+        x = activation(self.config.act)(x)
+        return x, x, state
+
+    def forward_stage(self, i: int, x: Array, state: State, *,
+                      key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        return run_stage(self.blocks, i, x, state, key)
+
+    def forward_end(self, x: Array, state: State) -> tuple[Array, State]:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        if self.config.EFFICIENT_HEAD:
+            return x, state
+        x, state = self.bn2(self.conv_head(x), state)
+        return activation(self.config.act)(x), state
 
     def pre_logits(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """The classifier's input from a feature map: global average pool (then an efficient

@@ -4,7 +4,6 @@ stage lists `blocks_0_1`; the converters read `blocks.0.1`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -13,9 +12,8 @@ import jax.numpy as jnp
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import LinenDropPath
-from zoo.models.classifier.linen import Classifier
+from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -161,7 +159,7 @@ def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
     return x
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -189,37 +187,30 @@ class MBConvNet(Classifier):
         x = self.forward_intermediates(x, indices=1, train=train, key=key)[0]
         return self.forward_head(x, train=train)
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, train: bool = False,
-            key: jax.Array | None = None) -> Any:
-        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
-        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
-        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
-        listed, or all (None); `stop_early` skips the stages after the last one taken (and
-        then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing. Call it with
-        `module.apply(variables, x, method="forward_intermediates", ...)`."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
-        act, ura = activation(self.config.act), not train
-        keys = sample_keys(self, self.config, x, train, key)
-        x = act(self.bn1(self.conv_stem(x), use_running_average=ura))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = run_stage(self.blocks, i, x, train, keys)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x), use_running_average=ura))
-        return x, taps
+    def stage_arguments(self, x: jax.Array, *, train: bool = False,
+                        key: jax.Array | None = None) -> dict[str, Any]:
+        """`train`, and the drop paths' keys of this call (`sample_keys`)."""
+        return {"train": train, "keys": sample_keys(self, self.config, x, train, key)}
+
+    def forward_stem(self, x: jax.Array, *, train: bool = False,
+                     key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        del key  # the stem draws nothing
+        x = activation(self.config.act)(self.bn1(self.conv_stem(x), use_running_average=not train))
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, train: bool,
+                      keys: jax.Array | None) -> jax.Array:
+        return run_stage(self.blocks, i, x, train, keys)
+
+    def forward_end(self, x: jax.Array, *, train: bool = False,
+                    key: jax.Array | None = None) -> jax.Array:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        del key  # the head conv draws nothing
+        if self.config.EFFICIENT_HEAD:
+            return x
+        x = self.bn2(self.conv_head(x), use_running_average=not train)
+        return activation(self.config.act)(x)
 
     def pre_logits(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """The classifier's input from a feature map: global average pool (then an efficient

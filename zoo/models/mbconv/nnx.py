@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -12,9 +11,8 @@ from flax import nnx
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import NNXDropPath
-from zoo.models.classifier.nnx import Classifier
+from zoo.models.classifier.nnx import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 
@@ -161,7 +159,7 @@ def run_stage(stages: nnx.List, i: int, x: jax.Array, keys: jax.Array | None) ->
     return x
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -190,36 +188,25 @@ class MBConvNet(Classifier):
             rngs = block_keys(rngs, sum(map(len, self.blocks)))
         return self.forward_head(x, rngs=rngs)
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, rngs: Any = None,
-    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
-        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
-        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
-        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
-        listed, or all (None); `stop_early` skips the stages after the last one taken (and
-        then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
-        act = activation(self.config.act)
-        keys = sample_keys(self.config, x, rngs, not self.dropout.deterministic)
-        x = act(self.bn1(self.conv_stem(x)))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = run_stage(self.blocks, i, x, keys)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x)))
-        return x, taps
+    def stage_arguments(self, x: jax.Array, *, rngs: Any = None) -> dict[str, Any]:
+        """The drop paths' keys of this call (`sample_keys`)."""
+        return {"keys": sample_keys(self.config, x, rngs, not self.dropout.deterministic)}
+
+    def forward_stem(self, x: jax.Array, *, rngs: Any = None) -> tuple[jax.Array, jax.Array]:
+        del rngs  # the stem draws nothing
+        x = activation(self.config.act)(self.bn1(self.conv_stem(x)))
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, keys: jax.Array | None) -> jax.Array:
+        return run_stage(self.blocks, i, x, keys)
+
+    def forward_end(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        del rngs  # the head conv draws nothing
+        if self.config.EFFICIENT_HEAD:
+            return x
+        return activation(self.config.act)(self.bn2(self.conv_head(x)))
 
     def pre_logits(self, x: jax.Array, *,
                    rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:

@@ -6,15 +6,14 @@ bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce conv_expand), built f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath
-from zoo.models.classifier.torch import Classifier
-from zoo.models.intermediates import MAPS, check_format, permutation
+from zoo.models.classifier.torch import StagedClassifier
 from zoo.models.mbconv.config import MBConvNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 from zoo.models.resnet.torch import Conv2dSame
@@ -131,7 +130,7 @@ def blocks(config: MBConvNetConfig) -> nn.Sequential:
                            for stage in config.stages()))
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3` (the reference implementation, batched
     `(N, C, H, W)`), as its config says: conv_stem bn1 act, `blocks.i.j`, then EfficientNet's
     head (conv_head bn2 act on the feature map, pool, dropout, classifier) or, with
@@ -151,35 +150,19 @@ class MBConvNet(Classifier):
         self.bn2 = None if efficient else batch_norm(config, config.head_chs)
         self.classifier = nn.Linear(config.features, config.num_classes)
 
-    def forward_intermediates(
-            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: the feature maps at `config.stage_ends` (0: after the stem, i: after stage
-        i - 1: where the next stage strides, and the last), in `output_fmt` ("NCHW" or
-        "NHWC"). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
-        skips the stages after the last one taken (and then the head conv, as timm's; with an
-        efficient head only with `intermediates_only`, as timm's MobileNetV3); `norm` changes
-        nothing. Returns `(features, taps)`, or the taps."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape)
-        act = ACTIVATIONS[self.config.act]
-        x = act(self.bn1(self.conv_stem(x)))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = self.blocks[i](x)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x)))
-        return x, taps
+    def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = ACTIVATIONS[self.config.act](self.bn1(self.conv_stem(x)))
+        return x, x
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[i](x)
+
+    def forward_end(self, x: torch.Tensor) -> torch.Tensor:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        if self.config.EFFICIENT_HEAD:
+            return x
+        return ACTIVATIONS[self.config.act](self.bn2(self.conv_head(x)))
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The classifier's input from a feature map: global average pool (then an efficient

@@ -6,8 +6,7 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -15,9 +14,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.eqx import BatchNorm, Linear
-from zoo.models.classifier.eqx import Classifier
+from zoo.models.classifier.eqx import StagedClassifier
 from zoo.models.common import dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 State = eqx.nn.State
@@ -113,7 +111,7 @@ BLOCKS: dict[str, type[BasicBlock | Bottleneck]] = {"basic": BasicBlock,
 Stage = tuple[BasicBlock | Bottleneck, ...]
 
 
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
     CLASSIFIER: ClassVar[str] = "fc"
 
@@ -147,36 +145,22 @@ class ResNet(Classifier):
         features, state = self.forward_features(x, state)
         return self.forward_head(features), state
 
-    def forward_intermediates(
-            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False) -> tuple[Any, State]:
-        """timm's, per image, with the state: `((forward_features(x), taps), state)` or,
-        `intermediates_only`, `(taps, state)`; the taps are the feature maps after the stem's
-        ReLU (tap 0, before the max-pool) and after each stage (taps 1..), each `(C, H, W)`
-        for `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n
-        taps (int), those listed, or all (None); `stop_early` skips the stages after the last
-        one taken; `norm` changes nothing (a ResNet has no final norm, as timm's)."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, batched=False)
+    def forward_stem(self, x: Array, state: State) -> tuple[Array, Array, State]:
+        """Tap 0 (after the stem's ReLU), the first stage's input (max-pooled, padded for
+        this size: Flax's SAME depends on it) and the state."""
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
-        taps = [x] if 0 in take else []
-        if self.config.stem_pool:  # padded for this size (Flax's SAME depends on it)
-            pool = eqx.nn.MaxPool2d(POOL[0], POOL[1],
-                                    padding=self.config.pool_padding(x.shape[1:]))
-            x = pool(x)
-        stages = (self.layer1, self.layer2, self.layer3, self.layer4)
-        for i in range(last if stop_early else len(self.config.layers)):
-            for block in stages[i]:
-                x, state = block(x, state)
-            if i + 1 in take:
-                taps.append(x)
-        perm = permutation("NCHW", output_fmt, batched=False)
-        taps = [t.transpose(perm) for t in taps]
-        return (taps if intermediates_only else (x, taps)), state
+        if not self.config.stem_pool:
+            return x, x, state
+        pool = eqx.nn.MaxPool2d(POOL[0], POOL[1], padding=self.config.pool_padding(x.shape[1:]))
+        return x, pool(x), state
+
+    def forward_stage(self, i: int, x: Array, state: State, *,
+                      key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        """Stage `i`'s blocks (`key` is unused: a ResNet draws nothing)."""
+        for block in (self.layer1, self.layer2, self.layer3, self.layer4)[i]:
+            x, state = block(x, state)
+        return x, state
 
 
     def pre_logits(self, x: Array) -> Array:

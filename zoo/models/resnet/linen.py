@@ -6,16 +6,14 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zoo.models.classifier.linen import Classifier
+from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
@@ -95,7 +93,7 @@ class Bottleneck(nn.Module):
 BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "fc"
 
     config: ResNetConfig
@@ -113,33 +111,19 @@ class ResNet(Classifier):
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         return self.forward_head(self.forward_features(x, train=train))
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, train: bool = False) -> Any:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
-        (taps 1..), channels-last by default ("NHWC"; "NCHW" is timm's layout). `indices`: the
-        last n taps (int), those listed, or all (None); `stop_early` skips the stages after
-        the last one taken; `norm` changes nothing (a ResNet has no final norm, as timm's).
-        Call it with `module.apply(variables, x, method="forward_intermediates", ...)`."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
+    def forward_stem(self, x: jax.Array, *, train: bool = False) -> tuple[jax.Array, jax.Array]:
+        """Tap 0 (after the stem's ReLU) and the first stage's input (max-pooled)."""
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
-        taps = [x] if 0 in take else []
-        if self.config.stem_pool:
-            k, s, _ = POOL
-            x = nn.max_pool(x, (k, k), strides=(s, s),
-                             padding=self.config.pool_padding(x.shape[1:3]))
-        for i in range(last if stop_early else len(self.config.layers)):
-            for block in getattr(self, f"layer{i + 1}"):
-                x = block(x, train=train)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        if not self.config.stem_pool:
+            return x, x
+        k, s, _ = POOL
+        return x, nn.max_pool(x, (k, k), strides=(s, s),
+                              padding=self.config.pool_padding(x.shape[1:3]))
+
+    def forward_stage(self, i: int, x: jax.Array, *, train: bool = False) -> jax.Array:
+        for block in getattr(self, f"layer{i + 1}"):
+            x = block(x, train=train)
+        return x
 
     def pre_logits(self, x: jax.Array) -> jax.Array:
         """The global average pool of a feature map (the input of `fc`)."""

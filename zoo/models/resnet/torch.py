@@ -3,15 +3,13 @@ torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.models.classifier.torch import Classifier
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
+from zoo.models.classifier.torch import StagedClassifier
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig, same_pads
 
 
@@ -103,7 +101,7 @@ class Bottleneck(nn.Module):
 BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "fc"
 
     def __init__(self, config: ResNetConfig) -> None:
@@ -117,29 +115,13 @@ class ResNet(Classifier):
                 *(BLOCKS[config.block](config, spec) for spec in blocks)))
         self.fc = nn.Linear(config.features, config.num_classes)
 
-    def forward_intermediates(
-            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
-        (taps 1..), in `output_fmt` ("NCHW" or "NHWC"). `indices`: the last n taps (int),
-        those listed, or all (None); `stop_early` skips the stages after the last one taken;
-        `norm` changes nothing (a ResNet has no final norm, as timm's)."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape)
+    def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tap 0 (after the stem's ReLU) and the first stage's input (max-pooled)."""
         x = torch.relu(self.bn1(self.conv1(x)))
-        taps = [x] if 0 in take else []
-        x = self.maxpool(x)
-        for i in range(last if stop_early else len(self.config.layers)):
-            x = getattr(self, f"layer{i + 1}")(x)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, self.maxpool(x)
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, f"layer{i + 1}")(x)
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The global average pool of a feature map (the input of `fc`)."""
