@@ -185,6 +185,16 @@ class ResNetConfig(Config):
             return planes
         return int(planes * (self.width_per_group / 64.0)) * self.groups
 
+    def convs(self, spec: BlockSpec) -> tuple[tuple[int, int, int, int, int], ...]:
+        """A block's convs `conv1, conv2, ...` (each followed by its BatchNorm `bn1, ...`) as
+        (in, out, kernel, stride, groups): torchvision's BasicBlock (3x3 strided, 3x3) or
+        Bottleneck (1x1, 3x3 strided and grouped, 1x1 to `planes x expansion`)."""
+        w, out = spec.width, spec.planes * self.expansion
+        if self.block == "basic":
+            return (spec.in_channels, w, 3, spec.stride, 1), (w, w, 3, 1, 1)
+        return ((spec.in_channels, w, 1, 1, 1), (w, w, 3, spec.stride, self.groups),
+                (w, out, 1, 1, 1))
+
     @property
     def num_stages(self) -> int:
         return len(self.layers)

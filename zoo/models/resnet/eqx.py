@@ -47,68 +47,41 @@ def _residual(downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None, x: Array,
     return bn(conv(x), state)
 
 
-class BasicBlock(eqx.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(eqx.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu; a BasicBlock has no `conv3`, `bn3`), + shortcut, relu."""
 
     conv1: eqx.nn.Conv2d
     bn1: BatchNorm
     conv2: eqx.nn.Conv2d
     bn2: BatchNorm
+    conv3: eqx.nn.Conv2d | None
+    bn3: BatchNorm | None
     downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
                  dtype) -> None:
-        k1, k2, k3 = jax.random.split(key, 3)
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), k1, dtype)
-        self.bn1 = _bn(config, p, dtype)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), k2, dtype)
-        self.bn2 = _bn(config, p, dtype)
-        self.downsample = _shortcut(config, spec, k3, dtype)
+        *keys, k_shortcut = jax.random.split(key, len(config.convs(spec)) + 1)
+        self.conv3 = self.bn3 = None
+        for i, ((cin, cout, k, stride, groups), kc) in enumerate(
+                zip(config.convs(spec), keys, strict=True), 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2), kc,
+                                            dtype, groups))
+            setattr(self, f"bn{i}", _bn(config, cout, dtype))
+        self.downsample = _shortcut(config, spec, k_shortcut, dtype)
 
     def __call__(self, x: Array, state: State) -> tuple[Array, State]:
-        y, state = self.bn1(self.conv1(x), state)
-        y, state = self.bn2(self.conv2(jax.nn.relu(y)), state)
+        layers = [(c, b) for c, b in ((self.conv1, self.bn1), (self.conv2, self.bn2),
+                                      (self.conv3, self.bn3)) if c is not None]
+        y = x
+        for i, (conv, bn) in enumerate(layers, 1):
+            y, state = bn(conv(y), state)
+            y = jax.nn.relu(y) if i < len(layers) else y
         identity, state = _residual(self.downsample, x, state)
         return jax.nn.relu(y + identity), state
 
 
-class Bottleneck(eqx.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    conv1: eqx.nn.Conv2d
-    bn1: BatchNorm
-    conv2: eqx.nn.Conv2d
-    bn2: BatchNorm
-    conv3: eqx.nn.Conv2d
-    bn3: BatchNorm
-    downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
-                 dtype) -> None:
-        k1, k2, k3, k4 = jax.random.split(key, 4)
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), k1, dtype)
-        self.bn1 = _bn(config, w, dtype)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), k2, dtype,
-                           config.groups)
-        self.bn2 = _bn(config, w, dtype)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), k3, dtype)
-        self.bn3 = _bn(config, out, dtype)
-        self.downsample = _shortcut(config, spec, k4, dtype)
-
-    def __call__(self, x: Array, state: State) -> tuple[Array, State]:
-        y, state = self.bn1(self.conv1(x), state)
-        y, state = self.bn2(self.conv2(jax.nn.relu(y)), state)
-        y, state = self.bn3(self.conv3(jax.nn.relu(y)), state)
-        identity, state = _residual(self.downsample, x, state)
-        return jax.nn.relu(y + identity), state
-
-
-BLOCKS: dict[str, type[BasicBlock | Bottleneck]] = {"basic": BasicBlock,
-                                                    "bottleneck": Bottleneck}
-Stage = tuple[BasicBlock | Bottleneck, ...]
+Stage = tuple[Block, ...]
 
 
 class ResNet(StagedClassifier):
@@ -135,7 +108,7 @@ class ResNet(StagedClassifier):
             blocks = stages[i] if i < len(stages) else ()
             keys = jax.random.split(k_stages[i], len(blocks)) if blocks else ()
             setattr(self, f"layer{i + 1}", tuple(
-                BLOCKS[config.block](config, spec, key=kb, dtype=dt)
+                Block(config, spec, key=kb, dtype=dt)
                 for spec, kb in zip(blocks, keys, strict=True)))
         self.fc = Linear(config.features, config.num_classes, key=k_fc, dtype=dt)
         self.config = config

@@ -42,55 +42,28 @@ def _residual(downsample: tuple[nn.Module, ...] | None, x: jax.Array, train: boo
     return bn(conv(x), use_running_average=not train)
 
 
-class BasicBlock(nn.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nn.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     config: ResNetConfig
     spec: BlockSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.planes, 3, spec.stride, cfg.conv_padding(1), dt)
-        self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.planes, 3, 1, cfg.conv_padding(1), dt)
-        self.bn2 = _bn(cfg, dt)
-        self.downsample = _shortcut(cfg, spec, dt)
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        for i, (_, cout, k, stride, groups) in enumerate(cfg.convs(self.spec), 1):
+            setattr(self, f"conv{i}", _conv(cout, k, stride, cfg.conv_padding(k // 2), dt, groups))
+            setattr(self, f"bn{i}", _bn(cfg, dt))
+        self.downsample = _shortcut(cfg, self.spec, dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        use_running_average = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
-        y = self.bn2(self.conv2(y), use_running_average=use_running_average)
+        y, depth = x, len(self.config.convs(self.spec))
+        for i in range(1, depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y),
+                                        use_running_average=not train)
+            y = nn.relu(y) if i < depth else y
         return nn.relu(y + _residual(self.downsample, x, train))
-
-
-class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    config: ResNetConfig
-    spec: BlockSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.width, 1, 1, cfg.conv_padding(0), dt)
-        self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.width, 3, spec.stride, cfg.conv_padding(1), dt, cfg.groups)
-        self.bn2 = _bn(cfg, dt)
-        self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, cfg.conv_padding(0), dt)
-        self.bn3 = _bn(cfg, dt)
-        self.downsample = _shortcut(cfg, spec, dt)
-
-    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        use_running_average = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
-        y = nn.relu(self.bn2(self.conv2(y), use_running_average=use_running_average))
-        y = self.bn3(self.conv3(y), use_running_average=use_running_average)
-        return nn.relu(y + _residual(self.downsample, x, train))
-
-
-BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
 class ResNet(StagedClassifier):
@@ -104,7 +77,7 @@ class ResNet(StagedClassifier):
         self.conv1 = _conv(cfg.stem_width, *cfg.stem_conv, dt)  # explicit in both paddings
         self.bn1 = _bn(cfg, dt)
         for i, blocks in enumerate(cfg.stages()):
-            setattr(self, f"layer{i + 1}", [BLOCKS[cfg.block](cfg, spec, self.param_dtype)
+            setattr(self, f"layer{i + 1}", [Block(cfg, spec, self.param_dtype)
                                             for spec in blocks])
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 

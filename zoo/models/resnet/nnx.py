@@ -43,46 +43,25 @@ def _residual(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
     return bn(conv(x))
 
 
-class BasicBlock(nnx.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nnx.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), dtype, rngs)
-        self.bn1 = _bn(config, p, dtype, rngs)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), dtype, rngs)
-        self.bn2 = _bn(config, p, dtype, rngs)
+        convs = config.convs(spec)
+        for i, (cin, cout, k, stride, groups) in enumerate(convs, 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2),
+                                            dtype, rngs, groups))
+            setattr(self, f"bn{i}", _bn(config, cout, dtype, rngs))
         self.downsample = _shortcut(config, spec, dtype, rngs)
+        self.depth = len(convs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = x
+        for i in range(1, self.depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y))
+            y = nnx.relu(y) if i < self.depth else y
         return nnx.relu(y + _residual(self.downsample, x))
-
-
-class Bottleneck(nnx.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), dtype, rngs)
-        self.bn1 = _bn(config, w, dtype, rngs)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), dtype, rngs,
-                           config.groups)
-        self.bn2 = _bn(config, w, dtype, rngs)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), dtype, rngs)
-        self.bn3 = _bn(config, out, dtype, rngs)
-        self.downsample = _shortcut(config, spec, dtype, rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.bn1(self.conv1(x)))
-        y = nnx.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return nnx.relu(y + _residual(self.downsample, x))
-
-
-BLOCKS: dict[str, type[nnx.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
 class ResNet(StagedClassifier):
@@ -95,7 +74,7 @@ class ResNet(StagedClassifier):
         self.bn1 = _bn(config, config.stem_width, dt, rngs)
         for i, blocks in enumerate(config.stages()):
             setattr(self, f"layer{i + 1}", nnx.List(
-                [BLOCKS[config.block](config, spec, dt, rngs) for spec in blocks]))
+                [Block(config, spec, dt, rngs) for spec in blocks]))
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:

@@ -58,47 +58,26 @@ def _shortcut(config: ResNetConfig, spec: BlockSpec) -> nn.Sequential | None:
                          _bn(config, out)) if spec.downsample else None
 
 
-class BasicBlock(nn.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nn.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
         super().__init__()
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1))
-        self.bn1 = _bn(config, p)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1))
-        self.bn2 = _bn(config, p)
+        convs = config.convs(spec)
+        for i, (cin, cout, k, stride, groups) in enumerate(convs, 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2),
+                                            groups))
+            setattr(self, f"bn{i}", _bn(config, cout))
         self.downsample = _shortcut(config, spec)
+        self.depth = len(convs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = x
+        for i in range(1, self.depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y))
+            y = torch.relu(y) if i < self.depth else y
         return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-
-class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
-        super().__init__()
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0))
-        self.bn1 = _bn(config, w)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), config.groups)
-        self.bn2 = _bn(config, w)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0))
-        self.bn3 = _bn(config, out)
-        self.downsample = _shortcut(config, spec)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = torch.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-
-BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
 class ResNet(StagedClassifier):
@@ -112,7 +91,7 @@ class ResNet(StagedClassifier):
         self.maxpool = _maxpool(config)
         for i, blocks in enumerate(config.stages()):
             setattr(self, f"layer{i + 1}", nn.Sequential(
-                *(BLOCKS[config.block](config, spec) for spec in blocks)))
+                *(Block(config, spec) for spec in blocks)))
         self.fc = nn.Linear(config.features, config.num_classes)
 
     def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
