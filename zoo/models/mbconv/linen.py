@@ -15,7 +15,7 @@ from zoo.layers.linen import LinenDropPath
 from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import activation, dtype_of
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 
 
 def conv(config: MBConvNetConfig, features: int, kernel: int, stride: int, dtype: Any,
@@ -49,94 +49,55 @@ class SqueezeExcite(nn.Module):
         return x * activation(self.config.SE.gate)(s)
 
 
-class _Block(nn.Module):
+class Block(nn.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`):
+    `DepthwiseSeparable` (conv_dw bn1 act [se] conv_pw bn2 [act]), `InvertedResidual`
+    (conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3) or `ConvBnAct` (conv bn1 act),
+    then drop path and the skip (`spec.skip`)."""
+
     config: MBConvNetConfig
     spec: BlockSpec
     param_dtype: str = "float32"
 
-    def _residual(self, y: jax.Array, x: jax.Array, train: bool,
-                  key: jax.Array | None) -> jax.Array:
-        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+    def setup(self) -> None:
+        before, after = self.spec.layers()
+        self._add(before)
+        self.se = (SqueezeExcite(self.config, self.spec, self.param_dtype) if self.spec.se_chs
+                   else None)
+        self._add(after)
+        self.drop_path = LinenDropPath(self.spec.drop_path)
+
+    def _add(self, layers: tuple[ConvLayer, ...]) -> None:
+        """Each layer's conv and BatchNorm, by their names."""
+        dt = dtype_of(self.param_dtype)
+        for layer in layers:
+            setattr(self, layer.conv, conv(self.config, layer.out_chs, layer.kernel,
+                                           layer.stride, dt, groups=layer.groups))
+            setattr(self, layer.bn, batch_norm(self.config, dt))
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        """The block's output; `key`: its drop path's (one per sample)."""
+        before, after = self.spec.layers()
+        y = self._layers(before, x, train)
+        if self.se is not None:
+            y = self.se(y)
+        y = self._layers(after, y, train)
         if not self.spec.skip:
             return y
         return self.drop_path(y, deterministic=not train, key=key) + x
 
-    def _se(self) -> SqueezeExcite | None:
-        return (SqueezeExcite(self.config, self.spec, self.param_dtype) if self.spec.se_chs
-                else None)
+    def _layers(self, layers: tuple[ConvLayer, ...], y: jax.Array, train: bool) -> jax.Array:
+        for layer in layers:
+            y = getattr(self, layer.bn)(getattr(self, layer.conv)(y),
+                                        use_running_average=not train)
+            y = activation(self.spec.act)(y) if layer.act else y
+        return y
 
 
-class DepthwiseSeparable(_Block):
-    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv_dw = conv(cfg, s.in_chs, s.kernel, s.stride, dt, groups=s.in_chs)
-        self.bn1 = batch_norm(cfg, dt)
-        self.se = self._se()
-        self.conv_pw = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
-        self.bn2 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        act, ura = activation(self.spec.act), not train
-        y = act(self.bn1(self.conv_dw(x), use_running_average=ura))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn2(self.conv_pw(y), use_running_average=ura)
-        if self.spec.pw_act:
-            y = act(y)
-        return self._residual(y, x, train, key)
-
-
-class InvertedResidual(_Block):
-    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv_pw = conv(cfg, s.mid_chs, s.exp_kernel, 1, dt)
-        self.bn1 = batch_norm(cfg, dt)
-        self.conv_dw = conv(cfg, s.mid_chs, s.kernel, s.stride, dt, groups=s.mid_chs)
-        self.bn2 = batch_norm(cfg, dt)
-        self.se = self._se()
-        self.conv_pwl = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
-        self.bn3 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        act, ura = activation(self.spec.act), not train
-        y = act(self.bn1(self.conv_pw(x), use_running_average=ura))
-        y = act(self.bn2(self.conv_dw(y), use_running_average=ura))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn3(self.conv_pwl(y), use_running_average=ura)
-        return self._residual(y, x, train, key)
-
-
-class ConvBnAct(_Block):
-    """conv bn1 act [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv = conv(cfg, s.out_chs, s.kernel, s.stride, dt)
-        self.bn1 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        y = activation(self.spec.act)(self.bn1(self.conv(x), use_running_average=not train))
-        return self._residual(y, x, train, key)
-
-
-BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
-                                   "cn": ConvBnAct}
-
-
-def blocks(config: MBConvNetConfig, param_dtype: str) -> list[list[_Block]]:
+def blocks(config: MBConvNetConfig, param_dtype: str) -> list[list[Block]]:
     """`blocks.i.j`: one list per stage (set in `setup`)."""
-    return [[BLOCKS[s.type](config, s, param_dtype) for s in stage]
+    return [[Block(config, s, param_dtype) for s in stage]
             for stage in config.stages()]
 
 
@@ -150,7 +111,7 @@ def sample_keys(module: nn.Module, config: MBConvNetConfig, x: jax.Array, train:
     return jax.random.split(module.make_rng("dropout") if key is None else key, x.shape[0])
 
 
-def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
+def run_stage(stages: list[list[Block]], i: int, x: jax.Array, train: bool,
               keys: jax.Array | None) -> jax.Array:
     """Stage `i`'s blocks in turn; block b of the model draws with `block_keys(keys, b)`."""
     b = sum(map(len, stages[:i]))

@@ -14,7 +14,7 @@ from zoo.layers.nnx import NNXDropPath
 from zoo.models.classifier.nnx import StagedClassifier
 from zoo.models.common import activation, dtype_of
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 
 
 def conv(config: MBConvNetConfig, cin: int, cout: int, kernel: int, stride: int, dtype: Any,
@@ -52,88 +52,48 @@ def _se(config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
     return SqueezeExcite(config, spec, dtype, rngs) if spec.se_chs else None
 
 
-class _Block(nnx.Module):
-    spec: BlockSpec
-    drop_path: NNXDropPath
+class Block(nnx.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`):
+    `DepthwiseSeparable` (conv_dw bn1 act [se] conv_pw bn2 [act]), `InvertedResidual`
+    (conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3) or `ConvBnAct` (conv bn1 act),
+    then drop path and the skip (`spec.skip`)."""
 
-    def _residual(self, y: jax.Array, x: jax.Array, key: jax.Array | None) -> jax.Array:
-        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.spec = spec
+        before, after = spec.layers()
+        self._add(config, before, dtype, rngs)
+        self.se = _se(config, spec, dtype, rngs)
+        self._add(config, after, dtype, rngs)
+        self.drop_path = NNXDropPath(spec.drop_path)
+
+    def _add(self, config: MBConvNetConfig, layers: tuple[ConvLayer, ...], dtype: Any,
+             rngs: nnx.Rngs) -> None:
+        """Each layer's conv and BatchNorm, by their names."""
+        for layer in layers:
+            setattr(self, layer.conv, conv(config, layer.in_chs, layer.out_chs, layer.kernel,
+                                           layer.stride, dtype, rngs, layer.groups))
+            setattr(self, layer.bn, batch_norm(config, layer.out_chs, dtype, rngs))
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        """The block's output; `key`: its drop path's (one per sample)."""
+        before, after = self.spec.layers()
+        y = self._layers(before, x)
+        if self.se is not None:
+            y = self.se(y)
+        y = self._layers(after, y)
         return self.drop_path(y, rngs=key) + x if self.spec.skip else y
 
-
-class DepthwiseSeparable(_Block):
-    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride, dtype,
-                            rngs, groups=spec.in_chs)
-        self.bn1 = batch_norm(config, spec.in_chs, dtype, rngs)
-        self.se = _se(config, spec, dtype, rngs)
-        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
-        self.bn2 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        act = activation(self.spec.act)
-        y = act(self.bn1(self.conv_dw(x)))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn2(self.conv_pw(y))
-        if self.spec.pw_act:
-            y = act(y)
-        return self._residual(y, x, key)
-
-
-class InvertedResidual(_Block):
-    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel, 1, dtype, rngs)
-        self.bn1 = batch_norm(config, spec.mid_chs, dtype, rngs)
-        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride, dtype,
-                            rngs, groups=spec.mid_chs)
-        self.bn2 = batch_norm(config, spec.mid_chs, dtype, rngs)
-        self.se = _se(config, spec, dtype, rngs)
-        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
-        self.bn3 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        act = activation(self.spec.act)
-        y = act(self.bn1(self.conv_pw(x)))
-        y = act(self.bn2(self.conv_dw(y)))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn3(self.conv_pwl(y))
-        return self._residual(y, x, key)
-
-
-class ConvBnAct(_Block):
-    """conv bn1 act [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride, dtype,
-                         rngs)
-        self.bn1 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._residual(activation(self.spec.act)(self.bn1(self.conv(x))), x, key)
-
-
-BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
-                                   "cn": ConvBnAct}
+    def _layers(self, layers: tuple[ConvLayer, ...], y: jax.Array) -> jax.Array:
+        for layer in layers:
+            y = getattr(self, layer.bn)(getattr(self, layer.conv)(y))
+            y = activation(self.spec.act)(y) if layer.act else y
+        return y
 
 
 def blocks(config: MBConvNetConfig, dtype: Any, rngs: nnx.Rngs) -> nnx.List:
     """`blocks.i.j`: one `nnx.List` per stage."""
-    return nnx.List([nnx.List([BLOCKS[s.type](config, s, dtype, rngs) for s in stage])
+    return nnx.List([nnx.List([Block(config, s, dtype, rngs) for s in stage])
                      for stage in config.stages()])
 
 
