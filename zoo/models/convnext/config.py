@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from zoo.configs import Axis, Config, ConfigError, positive
+from zoo.models.intermediates import take_indices
 from zoo.weights.adaptation import Adapter, AdaptInputConv, ResetClassifier
 
 # timm's named models: depths and widths per stage; the small ones ("atto" to "nano") run their
@@ -145,6 +147,17 @@ class ConvNeXtConfig(Config):
         size that is no multiple of the strides is floored at each, as in timm's)."""
         return (Axis("C", size=self.in_channels), Axis("H", minimum=self.min_size),
                 Axis("W", minimum=self.min_size))
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.depths)
+
+    def taps(self, indices: int | Sequence[int] | None, stop_early: bool = False,
+             intermediates_only: bool = False) -> tuple[list[int], int]:
+        """`forward_intermediates`' taps (`take_indices` of the stages) and the last: i after
+        stage i - 1 (timm's taps no stem)."""
+        take, last = take_indices(self.num_stages, indices)
+        return [i + 1 for i in take], last + 1
 
     @property
     def features(self) -> int:

@@ -11,8 +11,7 @@ libraries draw the same from the same key, `zoo.layers.drop_path`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -22,10 +21,9 @@ from jaxtyping import Array, PRNGKeyArray
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.eqx import EqxDropPath, GlobalResponseNorm, LayerNorm, LayerNorm2d, Linear
-from zoo.models.classifier.eqx import Classifier
+from zoo.models.classifier.eqx import StagedClassifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 
 
 class Mlp(eqx.Module):
@@ -113,7 +111,7 @@ class Head(eqx.Module):
     fc: Linear
 
 
-class ConvNeXt(Classifier):
+class ConvNeXt(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "head.fc"
 
     stem: tuple[eqx.nn.Conv2d, LayerNorm2d]
@@ -138,34 +136,22 @@ class ConvNeXt(Classifier):
         with `drop_path_rate > 0`)."""
         return self.forward_head(self.forward_features(x, key=key))
 
-    def forward_intermediates(
-            self, x: Array, indices: int | Sequence[int] | None = None, norm: bool = False,
-            stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False, *, key: PRNGKeyArray | None = None) -> Any:
-        """timm's, per image: `(forward_features(x), taps)` or, `intermediates_only`, the
-        taps: the feature maps after each stage, `(C, H, W)` for `output_fmt` "NCHW" (the
-        default) or `(H, W, C)` for "NHWC". `indices`: the last n taps (int), those listed, or
-        all (None); `stop_early` skips the stages after the last one taken; `norm` changes
-        nothing (timm's ConvNeXt has no norm before its head)."""
-        del norm
-        take, last = take_indices(len(self.config.depths), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, batched=False)
+    def forward_stem(self, x: Array, state: None) -> tuple[Array, Array, None]:
         conv, ln = self.stem
         x = ln(conv(x))
-        taps, index = [], 0
-        for i, stage in enumerate(self.stages[:last + 1] if stop_early else self.stages):
-            if stage.downsample is not None:
-                ln, conv = stage.downsample
-                x = conv(ln(x))
-            for block in stage.blocks:
-                x = block(x, key=None if key is None else block_keys(key, index))
-                index += 1
-            if i in take:
-                taps.append(x)
-        perm = permutation("NCHW", output_fmt, batched=False)
-        taps = [t.transpose(perm) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, x, state
+
+    def forward_stage(self, i: int, x: Array, state: None, *,
+                      key: PRNGKeyArray | None = None) -> tuple[Array, None]:
+        """Stage `i`; block b of the model (counted over every stage) draws its drop path
+        with `block_keys(key, b)`."""
+        stage, first = self.stages[i], sum(self.config.depths[:i])
+        if stage.downsample is not None:
+            ln, conv = stage.downsample
+            x = conv(ln(x))
+        for index, block in enumerate(stage.blocks, first):
+            x = block(x, key=None if key is None else block_keys(key, index))
+        return x, state
 
     def pre_logits(self, x: Array) -> Array:
         """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""

@@ -20,10 +20,9 @@ import jax.numpy as jnp
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import GlobalResponseNorm, LayerNorm, LinenDropPath
-from zoo.models.classifier.linen import Classifier
+from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 
 
 def _conv(features: int, k: int, stride: int, padding: int, dtype, groups: int = 1) -> nn.Conv:
@@ -119,7 +118,7 @@ class Head(nn.Module):
         return pooled if pre_logits else self.fc(pooled)
 
 
-class ConvNeXt(Classifier):
+class ConvNeXt(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "head.fc"
 
     config: ConvNeXtConfig
@@ -144,30 +143,19 @@ class ConvNeXt(Classifier):
         index = iter(range(sum(cfg.depths)))
         return [[block_keys(samples, next(index)) for _ in range(n)] for n in cfg.depths]
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, train: bool = False) -> Any:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after each stage, channels-last by default ("NHWC"; "NCHW" is timm's
-        layout). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
-        skips the stages after the last one taken; `norm` changes nothing (timm's ConvNeXt has
-        no norm before its head). Call it with `module.apply(variables, x,
-        method="forward_intermediates", ...)`."""
-        del norm
-        take, last = take_indices(len(self.config.depths), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
+    def stage_arguments(self, x: jax.Array, *, train: bool = False) -> dict[str, Any]:
+        """`train`, and each stage's blocks' drop path keys for this call."""
+        return {"train": train, "keys": self._block_keys(x.shape[0], train)}
+
+    def forward_stem(self, x: jax.Array, *, train: bool = False) -> tuple[jax.Array, jax.Array]:
+        del train  # the stem has no BatchNorm
         conv, ln = self.stem
         x = ln(conv(x))
-        keys = self._block_keys(x.shape[0], train)
-        taps = []
-        for i in range(last + 1 if stop_early else len(self.config.depths)):
-            x = self.stages[i](x, train=train, keys=keys[i])
-            if i in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, train: bool,
+                      keys: list[list[jax.Array | None]]) -> jax.Array:
+        return self.stages[i](x, train=train, keys=keys[i])
 
     def pre_logits(self, x: jax.Array) -> jax.Array:
         """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""

@@ -10,7 +10,6 @@ sample's key (`zoo.layers.drop_path`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -20,10 +19,9 @@ from flax import nnx
 from zoo.layers.activations import gelu
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import GlobalResponseNorm, LayerNorm, NNXDropPath
-from zoo.models.classifier.nnx import Classifier
+from zoo.models.classifier.nnx import StagedClassifier
 from zoo.models.common import dtype_of
 from zoo.models.convnext.config import ConvNeXtConfig
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 
 
 def _conv(cin: int, cout: int, k: int, stride: int, padding: int, dtype, rngs: nnx.Rngs,
@@ -100,7 +98,7 @@ class Head(nnx.Module):
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dtype, rngs=rngs)
 
 
-class ConvNeXt(Classifier):
+class ConvNeXt(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "head.fc"
 
     def __init__(self, config: ConvNeXtConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
@@ -116,37 +114,27 @@ class ConvNeXt(Classifier):
         """Logits; `rngs`: drop path's randomness (training with `drop_path_rate > 0`)."""
         return self.forward_head(self.forward_features(x, rngs=rngs))
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, rngs: Any = None,
-    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after each stage, channels-last by default ("NHWC"; "NCHW" is timm's
-        layout). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
-        skips the stages after the last one taken; `norm` changes nothing (timm's ConvNeXt has
-        no norm before its head)."""
-        del norm
-        take, last = take_indices(len(self.config.depths), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
+    def stage_arguments(self, x: jax.Array, *, rngs: Any = None) -> dict[str, Any]:
+        """The drop path keys of this call, one per sample (None without `rngs`)."""
+        key = _key(rngs)
+        return {"samples": None if key is None else jax.random.split(key, x.shape[0])}
+
+    def forward_stem(self, x: jax.Array, *, rngs: Any = None) -> tuple[jax.Array, jax.Array]:
+        del rngs  # the stem draws nothing
         conv, ln = self.stem
         x = ln(conv(x))
-        key = _key(rngs)
-        samples = None if key is None else jax.random.split(key, x.shape[0])
-        taps, index = [], 0
-        for i in range(last + 1 if stop_early else len(self.config.depths)):
-            stage = self.stages[i]
-            if stage.downsample is not None:
-                ln, conv = stage.downsample
-                x = conv(ln(x))
-            for block in stage.blocks:
-                x = block(x, rngs=None if samples is None else block_keys(samples, index))
-                index += 1
-            if i in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, samples: jax.Array | None) -> jax.Array:
+        """Stage `i`; block b of the model (counted over every stage) draws its drop path
+        with `block_keys(samples, b)`."""
+        stage, first = self.stages[i], sum(self.config.depths[:i])
+        if stage.downsample is not None:
+            ln, conv = stage.downsample
+            x = conv(ln(x))
+        for index, block in enumerate(stage.blocks, first):
+            x = block(x, rngs=None if samples is None else block_keys(samples, index))
+        return x
 
     def pre_logits(self, x: jax.Array) -> jax.Array:
         """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""

@@ -4,7 +4,6 @@ timm's `ConvNeXt` (so its state_dict keys are timm's: `stem.0`, `stages.i.blocks
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -12,9 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath, GlobalResponseNorm, LayerNorm2d
-from zoo.models.classifier.torch import Classifier
+from zoo.models.classifier.torch import StagedClassifier
 from zoo.models.convnext.config import ConvNeXtConfig
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 
 
 class Mlp(nn.Module):
@@ -92,7 +90,7 @@ class Head(nn.Module):
         return x if pre_logits else self.fc(x)
 
 
-class ConvNeXt(Classifier):
+class ConvNeXt(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "head.fc"
 
     def __init__(self, config: ConvNeXtConfig) -> None:
@@ -104,27 +102,12 @@ class ConvNeXt(Classifier):
         self.stages = nn.Sequential(*(Stage(config, i) for i in range(len(config.depths))))
         self.head = Head(config)
 
-    def forward_intermediates(
-            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after each stage, in `output_fmt` ("NCHW" or "NHWC"). `indices`: the last
-        n taps (int), those listed, or all (None); `stop_early` skips the stages after the last
-        one taken; `norm` changes nothing (timm's ConvNeXt has no norm before its head)."""
-        del norm
-        take, last = take_indices(len(self.config.depths), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape)
+    def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.stem(x)
-        taps = []
-        for i, stage in enumerate(self.stages[:last + 1] if stop_early else self.stages):
-            x = stage(x)
-            if i in take:
-                taps.append(x)
-        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, x
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return self.stages[i](x)
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The global average pool of a feature map, `head.norm`ed (the input of `head.fc`)."""

@@ -134,6 +134,10 @@ class MBConvNetConfig(Config):
         return [ends[i] for i in take], ends[last]
 
     @property
+    def num_stages(self) -> int:
+        return len(self.stages())
+
+    @property
     def block_chs(self) -> int:
         """Channels of the last stage's output."""
         return self.stages()[-1][-1].out_chs

@@ -3,7 +3,6 @@ statistics in `eqx.nn.State`; the same modules and names as `zoo.models.mbconv.t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -13,11 +12,10 @@ from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.eqx import BatchNorm, EqxDropPath, Linear
-from zoo.models.classifier.eqx import Classifier
+from zoo.models.classifier.eqx import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 
 State = eqx.nn.State
 
@@ -58,12 +56,51 @@ def _se(config: MBConvNetConfig, spec: BlockSpec, key: PRNGKeyArray,
     return SqueezeExcite(config, spec, key=key, dtype=dtype) if spec.se_chs else None
 
 
-def _residual(block: Block, y: Array, x: Array, key: PRNGKeyArray | None) -> Array:
-    """`y` (no skip), or `drop_path(y) + x`."""
-    return block.drop_path(y, key=key) + x if block.spec.skip else y
+class Block(eqx.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`): conv + BatchNorm
+    layers, the squeeze-and-excitation `se` between those before and those after it, drop
+    path and the skip (`spec.skip`). The subclasses declare the fields, in timm's order."""
+
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
+                 dtype: Any) -> None:
+        before, after = spec.layers()
+        count = len(before) + len(after)
+        # a key per layer and the se's in their order; one layer (ConvBnAct) takes `key` itself
+        keys = iter(jax.random.split(key, count + 1) if count > 1 else (key, key))
+        for layer in before:
+            self._add(config, layer, next(keys), dtype)
+        self.se = _se(config, spec, next(keys), dtype)
+        for layer in after:
+            self._add(config, layer, next(keys), dtype)
+        self.drop_path = EqxDropPath(spec.drop_path)
+        self.spec = spec
+
+    def _add(self, config: MBConvNetConfig, layer: ConvLayer, key: PRNGKeyArray,
+             dtype: Any) -> None:
+        """The layer's conv and BatchNorm, by their names."""
+        setattr(self, layer.conv, conv(config, layer.in_chs, layer.out_chs, layer.kernel,
+                                       layer.stride, key, dtype, groups=layer.groups))
+        setattr(self, layer.bn, batch_norm(config, layer.out_chs, dtype))
+
+    def __call__(self, x: Array, state: State, *,
+                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        """The block's output and the state; `key`: its drop path's."""
+        before, after = self.spec.layers()
+        y, state = self._layers(before, x, state)
+        if self.se is not None:
+            y = self.se(y)
+        y, state = self._layers(after, y, state)
+        return (self.drop_path(y, key=key) + x if self.spec.skip else y), state
+
+    def _layers(self, layers: tuple[ConvLayer, ...], y: Array,
+                state: State) -> tuple[Array, State]:
+        for layer in layers:
+            y, state = getattr(self, layer.bn)(getattr(self, layer.conv)(y), state)
+            y = activation(self.spec.act)(y) if layer.act else y
+        return y, state
 
 
-class DepthwiseSeparable(eqx.Module):
+class DepthwiseSeparable(Block):
     """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
 
     conv_dw: eqx.nn.Conv2d
@@ -74,32 +111,8 @@ class DepthwiseSeparable(eqx.Module):
     drop_path: EqxDropPath
     spec: BlockSpec = eqx.field(static=True)
 
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
-                 dtype: Any) -> None:
-        k1, k2, k3 = jax.random.split(key, 3)
-        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride, k1, dtype,
-                            groups=spec.in_chs)
-        self.bn1 = batch_norm(config, spec.in_chs, dtype)
-        self.se = _se(config, spec, k2, dtype)
-        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel, 1, k3, dtype)
-        self.bn2 = batch_norm(config, spec.out_chs, dtype)
-        self.drop_path = EqxDropPath(spec.drop_path)
-        self.spec = spec
 
-    def __call__(self, x: Array, state: State, *,
-                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
-        act = activation(self.spec.act)
-        y, state = self.bn1(self.conv_dw(x), state)
-        y = act(y)
-        if self.se is not None:
-            y = self.se(y)
-        y, state = self.bn2(self.conv_pw(y), state)
-        if self.spec.pw_act:
-            y = act(y)
-        return _residual(self, y, x, key), state
-
-
-class InvertedResidual(eqx.Module):
+class InvertedResidual(Block):
     """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
 
     conv_pw: eqx.nn.Conv2d
@@ -112,54 +125,17 @@ class InvertedResidual(eqx.Module):
     drop_path: EqxDropPath
     spec: BlockSpec = eqx.field(static=True)
 
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
-                 dtype: Any) -> None:
-        k1, k2, k3, k4 = jax.random.split(key, 4)
-        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel, 1, k1, dtype)
-        self.bn1 = batch_norm(config, spec.mid_chs, dtype)
-        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride, k2,
-                            dtype, groups=spec.mid_chs)
-        self.bn2 = batch_norm(config, spec.mid_chs, dtype)
-        self.se = _se(config, spec, k3, dtype)
-        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel, 1, k4, dtype)
-        self.bn3 = batch_norm(config, spec.out_chs, dtype)
-        self.drop_path = EqxDropPath(spec.drop_path)
-        self.spec = spec
 
-    def __call__(self, x: Array, state: State, *,
-                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
-        act = activation(self.spec.act)
-        y, state = self.bn1(self.conv_pw(x), state)
-        y, state = self.bn2(self.conv_dw(act(y)), state)
-        y = act(y)
-        if self.se is not None:
-            y = self.se(y)
-        y, state = self.bn3(self.conv_pwl(y), state)
-        return _residual(self, y, x, key), state
-
-
-class ConvBnAct(eqx.Module):
-    """conv bn1 act [+ x]."""
+class ConvBnAct(Block):
+    """conv bn1 act [+ x] (no se: always None)."""
 
     conv: eqx.nn.Conv2d
     bn1: BatchNorm
+    se: None
     drop_path: EqxDropPath
     spec: BlockSpec = eqx.field(static=True)
 
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
-                 dtype: Any) -> None:
-        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride, key, dtype)
-        self.bn1 = batch_norm(config, spec.out_chs, dtype)
-        self.drop_path = EqxDropPath(spec.drop_path)
-        self.spec = spec
 
-    def __call__(self, x: Array, state: State, *,
-                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
-        y, state = self.bn1(self.conv(x), state)
-        return _residual(self, activation(self.spec.act)(y), x, key), state
-
-
-Block = DepthwiseSeparable | InvertedResidual | ConvBnAct
 BLOCKS: dict[str, type[Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
                                   "cn": ConvBnAct}
 
@@ -183,7 +159,7 @@ def run_stage(stages: tuple[tuple[Block, ...], ...], i: int, x: Array, state: St
     return x, state
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3` of one image, as its config says: conv_stem bn1
     act, `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -223,39 +199,22 @@ class MBConvNet(Classifier):
         head_key = None if key is None else block_keys(key, sum(map(len, self.blocks)))
         return self.forward_head(x, key=head_key), state
 
-    def forward_intermediates(
-            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False, *, key: PRNGKeyArray | None = None,
-    ) -> tuple[Any, State]:
-        """timm's, per image, with the state: `((features, taps), state)` or, with
-        `intermediates_only`, `(taps, state)`; the taps are the feature maps at
-        `config.stage_ends` (0: after the stem, i: after stage i - 1), each `(C, H, W)` for
-        `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n taps
-        (int), those listed, or all (None); `stop_early` skips the stages after the last one
-        taken (and then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, batched=False)
-        act = activation(self.config.act)
+    def forward_stem(self, x: Array, state: State) -> tuple[Array, Array, State]:
         x, state = self.bn1(self.conv_stem(x), state)
-        x = act(x)
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x, state = run_stage(self.blocks, i, x, state, key)
-            if i + 1 in take:
-                taps.append(x)
-        perm = permutation("NCHW", output_fmt, batched=False)
-        taps = [t.transpose(perm) for t in taps]
-        if intermediates_only:
-            return taps, state
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x, state = self.bn2(self.conv_head(x), state)
-            x = act(x)
-        return (x, taps), state
+        x = activation(self.config.act)(x)
+        return x, x, state
+
+    def forward_stage(self, i: int, x: Array, state: State, *,
+                      key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        return run_stage(self.blocks, i, x, state, key)
+
+    def forward_end(self, x: Array, state: State) -> tuple[Array, State]:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        if self.config.EFFICIENT_HEAD:
+            return x, state
+        x, state = self.bn2(self.conv_head(x), state)
+        return activation(self.config.act)(x), state
 
     def pre_logits(self, x: Array, *, key: PRNGKeyArray | None = None) -> Array:
         """The classifier's input from a feature map: global average pool (then an efficient

@@ -4,7 +4,6 @@ stage lists `blocks_0_1`; the converters read `blocks.0.1`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -13,11 +12,10 @@ import jax.numpy as jnp
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.linen import LinenDropPath
-from zoo.models.classifier.linen import Classifier
+from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 
 
 def conv(config: MBConvNetConfig, features: int, kernel: int, stride: int, dtype: Any,
@@ -51,94 +49,55 @@ class SqueezeExcite(nn.Module):
         return x * activation(self.config.SE.gate)(s)
 
 
-class _Block(nn.Module):
+class Block(nn.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`):
+    `DepthwiseSeparable` (conv_dw bn1 act [se] conv_pw bn2 [act]), `InvertedResidual`
+    (conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3) or `ConvBnAct` (conv bn1 act),
+    then drop path and the skip (`spec.skip`)."""
+
     config: MBConvNetConfig
     spec: BlockSpec
     param_dtype: str = "float32"
 
-    def _residual(self, y: jax.Array, x: jax.Array, train: bool,
-                  key: jax.Array | None) -> jax.Array:
-        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+    def setup(self) -> None:
+        before, after = self.spec.layers()
+        self._add(before)
+        self.se = (SqueezeExcite(self.config, self.spec, self.param_dtype) if self.spec.se_chs
+                   else None)
+        self._add(after)
+        self.drop_path = LinenDropPath(self.spec.drop_path)
+
+    def _add(self, layers: tuple[ConvLayer, ...]) -> None:
+        """Each layer's conv and BatchNorm, by their names."""
+        dt = dtype_of(self.param_dtype)
+        for layer in layers:
+            setattr(self, layer.conv, conv(self.config, layer.out_chs, layer.kernel,
+                                           layer.stride, dt, groups=layer.groups))
+            setattr(self, layer.bn, batch_norm(self.config, dt))
+
+    def __call__(self, x: jax.Array, *, train: bool = False,
+                 key: jax.Array | None = None) -> jax.Array:
+        """The block's output; `key`: its drop path's (one per sample)."""
+        before, after = self.spec.layers()
+        y = self._layers(before, x, train)
+        if self.se is not None:
+            y = self.se(y)
+        y = self._layers(after, y, train)
         if not self.spec.skip:
             return y
         return self.drop_path(y, deterministic=not train, key=key) + x
 
-    def _se(self) -> SqueezeExcite | None:
-        return (SqueezeExcite(self.config, self.spec, self.param_dtype) if self.spec.se_chs
-                else None)
+    def _layers(self, layers: tuple[ConvLayer, ...], y: jax.Array, train: bool) -> jax.Array:
+        for layer in layers:
+            y = getattr(self, layer.bn)(getattr(self, layer.conv)(y),
+                                        use_running_average=not train)
+            y = activation(self.spec.act)(y) if layer.act else y
+        return y
 
 
-class DepthwiseSeparable(_Block):
-    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv_dw = conv(cfg, s.in_chs, s.kernel, s.stride, dt, groups=s.in_chs)
-        self.bn1 = batch_norm(cfg, dt)
-        self.se = self._se()
-        self.conv_pw = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
-        self.bn2 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        act, ura = activation(self.spec.act), not train
-        y = act(self.bn1(self.conv_dw(x), use_running_average=ura))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn2(self.conv_pw(y), use_running_average=ura)
-        if self.spec.pw_act:
-            y = act(y)
-        return self._residual(y, x, train, key)
-
-
-class InvertedResidual(_Block):
-    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv_pw = conv(cfg, s.mid_chs, s.exp_kernel, 1, dt)
-        self.bn1 = batch_norm(cfg, dt)
-        self.conv_dw = conv(cfg, s.mid_chs, s.kernel, s.stride, dt, groups=s.mid_chs)
-        self.bn2 = batch_norm(cfg, dt)
-        self.se = self._se()
-        self.conv_pwl = conv(cfg, s.out_chs, s.pw_kernel, 1, dt)
-        self.bn3 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        act, ura = activation(self.spec.act), not train
-        y = act(self.bn1(self.conv_pw(x), use_running_average=ura))
-        y = act(self.bn2(self.conv_dw(y), use_running_average=ura))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn3(self.conv_pwl(y), use_running_average=ura)
-        return self._residual(y, x, train, key)
-
-
-class ConvBnAct(_Block):
-    """conv bn1 act [+ x]."""
-
-    def setup(self) -> None:
-        cfg, s, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv = conv(cfg, s.out_chs, s.kernel, s.stride, dt)
-        self.bn1 = batch_norm(cfg, dt)
-        self.drop_path = LinenDropPath(s.drop_path)
-
-    def __call__(self, x: jax.Array, *, train: bool = False,
-                 key: jax.Array | None = None) -> jax.Array:
-        y = activation(self.spec.act)(self.bn1(self.conv(x), use_running_average=not train))
-        return self._residual(y, x, train, key)
-
-
-BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
-                                   "cn": ConvBnAct}
-
-
-def blocks(config: MBConvNetConfig, param_dtype: str) -> list[list[_Block]]:
+def blocks(config: MBConvNetConfig, param_dtype: str) -> list[list[Block]]:
     """`blocks.i.j`: one list per stage (set in `setup`)."""
-    return [[BLOCKS[s.type](config, s, param_dtype) for s in stage]
+    return [[Block(config, s, param_dtype) for s in stage]
             for stage in config.stages()]
 
 
@@ -152,7 +111,7 @@ def sample_keys(module: nn.Module, config: MBConvNetConfig, x: jax.Array, train:
     return jax.random.split(module.make_rng("dropout") if key is None else key, x.shape[0])
 
 
-def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
+def run_stage(stages: list[list[Block]], i: int, x: jax.Array, train: bool,
               keys: jax.Array | None) -> jax.Array:
     """Stage `i`'s blocks in turn; block b of the model draws with `block_keys(keys, b)`."""
     b = sum(map(len, stages[:i]))
@@ -161,7 +120,7 @@ def run_stage(stages: list[list[_Block]], i: int, x: jax.Array, train: bool,
     return x
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -189,37 +148,30 @@ class MBConvNet(Classifier):
         x = self.forward_intermediates(x, indices=1, train=train, key=key)[0]
         return self.forward_head(x, train=train)
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, train: bool = False,
-            key: jax.Array | None = None) -> Any:
-        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
-        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
-        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
-        listed, or all (None); `stop_early` skips the stages after the last one taken (and
-        then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing. Call it with
-        `module.apply(variables, x, method="forward_intermediates", ...)`."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
-        act, ura = activation(self.config.act), not train
-        keys = sample_keys(self, self.config, x, train, key)
-        x = act(self.bn1(self.conv_stem(x), use_running_average=ura))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = run_stage(self.blocks, i, x, train, keys)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x), use_running_average=ura))
-        return x, taps
+    def stage_arguments(self, x: jax.Array, *, train: bool = False,
+                        key: jax.Array | None = None) -> dict[str, Any]:
+        """`train`, and the drop paths' keys of this call (`sample_keys`)."""
+        return {"train": train, "keys": sample_keys(self, self.config, x, train, key)}
+
+    def forward_stem(self, x: jax.Array, *, train: bool = False,
+                     key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        del key  # the stem draws nothing
+        x = activation(self.config.act)(self.bn1(self.conv_stem(x), use_running_average=not train))
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, train: bool,
+                      keys: jax.Array | None) -> jax.Array:
+        return run_stage(self.blocks, i, x, train, keys)
+
+    def forward_end(self, x: jax.Array, *, train: bool = False,
+                    key: jax.Array | None = None) -> jax.Array:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        del key  # the head conv draws nothing
+        if self.config.EFFICIENT_HEAD:
+            return x
+        x = self.bn2(self.conv_head(x), use_running_average=not train)
+        return activation(self.config.act)(x)
 
     def pre_logits(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         """The classifier's input from a feature map: global average pool (then an efficient

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -12,11 +11,10 @@ from flax import nnx
 
 from zoo.layers.drop_path import block_keys
 from zoo.layers.nnx import NNXDropPath
-from zoo.models.classifier.nnx import Classifier
+from zoo.models.classifier.nnx import StagedClassifier
 from zoo.models.common import activation, dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 
 
 def conv(config: MBConvNetConfig, cin: int, cout: int, kernel: int, stride: int, dtype: Any,
@@ -54,88 +52,48 @@ def _se(config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
     return SqueezeExcite(config, spec, dtype, rngs) if spec.se_chs else None
 
 
-class _Block(nnx.Module):
-    spec: BlockSpec
-    drop_path: NNXDropPath
+class Block(nnx.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`):
+    `DepthwiseSeparable` (conv_dw bn1 act [se] conv_pw bn2 [act]), `InvertedResidual`
+    (conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3) or `ConvBnAct` (conv bn1 act),
+    then drop path and the skip (`spec.skip`)."""
 
-    def _residual(self, y: jax.Array, x: jax.Array, key: jax.Array | None) -> jax.Array:
-        """`y` (no skip), or `drop_path(y) + x` (`key`: one per sample)."""
+    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
+                 rngs: nnx.Rngs) -> None:
+        self.spec = spec
+        before, after = spec.layers()
+        self._add(config, before, dtype, rngs)
+        self.se = _se(config, spec, dtype, rngs)
+        self._add(config, after, dtype, rngs)
+        self.drop_path = NNXDropPath(spec.drop_path)
+
+    def _add(self, config: MBConvNetConfig, layers: tuple[ConvLayer, ...], dtype: Any,
+             rngs: nnx.Rngs) -> None:
+        """Each layer's conv and BatchNorm, by their names."""
+        for layer in layers:
+            setattr(self, layer.conv, conv(config, layer.in_chs, layer.out_chs, layer.kernel,
+                                           layer.stride, dtype, rngs, layer.groups))
+            setattr(self, layer.bn, batch_norm(config, layer.out_chs, dtype, rngs))
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        """The block's output; `key`: its drop path's (one per sample)."""
+        before, after = self.spec.layers()
+        y = self._layers(before, x)
+        if self.se is not None:
+            y = self.se(y)
+        y = self._layers(after, y)
         return self.drop_path(y, rngs=key) + x if self.spec.skip else y
 
-
-class DepthwiseSeparable(_Block):
-    """conv_dw bn1 act [se] conv_pw bn2 [act] [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride, dtype,
-                            rngs, groups=spec.in_chs)
-        self.bn1 = batch_norm(config, spec.in_chs, dtype, rngs)
-        self.se = _se(config, spec, dtype, rngs)
-        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
-        self.bn2 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        act = activation(self.spec.act)
-        y = act(self.bn1(self.conv_dw(x)))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn2(self.conv_pw(y))
-        if self.spec.pw_act:
-            y = act(y)
-        return self._residual(y, x, key)
-
-
-class InvertedResidual(_Block):
-    """conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3 [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel, 1, dtype, rngs)
-        self.bn1 = batch_norm(config, spec.mid_chs, dtype, rngs)
-        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride, dtype,
-                            rngs, groups=spec.mid_chs)
-        self.bn2 = batch_norm(config, spec.mid_chs, dtype, rngs)
-        self.se = _se(config, spec, dtype, rngs)
-        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel, 1, dtype, rngs)
-        self.bn3 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        act = activation(self.spec.act)
-        y = act(self.bn1(self.conv_pw(x)))
-        y = act(self.bn2(self.conv_dw(y)))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn3(self.conv_pwl(y))
-        return self._residual(y, x, key)
-
-
-class ConvBnAct(_Block):
-    """conv bn1 act [+ x]."""
-
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec, dtype: Any,
-                 rngs: nnx.Rngs) -> None:
-        self.spec = spec
-        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride, dtype,
-                         rngs)
-        self.bn1 = batch_norm(config, spec.out_chs, dtype, rngs)
-        self.drop_path = NNXDropPath(spec.drop_path)
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._residual(activation(self.spec.act)(self.bn1(self.conv(x))), x, key)
-
-
-BLOCKS: dict[str, type[_Block]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
-                                   "cn": ConvBnAct}
+    def _layers(self, layers: tuple[ConvLayer, ...], y: jax.Array) -> jax.Array:
+        for layer in layers:
+            y = getattr(self, layer.bn)(getattr(self, layer.conv)(y))
+            y = activation(self.spec.act)(y) if layer.act else y
+        return y
 
 
 def blocks(config: MBConvNetConfig, dtype: Any, rngs: nnx.Rngs) -> nnx.List:
     """`blocks.i.j`: one `nnx.List` per stage."""
-    return nnx.List([nnx.List([BLOCKS[s.type](config, s, dtype, rngs) for s in stage])
+    return nnx.List([nnx.List([Block(config, s, dtype, rngs) for s in stage])
                      for stage in config.stages()])
 
 
@@ -161,7 +119,7 @@ def run_stage(stages: nnx.List, i: int, x: jax.Array, keys: jax.Array | None) ->
     return x
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3`, as its config says: conv_stem bn1 act,
     `blocks.i.j`, then EfficientNet's head (conv_head bn2 act on the feature map, pool,
     dropout, classifier) or, with `config.EFFICIENT_HEAD`, MobileNetV3's (pool, conv_head
@@ -190,36 +148,25 @@ class MBConvNet(Classifier):
             rngs = block_keys(rngs, sum(map(len, self.blocks)))
         return self.forward_head(x, rngs=rngs)
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, rngs: Any = None,
-    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
-        """timm's: `(features, taps)` or, with `intermediates_only`, the taps: the feature maps
-        at `config.stage_ends` (0: after the stem, i: after stage i - 1), channels-last by
-        default ("NHWC"; "NCHW" is timm's layout). `indices`: the last n taps (int), those
-        listed, or all (None); `stop_early` skips the stages after the last one taken (and
-        then the head conv, as timm's; with an efficient head only with
-        `intermediates_only`, as timm's MobileNetV3); `norm` changes nothing."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
-        act = activation(self.config.act)
-        keys = sample_keys(self.config, x, rngs, not self.dropout.deterministic)
-        x = act(self.bn1(self.conv_stem(x)))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = run_stage(self.blocks, i, x, keys)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x)))
-        return x, taps
+    def stage_arguments(self, x: jax.Array, *, rngs: Any = None) -> dict[str, Any]:
+        """The drop paths' keys of this call (`sample_keys`)."""
+        return {"keys": sample_keys(self.config, x, rngs, not self.dropout.deterministic)}
+
+    def forward_stem(self, x: jax.Array, *, rngs: Any = None) -> tuple[jax.Array, jax.Array]:
+        del rngs  # the stem draws nothing
+        x = activation(self.config.act)(self.bn1(self.conv_stem(x)))
+        return x, x
+
+    def forward_stage(self, i: int, x: jax.Array, *, keys: jax.Array | None) -> jax.Array:
+        return run_stage(self.blocks, i, x, keys)
+
+    def forward_end(self, x: jax.Array, *, rngs: Any = None) -> jax.Array:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        del rngs  # the head conv draws nothing
+        if self.config.EFFICIENT_HEAD:
+            return x
+        return activation(self.config.act)(self.bn2(self.conv_head(x)))
 
     def pre_logits(self, x: jax.Array, *,
                    rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:

@@ -81,6 +81,34 @@ class BlockSpec:
     pw_kernel: int = 1
     drop_path: float = 0.0
 
+    def layers(self) -> tuple[tuple[ConvLayer, ...], tuple[ConvLayer, ...]]:
+        """The block's conv + BatchNorm layers in timm's names, those before its
+        squeeze-and-excitation (`se`) and those after (the order of timm's modules)."""
+        i, o, m = self.in_chs, self.out_chs, self.mid_chs
+        if self.type == "ds":
+            return ((ConvLayer("conv_dw", "bn1", i, i, self.kernel, self.stride, i),),
+                    (ConvLayer("conv_pw", "bn2", i, o, self.pw_kernel, act=self.pw_act),))
+        if self.type == "ir":
+            return ((ConvLayer("conv_pw", "bn1", i, m, self.exp_kernel),
+                     ConvLayer("conv_dw", "bn2", m, m, self.kernel, self.stride, m)),
+                    (ConvLayer("conv_pwl", "bn3", m, o, self.pw_kernel, act=False),))
+        return (ConvLayer("conv", "bn1", i, o, self.kernel, self.stride),), ()
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """A conv (no bias) and its BatchNorm in a block: their names, the conv's channels in and
+    out, kernel, stride and groups, and whether the block's activation follows."""
+
+    conv: str
+    bn: str
+    in_chs: int
+    out_chs: int
+    kernel: int
+    stride: int = 1
+    groups: int = 1
+    act: bool = True
+
 
 def decode_block(text: str) -> tuple[dict[str, Any], int]:
     """timm's `_decode_block_str` for the block types ds, dsa, ir and cn: (arguments,

@@ -6,17 +6,16 @@ bn3), `ConvBnAct` (conv bn1), `SqueezeExcite` (conv_reduce conv_expand), built f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.layers.torch import DropPath
-from zoo.models.classifier.torch import Classifier
-from zoo.models.intermediates import MAPS, check_format, permutation
+from zoo.models.classifier.torch import StagedClassifier
 from zoo.models.mbconv.config import MBConvNetConfig
-from zoo.models.mbconv.spec import BlockSpec
+from zoo.models.mbconv.spec import BlockSpec, ConvLayer
 from zoo.models.resnet.torch import Conv2dSame
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -56,82 +55,50 @@ def _se(config: MBConvNetConfig, spec: BlockSpec) -> SqueezeExcite | None:
     return SqueezeExcite(config, spec.mid_chs, spec.se_chs, spec.act) if spec.se_chs else None
 
 
-class DepthwiseSeparable(nn.Module):
+class Block(nn.Module):
+    """One of timm's blocks as its spec lays it out (`BlockSpec.layers`):
+    `DepthwiseSeparable` (conv_dw bn1 act [se] conv_pw bn2 [act]), `InvertedResidual`
+    (conv_pw bn1 act, conv_dw bn2 act, [se], conv_pwl bn3) or `ConvBnAct` (conv bn1 act),
+    then drop path and the skip (`spec.skip`)."""
+
     def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.conv_dw = conv(config, spec.in_chs, spec.in_chs, spec.kernel, spec.stride,
-                            groups=spec.in_chs)
-        self.bn1 = batch_norm(config, spec.in_chs)
+        before, after = spec.layers()
+        self._add(config, before)
         self.se = _se(config, spec)
-        self.conv_pw = conv(config, spec.in_chs, spec.out_chs, spec.pw_kernel)
-        self.bn2 = batch_norm(config, spec.out_chs)
+        self._add(config, after)
         self.drop_path = DropPath(spec.drop_path)
 
+    def _add(self, config: MBConvNetConfig, layers: tuple[ConvLayer, ...]) -> None:
+        """Each layer's conv and BatchNorm, by their names."""
+        for layer in layers:
+            setattr(self, layer.conv, conv(config, layer.in_chs, layer.out_chs, layer.kernel,
+                                           layer.stride, layer.groups))
+            setattr(self, layer.bn, batch_norm(config, layer.out_chs))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = ACTIVATIONS[self.spec.act]
-        y = act(self.bn1(self.conv_dw(x)))
+        before, after = self.spec.layers()
+        y = self._layers(before, x)
         if self.se is not None:
             y = self.se(y)
-        y = self.bn2(self.conv_pw(y))
-        if self.spec.pw_act:
-            y = act(y)
-        return _residual(self, y, x)
+        y = self._layers(after, y)
+        return self.drop_path(y) + x if self.spec.skip else y
 
-
-class InvertedResidual(nn.Module):
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.conv_pw = conv(config, spec.in_chs, spec.mid_chs, spec.exp_kernel)
-        self.bn1 = batch_norm(config, spec.mid_chs)
-        self.conv_dw = conv(config, spec.mid_chs, spec.mid_chs, spec.kernel, spec.stride,
-                            groups=spec.mid_chs)
-        self.bn2 = batch_norm(config, spec.mid_chs)
-        self.se = _se(config, spec)
-        self.conv_pwl = conv(config, spec.mid_chs, spec.out_chs, spec.pw_kernel)
-        self.bn3 = batch_norm(config, spec.out_chs)
-        self.drop_path = DropPath(spec.drop_path)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = ACTIVATIONS[self.spec.act]
-        y = act(self.bn1(self.conv_pw(x)))
-        y = act(self.bn2(self.conv_dw(y)))
-        if self.se is not None:
-            y = self.se(y)
-        y = self.bn3(self.conv_pwl(y))
-        return _residual(self, y, x)
-
-
-class ConvBnAct(nn.Module):
-    def __init__(self, config: MBConvNetConfig, spec: BlockSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.conv = conv(config, spec.in_chs, spec.out_chs, spec.kernel, spec.stride)
-        self.bn1 = batch_norm(config, spec.out_chs)
-        self.drop_path = DropPath(spec.drop_path)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = ACTIVATIONS[self.spec.act](self.bn1(self.conv(x)))
-        return _residual(self, y, x)
-
-
-def _residual(block: nn.Module, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`y` (no skip), or `drop_path(y) + x`."""
-    return block.drop_path(y) + x if block.spec.skip else y
-
-
-BLOCKS: dict[str, type[nn.Module]] = {"ds": DepthwiseSeparable, "ir": InvertedResidual,
-                                      "cn": ConvBnAct}
+    def _layers(self, layers: tuple[ConvLayer, ...], y: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            y = getattr(self, layer.bn)(getattr(self, layer.conv)(y))
+            y = ACTIVATIONS[self.spec.act](y) if layer.act else y
+        return y
 
 
 def blocks(config: MBConvNetConfig) -> nn.Sequential:
     """`blocks.i.j`: one Sequential per stage."""
-    return nn.Sequential(*(nn.Sequential(*(BLOCKS[s.type](config, s) for s in stage))
+    return nn.Sequential(*(nn.Sequential(*(Block(config, s) for s in stage))
                            for stage in config.stages()))
 
 
-class MBConvNet(Classifier):
+class MBConvNet(StagedClassifier):
     """timm's `EfficientNet` / `MobileNetV3` (the reference implementation, batched
     `(N, C, H, W)`), as its config says: conv_stem bn1 act, `blocks.i.j`, then EfficientNet's
     head (conv_head bn2 act on the feature map, pool, dropout, classifier) or, with
@@ -151,35 +118,19 @@ class MBConvNet(Classifier):
         self.bn2 = None if efficient else batch_norm(config, config.head_chs)
         self.classifier = nn.Linear(config.features, config.num_classes)
 
-    def forward_intermediates(
-            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: the feature maps at `config.stage_ends` (0: after the stem, i: after stage
-        i - 1: where the next stage strides, and the last), in `output_fmt` ("NCHW" or
-        "NHWC"). `indices`: the last n taps (int), those listed, or all (None); `stop_early`
-        skips the stages after the last one taken (and then the head conv, as timm's; with an
-        efficient head only with `intermediates_only`, as timm's MobileNetV3); `norm` changes
-        nothing. Returns `(features, taps)`, or the taps."""
-        del norm
-        take, last = self.config.taps(indices, stop_early, intermediates_only)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape)
-        act = ACTIVATIONS[self.config.act]
-        x = act(self.bn1(self.conv_stem(x)))
-        taps = [x] if 0 in take else []
-        stages = last if stop_early else len(self.blocks)
-        for i in range(stages):
-            x = self.blocks[i](x)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
-        if intermediates_only:
-            return taps
-        if not self.config.EFFICIENT_HEAD and stages == len(self.blocks):
-            x = act(self.bn2(self.conv_head(x)))
-        return x, taps
+    def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = ACTIVATIONS[self.config.act](self.bn1(self.conv_stem(x)))
+        return x, x
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[i](x)
+
+    def forward_end(self, x: torch.Tensor) -> torch.Tensor:
+        """EfficientNet's head conv on the last stage's output (an efficient head has its
+        own after the pool)."""
+        if self.config.EFFICIENT_HEAD:
+            return x
+        return ACTIVATIONS[self.config.act](self.bn2(self.conv_head(x)))
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The classifier's input from a feature map: global average pool (then an efficient

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from zoo.configs import Axis, Config, ConfigError, Padding, positive
+from zoo.models.intermediates import take_indices
 from zoo.weights.adaptation import Adapter, AdaptInputConv, ResetClassifier
 
 EXPANSION: dict[str, int] = {"basic": 1, "bottleneck": 4}
@@ -182,6 +184,26 @@ class ResNetConfig(Config):
         if self.block == "basic":
             return planes
         return int(planes * (self.width_per_group / 64.0)) * self.groups
+
+    def convs(self, spec: BlockSpec) -> tuple[tuple[int, int, int, int, int], ...]:
+        """A block's convs `conv1, conv2, ...` (each followed by its BatchNorm `bn1, ...`) as
+        (in, out, kernel, stride, groups): torchvision's BasicBlock (3x3 strided, 3x3) or
+        Bottleneck (1x1, 3x3 strided and grouped, 1x1 to `planes x expansion`)."""
+        w, out = spec.width, spec.planes * self.expansion
+        if self.block == "basic":
+            return (spec.in_channels, w, 3, spec.stride, 1), (w, w, 3, 1, 1)
+        return ((spec.in_channels, w, 1, 1, 1), (w, w, 3, spec.stride, self.groups),
+                (w, out, 1, 1, 1))
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.layers)
+
+    def taps(self, indices: int | Sequence[int] | None, stop_early: bool = False,
+             intermediates_only: bool = False) -> tuple[list[int], int]:
+        """`forward_intermediates`' taps (`take_indices`) and the last: 0 after the stem's
+        ReLU (before the max-pool), i after stage i - 1 (as timm's)."""
+        return take_indices(1 + self.num_stages, indices)
 
     @property
     def features(self) -> int:

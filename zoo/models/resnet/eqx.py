@@ -6,8 +6,7 @@ has fewer stages); a block's `downsample` is a `(conv, bn)` tuple or None.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -15,9 +14,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from zoo.layers.eqx import BatchNorm, Linear
-from zoo.models.classifier.eqx import Classifier
+from zoo.models.classifier.eqx import StagedClassifier
 from zoo.models.common import dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 State = eqx.nn.State
@@ -49,71 +47,44 @@ def _residual(downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None, x: Array,
     return bn(conv(x), state)
 
 
-class BasicBlock(eqx.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(eqx.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu; a BasicBlock has no `conv3`, `bn3`), + shortcut, relu."""
 
     conv1: eqx.nn.Conv2d
     bn1: BatchNorm
     conv2: eqx.nn.Conv2d
     bn2: BatchNorm
+    conv3: eqx.nn.Conv2d | None
+    bn3: BatchNorm | None
     downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
                  dtype) -> None:
-        k1, k2, k3 = jax.random.split(key, 3)
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), k1, dtype)
-        self.bn1 = _bn(config, p, dtype)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), k2, dtype)
-        self.bn2 = _bn(config, p, dtype)
-        self.downsample = _shortcut(config, spec, k3, dtype)
+        *keys, k_shortcut = jax.random.split(key, len(config.convs(spec)) + 1)
+        self.conv3 = self.bn3 = None
+        for i, ((cin, cout, k, stride, groups), kc) in enumerate(
+                zip(config.convs(spec), keys, strict=True), 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2), kc,
+                                            dtype, groups))
+            setattr(self, f"bn{i}", _bn(config, cout, dtype))
+        self.downsample = _shortcut(config, spec, k_shortcut, dtype)
 
     def __call__(self, x: Array, state: State) -> tuple[Array, State]:
-        y, state = self.bn1(self.conv1(x), state)
-        y, state = self.bn2(self.conv2(jax.nn.relu(y)), state)
+        layers = [(c, b) for c, b in ((self.conv1, self.bn1), (self.conv2, self.bn2),
+                                      (self.conv3, self.bn3)) if c is not None]
+        y = x
+        for i, (conv, bn) in enumerate(layers, 1):
+            y, state = bn(conv(y), state)
+            y = jax.nn.relu(y) if i < len(layers) else y
         identity, state = _residual(self.downsample, x, state)
         return jax.nn.relu(y + identity), state
 
 
-class Bottleneck(eqx.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    conv1: eqx.nn.Conv2d
-    bn1: BatchNorm
-    conv2: eqx.nn.Conv2d
-    bn2: BatchNorm
-    conv3: eqx.nn.Conv2d
-    bn3: BatchNorm
-    downsample: tuple[eqx.nn.Conv2d, BatchNorm] | None
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec, *, key: PRNGKeyArray,
-                 dtype) -> None:
-        k1, k2, k3, k4 = jax.random.split(key, 4)
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), k1, dtype)
-        self.bn1 = _bn(config, w, dtype)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), k2, dtype,
-                           config.groups)
-        self.bn2 = _bn(config, w, dtype)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), k3, dtype)
-        self.bn3 = _bn(config, out, dtype)
-        self.downsample = _shortcut(config, spec, k4, dtype)
-
-    def __call__(self, x: Array, state: State) -> tuple[Array, State]:
-        y, state = self.bn1(self.conv1(x), state)
-        y, state = self.bn2(self.conv2(jax.nn.relu(y)), state)
-        y, state = self.bn3(self.conv3(jax.nn.relu(y)), state)
-        identity, state = _residual(self.downsample, x, state)
-        return jax.nn.relu(y + identity), state
+Stage = tuple[Block, ...]
 
 
-BLOCKS: dict[str, type[BasicBlock | Bottleneck]] = {"basic": BasicBlock,
-                                                    "bottleneck": Bottleneck}
-Stage = tuple[BasicBlock | Bottleneck, ...]
-
-
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     has_state: ClassVar[bool] = True  # zoo.create returns (model, state)
     CLASSIFIER: ClassVar[str] = "fc"
 
@@ -137,7 +108,7 @@ class ResNet(Classifier):
             blocks = stages[i] if i < len(stages) else ()
             keys = jax.random.split(k_stages[i], len(blocks)) if blocks else ()
             setattr(self, f"layer{i + 1}", tuple(
-                BLOCKS[config.block](config, spec, key=kb, dtype=dt)
+                Block(config, spec, key=kb, dtype=dt)
                 for spec, kb in zip(blocks, keys, strict=True)))
         self.fc = Linear(config.features, config.num_classes, key=k_fc, dtype=dt)
         self.config = config
@@ -147,36 +118,22 @@ class ResNet(Classifier):
         features, state = self.forward_features(x, state)
         return self.forward_head(features), state
 
-    def forward_intermediates(
-            self, x: Array, state: State, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False) -> tuple[Any, State]:
-        """timm's, per image, with the state: `((forward_features(x), taps), state)` or,
-        `intermediates_only`, `(taps, state)`; the taps are the feature maps after the stem's
-        ReLU (tap 0, before the max-pool) and after each stage (taps 1..), each `(C, H, W)`
-        for `output_fmt` "NCHW" (the default) or `(H, W, C)` for "NHWC". `indices`: the last n
-        taps (int), those listed, or all (None); `stop_early` skips the stages after the last
-        one taken; `norm` changes nothing (a ResNet has no final norm, as timm's)."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, batched=False)
+    def forward_stem(self, x: Array, state: State) -> tuple[Array, Array, State]:
+        """Tap 0 (after the stem's ReLU), the first stage's input (max-pooled, padded for
+        this size: Flax's SAME depends on it) and the state."""
         x, state = self.bn1(self.conv1(x), state)
         x = jax.nn.relu(x)
-        taps = [x] if 0 in take else []
-        if self.config.stem_pool:  # padded for this size (Flax's SAME depends on it)
-            pool = eqx.nn.MaxPool2d(POOL[0], POOL[1],
-                                    padding=self.config.pool_padding(x.shape[1:]))
-            x = pool(x)
-        stages = (self.layer1, self.layer2, self.layer3, self.layer4)
-        for i in range(last if stop_early else len(self.config.layers)):
-            for block in stages[i]:
-                x, state = block(x, state)
-            if i + 1 in take:
-                taps.append(x)
-        perm = permutation("NCHW", output_fmt, batched=False)
-        taps = [t.transpose(perm) for t in taps]
-        return (taps if intermediates_only else (x, taps)), state
+        if not self.config.stem_pool:
+            return x, x, state
+        pool = eqx.nn.MaxPool2d(POOL[0], POOL[1], padding=self.config.pool_padding(x.shape[1:]))
+        return x, pool(x), state
+
+    def forward_stage(self, i: int, x: Array, state: State, *,
+                      key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+        """Stage `i`'s blocks (`key` is unused: a ResNet draws nothing)."""
+        for block in (self.layer1, self.layer2, self.layer3, self.layer4)[i]:
+            x, state = block(x, state)
+        return x, state
 
 
     def pre_logits(self, x: Array) -> Array:

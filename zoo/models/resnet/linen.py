@@ -6,16 +6,14 @@ Stages `layer1..layerN` are lists of blocks (Linen names them `layer1_0`; the co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zoo.models.classifier.linen import Classifier
+from zoo.models.classifier.linen import StagedClassifier
 from zoo.models.common import dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
@@ -44,58 +42,31 @@ def _residual(downsample: tuple[nn.Module, ...] | None, x: jax.Array, train: boo
     return bn(conv(x), use_running_average=not train)
 
 
-class BasicBlock(nn.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nn.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     config: ResNetConfig
     spec: BlockSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.planes, 3, spec.stride, cfg.conv_padding(1), dt)
-        self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.planes, 3, 1, cfg.conv_padding(1), dt)
-        self.bn2 = _bn(cfg, dt)
-        self.downsample = _shortcut(cfg, spec, dt)
+        cfg, dt = self.config, dtype_of(self.param_dtype)
+        for i, (_, cout, k, stride, groups) in enumerate(cfg.convs(self.spec), 1):
+            setattr(self, f"conv{i}", _conv(cout, k, stride, cfg.conv_padding(k // 2), dt, groups))
+            setattr(self, f"bn{i}", _bn(cfg, dt))
+        self.downsample = _shortcut(cfg, self.spec, dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        use_running_average = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
-        y = self.bn2(self.conv2(y), use_running_average=use_running_average)
+        y, depth = x, len(self.config.convs(self.spec))
+        for i in range(1, depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y),
+                                        use_running_average=not train)
+            y = nn.relu(y) if i < depth else y
         return nn.relu(y + _residual(self.downsample, x, train))
 
 
-class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    config: ResNetConfig
-    spec: BlockSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        cfg, spec, dt = self.config, self.spec, dtype_of(self.param_dtype)
-        self.conv1 = _conv(spec.width, 1, 1, cfg.conv_padding(0), dt)
-        self.bn1 = _bn(cfg, dt)
-        self.conv2 = _conv(spec.width, 3, spec.stride, cfg.conv_padding(1), dt, cfg.groups)
-        self.bn2 = _bn(cfg, dt)
-        self.conv3 = _conv(spec.planes * cfg.expansion, 1, 1, cfg.conv_padding(0), dt)
-        self.bn3 = _bn(cfg, dt)
-        self.downsample = _shortcut(cfg, spec, dt)
-
-    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        use_running_average = not train
-        y = nn.relu(self.bn1(self.conv1(x), use_running_average=use_running_average))
-        y = nn.relu(self.bn2(self.conv2(y), use_running_average=use_running_average))
-        y = self.bn3(self.conv3(y), use_running_average=use_running_average)
-        return nn.relu(y + _residual(self.downsample, x, train))
-
-
-BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
-
-
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "fc"
 
     config: ResNetConfig
@@ -106,40 +77,26 @@ class ResNet(Classifier):
         self.conv1 = _conv(cfg.stem_width, *cfg.stem_conv, dt)  # explicit in both paddings
         self.bn1 = _bn(cfg, dt)
         for i, blocks in enumerate(cfg.stages()):
-            setattr(self, f"layer{i + 1}", [BLOCKS[cfg.block](cfg, spec, self.param_dtype)
+            setattr(self, f"layer{i + 1}", [Block(cfg, spec, self.param_dtype)
                                             for spec in blocks])
         self.fc = nn.Dense(cfg.num_classes, param_dtype=dt)
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         return self.forward_head(self.forward_features(x, train=train))
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False, *, train: bool = False) -> Any:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
-        (taps 1..), channels-last by default ("NHWC"; "NCHW" is timm's layout). `indices`: the
-        last n taps (int), those listed, or all (None); `stop_early` skips the stages after
-        the last one taken; `norm` changes nothing (a ResNet has no final norm, as timm's).
-        Call it with `module.apply(variables, x, method="forward_intermediates", ...)`."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
+    def forward_stem(self, x: jax.Array, *, train: bool = False) -> tuple[jax.Array, jax.Array]:
+        """Tap 0 (after the stem's ReLU) and the first stage's input (max-pooled)."""
         x = nn.relu(self.bn1(self.conv1(x), use_running_average=not train))
-        taps = [x] if 0 in take else []
-        if self.config.stem_pool:
-            k, s, _ = POOL
-            x = nn.max_pool(x, (k, k), strides=(s, s),
-                             padding=self.config.pool_padding(x.shape[1:3]))
-        for i in range(last if stop_early else len(self.config.layers)):
-            for block in getattr(self, f"layer{i + 1}"):
-                x = block(x, train=train)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        if not self.config.stem_pool:
+            return x, x
+        k, s, _ = POOL
+        return x, nn.max_pool(x, (k, k), strides=(s, s),
+                              padding=self.config.pool_padding(x.shape[1:3]))
+
+    def forward_stage(self, i: int, x: jax.Array, *, train: bool = False) -> jax.Array:
+        for block in getattr(self, f"layer{i + 1}"):
+            x = block(x, train=train)
+        return x
 
     def pre_logits(self, x: jax.Array) -> jax.Array:
         """The global average pool of a feature map (the input of `fc`)."""

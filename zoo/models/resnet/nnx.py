@@ -6,16 +6,14 @@ Stages `layer1..layerN` are `nnx.List`s of blocks, a block's `downsample` an `nn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.models.classifier.nnx import Classifier
+from zoo.models.classifier.nnx import StagedClassifier
 from zoo.models.common import dtype_of
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig
 
 
@@ -45,49 +43,28 @@ def _residual(downsample: nnx.List | None, x: jax.Array) -> jax.Array:
     return bn(conv(x))
 
 
-class BasicBlock(nnx.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nnx.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1), dtype, rngs)
-        self.bn1 = _bn(config, p, dtype, rngs)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1), dtype, rngs)
-        self.bn2 = _bn(config, p, dtype, rngs)
+        convs = config.convs(spec)
+        for i, (cin, cout, k, stride, groups) in enumerate(convs, 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2),
+                                            dtype, rngs, groups))
+            setattr(self, f"bn{i}", _bn(config, cout, dtype, rngs))
         self.downsample = _shortcut(config, spec, dtype, rngs)
+        self.depth = len(convs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = x
+        for i in range(1, self.depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y))
+            y = nnx.relu(y) if i < self.depth else y
         return nnx.relu(y + _residual(self.downsample, x))
 
 
-class Bottleneck(nnx.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec, dtype, rngs: nnx.Rngs) -> None:
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0), dtype, rngs)
-        self.bn1 = _bn(config, w, dtype, rngs)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), dtype, rngs,
-                           config.groups)
-        self.bn2 = _bn(config, w, dtype, rngs)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0), dtype, rngs)
-        self.bn3 = _bn(config, out, dtype, rngs)
-        self.downsample = _shortcut(config, spec, dtype, rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.bn1(self.conv1(x)))
-        y = nnx.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return nnx.relu(y + _residual(self.downsample, x))
-
-
-BLOCKS: dict[str, type[nnx.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
-
-
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "fc"
 
     def __init__(self, config: ResNetConfig, *, rngs: nnx.Rngs, param_dtype=None) -> None:
@@ -97,39 +74,25 @@ class ResNet(Classifier):
         self.bn1 = _bn(config, config.stem_width, dt, rngs)
         for i, blocks in enumerate(config.stages()):
             setattr(self, f"layer{i + 1}", nnx.List(
-                [BLOCKS[config.block](config, spec, dt, rngs) for spec in blocks]))
+                [Block(config, spec, dt, rngs) for spec in blocks]))
         self.fc = nnx.Linear(config.features, config.num_classes, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | jax.Array | None = None) -> jax.Array:
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(
-            self, x: jax.Array, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NHWC",
-            intermediates_only: bool = False,
-    ) -> list[jax.Array] | tuple[jax.Array, list[jax.Array]]:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
-        (taps 1..), channels-last by default ("NHWC"; "NCHW" is timm's layout). `indices`: the
-        last n taps (int), those listed, or all (None); `stop_early` skips the stages after
-        the last one taken; `norm` changes nothing (a ResNet has no final norm, as timm's)."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape, channels_last=True)
+    def forward_stem(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Tap 0 (after the stem's ReLU) and the first stage's input (max-pooled)."""
         x = nnx.relu(self.bn1(self.conv1(x)))
-        taps = [x] if 0 in take else []
-        if self.config.stem_pool:
-            k, s, _ = POOL
-            x = nnx.max_pool(x, (k, k), strides=(s, s),
-                             padding=self.config.pool_padding(x.shape[1:3]))
-        for i in range(last if stop_early else len(self.config.layers)):
-            for block in getattr(self, f"layer{i + 1}"):
-                x = block(x)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.transpose(permutation("NHWC", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        if not self.config.stem_pool:
+            return x, x
+        k, s, _ = POOL
+        return x, nnx.max_pool(x, (k, k), strides=(s, s),
+                               padding=self.config.pool_padding(x.shape[1:3]))
+
+    def forward_stage(self, i: int, x: jax.Array) -> jax.Array:
+        for block in getattr(self, f"layer{i + 1}"):
+            x = block(x)
+        return x
 
     def pre_logits(self, x: jax.Array) -> jax.Array:
         """The global average pool of a feature map (the input of `fc`)."""

@@ -3,15 +3,13 @@ torchvision's `ResNet` (so its state_dict keys are torchvision's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.models.classifier.torch import Classifier
-from zoo.models.intermediates import MAPS, check_format, permutation, take_indices
+from zoo.models.classifier.torch import StagedClassifier
 from zoo.models.resnet.config import POOL, BlockSpec, ResNetConfig, same_pads
 
 
@@ -60,50 +58,29 @@ def _shortcut(config: ResNetConfig, spec: BlockSpec) -> nn.Sequential | None:
                          _bn(config, out)) if spec.downsample else None
 
 
-class BasicBlock(nn.Module):
-    """conv3x3 (strided) bn relu, conv3x3 bn, + shortcut, relu."""
+class Block(nn.Module):
+    """torchvision's BasicBlock or Bottleneck: `conv1 bn1 relu, ...` as `config.convs` lays
+    them out (the last without relu), + shortcut, relu."""
 
     def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
         super().__init__()
-        p = spec.planes
-        self.conv1 = _conv(spec.in_channels, p, 3, spec.stride, config.conv_padding(1))
-        self.bn1 = _bn(config, p)
-        self.conv2 = _conv(p, p, 3, 1, config.conv_padding(1))
-        self.bn2 = _bn(config, p)
+        convs = config.convs(spec)
+        for i, (cin, cout, k, stride, groups) in enumerate(convs, 1):
+            setattr(self, f"conv{i}", _conv(cin, cout, k, stride, config.conv_padding(k // 2),
+                                            groups))
+            setattr(self, f"bn{i}", _bn(config, cout))
         self.downsample = _shortcut(config, spec)
+        self.depth = len(convs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
+        y = x
+        for i in range(1, self.depth + 1):
+            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y))
+            y = torch.relu(y) if i < self.depth else y
         return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
 
 
-class Bottleneck(nn.Module):
-    """conv1x1 bn relu, conv3x3 (strided, grouped) bn relu, conv1x1 (x4) bn, + shortcut,
-    relu."""
-
-    def __init__(self, config: ResNetConfig, spec: BlockSpec) -> None:
-        super().__init__()
-        w, out = spec.width, spec.planes * config.expansion
-        self.conv1 = _conv(spec.in_channels, w, 1, 1, config.conv_padding(0))
-        self.bn1 = _bn(config, w)
-        self.conv2 = _conv(w, w, 3, spec.stride, config.conv_padding(1), config.groups)
-        self.bn2 = _bn(config, w)
-        self.conv3 = _conv(w, out, 1, 1, config.conv_padding(0))
-        self.bn3 = _bn(config, out)
-        self.downsample = _shortcut(config, spec)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = torch.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-
-BLOCKS: dict[str, type[nn.Module]] = {"basic": BasicBlock, "bottleneck": Bottleneck}
-
-
-class ResNet(Classifier):
+class ResNet(StagedClassifier):
     CLASSIFIER: ClassVar[str] = "fc"
 
     def __init__(self, config: ResNetConfig) -> None:
@@ -114,32 +91,16 @@ class ResNet(Classifier):
         self.maxpool = _maxpool(config)
         for i, blocks in enumerate(config.stages()):
             setattr(self, f"layer{i + 1}", nn.Sequential(
-                *(BLOCKS[config.block](config, spec) for spec in blocks)))
+                *(Block(config, spec) for spec in blocks)))
         self.fc = nn.Linear(config.features, config.num_classes)
 
-    def forward_intermediates(
-            self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
-            norm: bool = False, stop_early: bool = False, output_fmt: str = "NCHW",
-            intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """timm's: `(forward_features(x), taps)` or, `intermediates_only`, the taps: the
-        feature maps after the stem's ReLU (tap 0, before the max-pool) and after each stage
-        (taps 1..), in `output_fmt` ("NCHW" or "NHWC"). `indices`: the last n taps (int),
-        those listed, or all (None); `stop_early` skips the stages after the last one taken;
-        `norm` changes nothing (a ResNet has no final norm, as timm's)."""
-        del norm
-        take, last = take_indices(1 + len(self.config.layers), indices)
-        check_format(output_fmt, MAPS)
-        self.config.check_input(x.shape)
+    def forward_stem(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tap 0 (after the stem's ReLU) and the first stage's input (max-pooled)."""
         x = torch.relu(self.bn1(self.conv1(x)))
-        taps = [x] if 0 in take else []
-        x = self.maxpool(x)
-        for i in range(last if stop_early else len(self.config.layers)):
-            x = getattr(self, f"layer{i + 1}")(x)
-            if i + 1 in take:
-                taps.append(x)
-        taps = [t.permute(permutation("NCHW", output_fmt)) for t in taps]
-        return taps if intermediates_only else (x, taps)
+        return x, self.maxpool(x)
+
+    def forward_stage(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, f"layer{i + 1}")(x)
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The global average pool of a feature map (the input of `fc`)."""
