@@ -34,7 +34,7 @@ from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
-           "residual_stack_loss", "transpose_kept", "xla_cpu_main"]
+           "residual_stack_loss", "transpose_kept", "weight_converted", "xla_cpu_main"]
 
 Rows = list[tuple[str, str]]
 
@@ -226,6 +226,36 @@ def _gemv_layout(rounds: int) -> Rows:
     return rows
 
 
+# -- bf16-gemv ----------------------------------------------------------------------------------
+
+def weight_converted(n_in: int = 64, n_out: int = 16) -> bool:
+    """Whether the compiled batch-1 product of a bfloat16 `(out, in)` weight converts the
+    whole weight to float32 (an f32 array of the weight's shape) before its dot."""
+    hlo = _compiled(_row_times_weight, jnp.ones((1, n_in), jnp.bfloat16),
+                    jnp.ones((n_out, n_in), jnp.bfloat16))
+    return bool(re.search(rf"= f32\[{n_out},{n_in}\]\S* (?:convert|fusion)\(", hlo))
+
+
+def _bf16_gemv(rounds: int) -> Rows:
+    rows: Rows = []
+    for name, (n_in, n_out) in (("GPT-2's c_fc", (768, 3072)),
+                                ("Qwen2.5-0.5B's down_proj", (4864, 896))):
+        weight = jax.random.normal(jax.random.key(0), (n_out, n_in))
+        x = jax.random.normal(jax.random.key(1), (1, n_in))
+        step = jax.jit(_row_times_weight)
+        calls = {"f32": Prepared(step, (x, weight)),
+                 "bf16": Prepared(step, (x.astype(jnp.bfloat16), weight.astype(jnp.bfloat16)))}
+        t = _interleaved(calls, rounds, "f32")
+        rows += [(f"{name} {n_in}->{n_out}, batch 1: float32",
+                  f"{_ms(t['f32'][0])}, {n_in * n_out * 4 / 1e9 / t['f32'][0]:.0f} GB/s"),
+                 ("  bfloat16 (half the bytes)",
+                  f"{_ms(t['bf16'][0])}, {n_in * n_out * 2 / 1e9 / t['bf16'][0]:.0f} GB/s"),
+                 ("  bfloat16 / float32 time", _ratio(t["bf16"][1]))]
+    rows.append(("the bfloat16 weight", "converted to float32 whole, every call"
+                 if weight_converted() else "read as bfloat16 by the dot"))
+    return rows
+
+
 # -- fresh-pages and ynn-conv: each setting in a fresh process ------------------------------------
 
 _PAGES_CHILD = """
@@ -325,6 +355,10 @@ REPROS: tuple[Repro, ...] = (
           "(in, out) kernel at a fraction of the bandwidth of an (out, in) weight when in > out, "
           "and a stored (out, in) weight used as `x @ w.T` is transposed first, not contracted "
           "where it lies.", "not reported yet: file with this output", _gemv_layout),
+    Repro("bf16-gemv", "XLA:CPU has no bfloat16 matrix-vector product: each bfloat16 weight "
+          "is converted whole to float32 at every call, then multiplied (batch-1 decoding in "
+          "bfloat16 reads and writes more bytes than in float32).",
+          "not reported yet: file with this output", _bf16_gemv),
 )
 
 
