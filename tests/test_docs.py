@@ -574,8 +574,9 @@ def _warned(example: Any) -> None:
 
 
 # Left out of --quick, as conftest's FULL_ONLY: reference-model features (getting started
-# adapts a timm ViT-S checkpoint and runs ResNet-18 at 224x224).
-FULL_ONLY_BLOCKS = {"README.md", "docs/getting_started.md"}
+# adapts a timm ViT-S checkpoint and runs ResNet-18 at 224x224; zero-shot runs CLIP and SigLIP
+# in every library, which tests/test_clip.py checks in the subset).
+FULL_ONLY_BLOCKS = {"README.md", "docs/getting_started.md", "docs/zero_shot.md"}
 
 
 @pytest.mark.parametrize("path", [
