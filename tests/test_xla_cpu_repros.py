@@ -46,6 +46,13 @@ def test_a_stored_out_in_weight_is_transposed_before_the_product():
 
 
 @pytest.mark.pinned("jax", "jaxlib")
+def test_a_column_major_kernel_is_copied_to_row_major_before_the_product():
+    """Why Flax's kernels cannot simply be laid out as PyTorch's weights for decoding
+    (`jax.experimental.layout`): XLA:CPU copies them back first."""
+    assert xla_cpu.column_major_copied()
+
+
+@pytest.mark.pinned("jax", "jaxlib")
 def test_a_bfloat16_weight_is_converted_whole_before_the_product():
     """Why bfloat16 decoding is slower than float32 on XLA:CPU: no bfloat16 matrix-vector
     product, each weight converted to a float32 copy at every call."""

@@ -27,14 +27,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental.layout import Format, Layout
 
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
 from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
-__all__ = ["REPROS", "concatenate_fusions", "conv_transposes", "fusion_operands",
-           "residual_stack_loss", "transpose_kept", "weight_converted", "xla_cpu_main"]
+__all__ = ["REPROS", "column_major_copied", "concatenate_fusions", "conv_transposes",
+           "fusion_operands", "residual_stack_loss", "transpose_kept", "weight_converted",
+           "xla_cpu_main"]
+
 
 Rows = list[tuple[str, str]]
 
@@ -206,6 +209,17 @@ def transpose_kept(n_in: int = 64, n_out: int = 16) -> bool:
     return bool(re.search(r"= \S+ (?:transpose|copy)\(", hlo))
 
 
+def column_major_copied(n_in: int = 64, n_out: int = 16) -> bool:
+    """Whether an `(in, out)` kernel given to the compiled product in a column-major layout
+    (the bytes of an `(out, in)` weight, `jax.experimental.layout`) is copied back to
+    row-major before the dot, rather than read where it lies."""
+    device = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    column_major = Format(Layout(major_to_minor=(1, 0)), device)
+    hlo = (jax.jit(_row_times_kernel, in_shardings=(None, column_major))
+           .lower(jnp.ones((1, n_in)), jnp.ones((n_in, n_out))).compile().as_text())
+    return bool(re.search(rf"= f32\[{n_in},{n_out}\]\{{1,0\}} (?:copy|fusion)\(", hlo))
+
+
 def _gemv_layout(rounds: int) -> Rows:
     rows: Rows = []
     for name, (n_in, n_out) in (("GPT-2's c_proj", (3072, 768)),
@@ -223,6 +237,8 @@ def _gemv_layout(rounds: int) -> Rows:
                  ("  (in, out) / (out, in)", _ratio(t["in_out"][1]))]
     rows.append(("x @ w.T of a stored (out, in) w", "transposed first" if transpose_kept()
                  else "folded into the product"))
+    rows.append(("an (in, out) kernel laid out column-major", "copied to row-major first"
+                 if column_major_copied() else "read where it lies"))
     return rows
 
 
