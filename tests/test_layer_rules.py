@@ -99,7 +99,8 @@ def _eqx_apply(layer, native, x):
 def _nnx_apply(layer, native, x):
     for k, v in native.items():
         getattr(layer, k).set_value(jnp.asarray(v))
-    return np.moveaxis(np.asarray(layer(jnp.asarray(_channels_last(x)))), -1, 1)
+    out = nnx.jit(lambda m, x: m(x))(layer, jnp.asarray(_channels_last(x)))  # as Equinox's
+    return np.moveaxis(np.asarray(out), -1, 1)
 
 
 def _linen_apply(module, native, x):
