@@ -23,7 +23,7 @@ import zoo
 from tests.kind_cover import cover
 from tests.timm_mbconv import one_block_per_stage, randomise, timm_model
 from zoo.registry import schema
-from zoo.runtime import precision
+from zoo.runtime import fast, precision
 
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm", reason="timm is not installed")
@@ -217,12 +217,13 @@ def test_drop_path_one_key_same_outputs_in_every_library(arch):
     outs = {}
     for impl in ("eqx", "nnx"):
         api = zoo.interface(impl)
-        static, params, st = api.split(converters.from_canonical(state, config, impl))
-        y, _ = api.apply(static, params, st, api.to_native(x), train=True, key=key)
+        model = converters.from_canonical(state, config, impl)
+        y, _ = fast.forward(model, impl, train=True)(api.to_native(x), key)
         outs[impl] = np.asarray(api.to_canonical(y))
     module, variables = converters.from_canonical(state, config, "linen")
-    outs["linen"] = np.asarray(module.apply(variables, jnp.moveaxis(x, 1, -1), train=True,
-                                            key=key, mutable=["batch_stats"])[0])
+    outs["linen"] = np.asarray(jax.jit(functools.partial(
+        module.apply, train=True, mutable=["batch_stats"]))(
+        variables, jnp.moveaxis(x, 1, -1), key=key)[0])
     model = converters.from_canonical(state, config, "torch").train()
     blocks = [b for stage in model.blocks for b in stage]
     samples = jax.random.split(key, n)

@@ -18,6 +18,7 @@ import pytest
 import converters
 import zoo
 from zoo.layers.drop_path import block_keys, sample_keep
+from zoo.runtime import fast
 from zoo.testing import assert_close
 
 torch = pytest.importorskip("torch")
@@ -142,12 +143,12 @@ def test_drop_path_draws_alike_from_one_key():
     outs = {}
     for impl in ("eqx", "nnx"):
         api = zoo.interface(impl)
-        static, params, st = api.split(converters.from_canonical(state, config, impl))
-        y, _ = api.apply(static, params, st, api.to_native(x), train=True, key=key)
+        model = converters.from_canonical(state, config, impl)
+        y, _ = fast.forward(model, impl, train=True)(api.to_native(x), key)
         outs[impl] = np.asarray(api.to_canonical(y))
     module, variables = converters.from_canonical(state, config, "linen")
-    outs["linen"] = np.asarray(module.apply(variables, jnp.asarray(x).transpose(0, 2, 3, 1),
-                                            train=True, key=key))
+    outs["linen"] = np.asarray(jax.jit(functools.partial(module.apply, train=True))(
+        variables, jnp.asarray(x).transpose(0, 2, 3, 1), key=key))
     model = converters.from_canonical(state, config, "torch").train()
     samples = jax.random.split(key, 6)
     for b, block in enumerate(model.blocks):
