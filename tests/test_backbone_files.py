@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 
-import jax
 import numpy as np
 import pytest
 
@@ -29,8 +28,9 @@ import converters
 import zoo
 from converters.checkpoints.io import CheckpointError
 from converters.core import ConversionError
+from tests import compiled
 from tests.converter_cli import cli
-from zoo.libraries import library, native_interface
+from zoo.libraries import native_interface
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -202,13 +202,7 @@ def _ids(config, impl):
 
 def _hidden(model, impl, ids, **inputs):
     """`encode`'s output, one compiled call in the JAX libraries (eager: op by op, slow)."""
-    api = native_interface(impl)
-    if not library(impl).is_jax:
-        return np.asarray(api.call(model, "encode", ids, inputs=inputs or None))
-    static, params, state = api.split(model)
-    call = jax.jit(lambda arrays, x, more: api.call(api.merge(static, *arrays), "encode", x,
-                                                    inputs=more))
-    return np.asarray(call((params, state), ids, inputs or None))
+    return np.asarray(compiled.call(model, impl, "encode", ids, inputs=inputs or None))
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])

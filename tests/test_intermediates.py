@@ -15,6 +15,7 @@ import pytest
 
 import converters
 import zoo
+from tests import compiled
 from tests.conftest import HAVE_TORCH, torch_marked
 from tests.kind_cover import cover
 from tests.timm_mbconv import timm_model
@@ -120,7 +121,8 @@ def test_intermediates_are_timms(name, impl):
     for kwargs in calls:
         fmt = kwargs.get("output_fmt", default)
         only = kwargs.get("intermediates_only", False)
-        got = _as_timms(api.call(model, METHOD, api.to_native(x), **kwargs), impl, fmt, only)
+        got = _as_timms(compiled.call(model, impl, METHOD, api.to_native(x), **kwargs), impl,
+                        fmt, only)
         want = _timm_call(timm_model, x, {k: v for k, v in kwargs.items() if k != "output_fmt"},
                           fmt)
         label = f"{name} {impl} {kwargs}"
@@ -162,7 +164,7 @@ def test_intermediates_agree_with_torch(case, config, impl):
     api, ref = zoo.native_interface(impl), zoo.native_interface("torch")
     for fmt in ("NCHW", "NHWC"):
         want = ref.call(torch_model, METHOD, x, output_fmt=fmt)
-        got = api.call(model, METHOD, api.to_native(x), output_fmt=fmt)
+        got = compiled.call(model, impl, METHOD, api.to_native(x), output_fmt=fmt)
         got, want = _as_timms(got, impl, fmt, False), _as_timms(want, "torch", fmt, False)
         assert jax.tree.structure(got) == jax.tree.structure(want)
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):

@@ -12,6 +12,7 @@ import pytest
 
 import converters
 import zoo
+from tests import compiled
 from tests.conftest import HAVE_TORCH, torch_marked
 from tests.kind_cover import cover
 from tests.timm_mbconv import timm_model
@@ -30,11 +31,12 @@ def _canonical(y: np.ndarray, impl: str, spatial: bool) -> np.ndarray:
 
 def _outputs(model, impl: str, x: np.ndarray) -> dict[str, np.ndarray]:
     api = zoo.native_interface(impl)
-    feats = api.call(model, "forward_features", api.to_native(x))
+    feats = compiled.call(model, impl, "forward_features", api.to_native(x))
     spatial = np.ndim(feats) == 4
     return {"features": _canonical(feats, impl, spatial),
-            "pre_logits": np.asarray(api.call(model, "forward_head", feats, pre_logits=True)),
-            "logits": np.asarray(api.call(model, "forward_head", feats)),
+            "pre_logits": np.asarray(compiled.call(model, impl, "forward_head", feats,
+                                                   pre_logits=True)),
+            "logits": np.asarray(compiled.call(model, impl, "forward_head", feats)),
             "forward": np.asarray(api.forward(model, api.to_native(x)))}
 
 

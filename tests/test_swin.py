@@ -17,6 +17,7 @@ import pytest
 
 import converters
 import zoo
+from tests import compiled
 from zoo.layers.drop_path import block_keys, sample_keep
 from zoo.models.intermediates import permutation
 from zoo.runtime import fast
@@ -171,7 +172,7 @@ def test_intermediates_are_timms(impl):
             want = reference.forward_intermediates(
                 torch.from_numpy(x), **{k: v for k, v in kwargs.items() if k != "output_fmt"})
         want = jax.tree.map(lambda t: t.numpy(), want)
-        got = api.call(model, "forward_intermediates", api.to_native(x), **kwargs)
+        got = compiled.call(model, impl, "forward_intermediates", api.to_native(x), **kwargs)
         if kwargs.get("intermediates_only"):
             got, want = (None, got), (None, want)
         final, taps = got
@@ -183,7 +184,8 @@ def test_intermediates_are_timms(impl):
             assert_close(np.asarray(final), want[0])
     with torch.no_grad():
         features = reference.forward_features(torch.from_numpy(x)).numpy()
-    assert_close(np.asarray(api.call(model, "forward_features", api.to_native(x))), features)
+    assert_close(np.asarray(compiled.call(model, impl, "forward_features", api.to_native(x))),
+                 features)
 
 
 def test_drop_path_draws_alike_from_one_key():
