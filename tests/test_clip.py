@@ -155,7 +155,8 @@ def test_gradients_of_the_logits_equal_the_pytorch_reference(root):
                          attention_mask=mask)
         return y.sum()
 
-    grads = converters.to_canonical(api.merge(static, jax.grad(loss)(params), buffers), impl)
+    grads = converters.to_canonical(api.merge(static, jax.jit(jax.grad(loss))(params), buffers),
+                                    impl)
     assert grads.keys() == want.keys()
     dead = [k for k, g in want.items() if not np.abs(g).max()]
     assert not dead, f"parameters without a gradient prove nothing: {dead}"
