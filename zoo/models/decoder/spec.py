@@ -344,14 +344,15 @@ class Projections:
 
 
 def _projections(kind: str, order: tuple[str, ...], sizes: dict[str, tuple[int, int, bool]],
-                 parts: tuple[int, ...]) -> Projections:
+                 part_sizes: tuple[int, ...]) -> Projections:
     """`LAYOUTS[kind]`, its roles' `(inputs, outputs, bias)` from `sizes`, its parts taken in
-    the roles' `order`, a fused output split into `parts` sizes."""
+    the roles' `order`, a fused output split into `part_sizes`."""
     conv = kind in CONV1D
     layers = tuple(Projection(name, role, *sizes[role][:2], sizes[role][2] or conv, conv)
                    for name, role in LAYOUTS[kind])
     names = tuple(p.name for r in order for p in layers if p.role == r)
-    splits = () if len(names) == len(parts) else tuple(np.cumsum(parts[:-1]).tolist())
+    fused = len(names) < len(part_sizes)
+    splits = tuple(np.cumsum(part_sizes[:-1]).tolist()) if fused else ()
     return Projections(layers, names, splits,
                        next((p.name for p in layers if p.role == "out"), None))
 
