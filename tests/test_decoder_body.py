@@ -21,7 +21,7 @@ from zoo.testing import assert_close
 LIBRARIES = ("eqx", "linen", "nnx", "torch")
 
 
-@pytest.mark.parametrize("table", ["NORMS", "ATTENTIONS", "MLPS", "BLOCKS"])
+@pytest.mark.parametrize("table", ["NORMS", "MLPS", "BLOCKS"])
 def test_every_library_offers_the_same_kinds(table):
     pytest.importorskip("torch")
     kinds = {lib: sorted(getattr(importlib.import_module(f"zoo.models.decoder.{lib}"), table))

@@ -28,7 +28,16 @@ from zoo.layers.dense import contract
 from zoo.layers.eqx import Conv1D, KVCache, LayerNorm, Linear, OffsetRMSNorm, RMSNorm
 from zoo.layers.moe import dense_experts, route
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
+from zoo.models.decoder.spec import (
+    MLP_KINDS,
+    POST_ROLES,
+    DecoderSpec,
+    MLPSpec,
+    Projections,
+    attention_projections,
+    mlp_projections,
+    padded_positions,
+)
 
 KV = tuple[Array, Array]  # one layer's cached keys and values
 Key = PRNGKeyArray | None
@@ -96,180 +105,91 @@ def at(module: Any, path: str) -> Any:
     return functools.reduce(getattr, path.split("."), module)
 
 
-class SelfAttention(eqx.Module):
-    """Causal self-attention over one sequence (grouped key/value heads, rotary positions with
-    the layer's inverse frequencies `inv_freq` when it has them, a sliding window through the
-    mask, the spec's scale and soft-capping); a layout holds its projections and defines
-    `project` (queries, keys, values `(L, heads, D)`) and `output`."""
+def make_projections(p: Projections, *, key: PRNGKeyArray, dtype: Any
+                     ) -> list[tuple[str, eqx.Module]]:
+    """`p`'s layers, in definition order, each with its key (drawn for the parts' layers
+    first, then the output's)."""
+    order = sorted(range(len(p.layers)), key=lambda i: p.layers[i].role == "out")
+    keys = dict(zip(order, [key] if len(order) == 1 else jax.random.split(key, len(order)),
+                    strict=True))
+    return [(layer.name, (Conv1D if layer.conv1d else Linear)(
+        layer.inputs, layer.outputs, use_bias=layer.bias, key=keys[i], dtype=dtype))
+        for i, layer in enumerate(p.layers)]
+
+
+def parts(module: eqx.Module, p: Projections, x: Array) -> list[Array]:
+    """The parts `(L, size)` of `x` `(L, hidden)`: one per projection, or one output split."""
+    outs = [_tokenwise(getattr(module, name), x) for name in p.parts]
+    return outs if not p.splits else jnp.split(outs[0], p.splits, axis=-1)
+
+
+class Attention(eqx.Module):
+    """Self-attention over one sequence, its projections as the spec's layout says
+    (`attention_projections`; `make_attention` names its fields): grouped key/value heads,
+    per-head `q_norm` / `k_norm` with `qk_norm`, rotary positions with the layer's inverse
+    frequencies `inv_freq` when it has them, a sliding window through the mask, the spec's
+    scale and soft-capping."""
 
     dropout: eqx.nn.Dropout
     spec: DecoderSpec = eqx.field(static=True)
+
+    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
+        a = spec.attention
+        for name, layer in make_projections(attention_projections(spec), key=key, dtype=dtype):
+            setattr(self, name, layer)
+        if a.qk_norm:
+            self.q_norm, self.k_norm = (make_norm(spec, a.head_dim, dtype) for _ in "qk")
+        self.dropout = eqx.nn.Dropout(a.dropout)
+        self.spec = spec
 
     def __call__(self, x: Array, positions: Array, mask: Array, inv_freq: np.ndarray | None,
                  kv: KV | None = None, index: Array | int = 0, *, key: Key = None
                  ) -> tuple[Array, KV | None]:
         """The attention's output and, given the cached `kv`, the cache with this call's keys
         and values written at `index`."""
-        a = self.spec.attention
-        q, k, v = self.project(x)
+        a, p = self.spec.attention, attention_projections(self.spec)
+        q, k, v = (t.reshape(x.shape[0], -1, a.head_dim) for t in parts(self, p, x))
+        if a.qk_norm:  # per head, over head_dim
+            q, k = jax.vmap(jax.vmap(self.q_norm))(q), jax.vmap(jax.vmap(self.k_norm))(k)
         if inv_freq is not None:
             q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if kv is not None:
             kv = k, v = write_cache(kv[0], k, index, 0), write_cache(kv[1], v, index, 0)
         out = attend(q, k, v, mask, a.scaling, functools.partial(self.dropout, key=key),
-                     a.logit_softcap)
-        return self.output(out.reshape(x.shape[0], -1)), kv
+                     a.logit_softcap).reshape(x.shape[0], -1)
+        return (out if p.output is None else _tokenwise(getattr(self, p.output), out)), kv
 
 
-class FusedAttention(SelfAttention):
-    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
-
-    c_attn: Conv1D
-    c_proj: Conv1D
-
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        k1, k2 = jax.random.split(key)
-        e = spec.hidden_size
-        self.c_attn = Conv1D(e, 3 * e, key=k1, dtype=dtype)
-        self.c_proj = Conv1D(e, e, key=k2, dtype=dtype)
-        self.dropout = eqx.nn.Dropout(spec.attention.dropout)
-        self.spec = spec
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        return tuple(t.reshape(x.shape[0], self.spec.attention.heads, -1)
-                     for t in jnp.split(_tokenwise(self.c_attn, x), 3, axis=-1))
-
-    def output(self, h: Array) -> Array:
-        return _tokenwise(self.c_proj, h)
-
-
-class Attention(SelfAttention):
-    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
-    `k_norm` over `head_dim`."""
-
-    q_proj: Linear
-    k_proj: Linear
-    v_proj: Linear
-    o_proj: Linear
-    q_norm: eqx.Module | None
-    k_norm: eqx.Module | None
-
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        kq, kk, kv, ko = jax.random.split(key, 4)
-        a, e = spec.attention, spec.hidden_size
-        q, g, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
-        self.q_proj = Linear(e, q, use_bias=b, key=kq, dtype=dtype)
-        self.k_proj = Linear(e, g, use_bias=b, key=kk, dtype=dtype)
-        self.v_proj = Linear(e, g, use_bias=b, key=kv, dtype=dtype)
-        self.o_proj = Linear(q, e, use_bias=a.out_bias, key=ko, dtype=dtype)
-        self.q_norm = make_norm(spec, a.head_dim, dtype) if a.qk_norm else None
-        self.k_norm = make_norm(spec, a.head_dim, dtype) if a.qk_norm else None
-        self.dropout = eqx.nn.Dropout(a.dropout)
-        self.spec = spec
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        a, length = self.spec.attention, x.shape[0]
-        q = _tokenwise(self.q_proj, x).reshape(length, a.heads, a.head_dim)
-        k = _tokenwise(self.k_proj, x).reshape(length, a.kv_heads, a.head_dim)
-        v = _tokenwise(self.v_proj, x).reshape(length, a.kv_heads, a.head_dim)
-        if self.q_norm is not None:  # per head, over head_dim
-            q, k = jax.vmap(jax.vmap(self.q_norm))(q), jax.vmap(jax.vmap(self.k_norm))(k)
-        return q, k, v
-
-    def output(self, h: Array) -> Array:
-        return _tokenwise(self.o_proj, h)
-
-
-class FusedQKVAttention(SelfAttention):
-    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
-
-    o_proj: Linear
-    qkv_proj: Linear
-
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        k1, k2 = jax.random.split(key)
-        a, e = spec.attention, spec.hidden_size
-        self.o_proj = Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, key=k2, dtype=dtype)
-        self.qkv_proj = Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, key=k1, dtype=dtype)
-        self.dropout = eqx.nn.Dropout(a.dropout)
-        self.spec = spec
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        a, length = self.spec.attention, x.shape[0]
-        q, kv, _ = a.qkv_sizes
-        return tuple(t.reshape(length, -1, a.head_dim)
-                     for t in jnp.split(_tokenwise(self.qkv_proj, x), (q, q + kv), axis=-1))
-
-    def output(self, h: Array) -> Array:
-        return _tokenwise(self.o_proj, h)
+def make_attention(spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> Attention:
+    names = [layer.name for layer in attention_projections(spec).layers]
+    fields = (*names, "q_norm", "k_norm") if spec.attention.qk_norm else tuple(names)
+    return named(Attention, fields)(spec, key=key, dtype=dtype)
 
 
 class MLP(eqx.Module):
-    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s), over a sequence."""
+    """An MLP over a sequence, its projections as its kind says (`mlp_projections`;
+    `make_mlp` names its fields): `out(act(up(x)))`, or `out(act(gate(x)) * up(x))` gated,
+    without `out` where it has none."""
 
-    c_fc: Conv1D
-    c_proj: Conv1D
-    activation: str = eqx.field(static=True)
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
-                 ) -> None:
-        k1, k2 = jax.random.split(key)
-        e, m = spec.hidden_size, mlp.width
-        self.c_fc = Conv1D(e, m, key=k1, dtype=dtype)
-        self.c_proj = Conv1D(m, e, key=k2, dtype=dtype)
-        self.activation = mlp.activation
-
-    def __call__(self, x: Array) -> Array:
-        return _tokenwise(self.c_proj, activation(self.activation)(_tokenwise(self.c_fc, x)))
-
-
-class GatedMLP(eqx.Module):
-    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`), over a sequence."""
-
-    gate_proj: Linear
-    up_proj: Linear
-    down_proj: Linear
-    activation: str = eqx.field(static=True)
+    mlp: MLPSpec = eqx.field(static=True)
+    projections: Projections = eqx.field(static=True)
 
     def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
                  ) -> None:
-        k1, k2, k3 = jax.random.split(key, 3)
-        e, m, b = spec.hidden_size, mlp.width, mlp.bias
-        self.gate_proj = Linear(e, m, use_bias=b, key=k1, dtype=dtype)
-        self.up_proj = Linear(e, m, use_bias=b, key=k2, dtype=dtype)
-        self.down_proj = Linear(m, e, use_bias=b, key=k3, dtype=dtype)
-        self.activation = mlp.activation
+        self.mlp, self.projections = mlp, mlp_projections(spec, mlp)
+        for name, layer in make_projections(self.projections, key=key, dtype=dtype):
+            setattr(self, name, layer)
 
     def __call__(self, x: Array) -> Array:
-        act = activation(self.activation)
-        return jax.vmap(lambda t: self.down_proj(act(self.gate_proj(t)) * self.up_proj(t)))(x)
+        p, act = self.projections, activation(self.mlp.activation)
+        h = parts(self, p, x)
+        h = act(h[0]) * h[1] if self.mlp.gated else act(h[0])
+        return h if p.output is None else _tokenwise(getattr(self, p.output), h)
 
 
-class GateUpMLP(eqx.Module):
-    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first),
-    over a sequence."""
-
-    gate_up_proj: Linear
-    down_proj: Linear
-    activation: str = eqx.field(static=True)
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
-                 ) -> None:
-        k1, k2 = jax.random.split(key)
-        e, m, b = spec.hidden_size, mlp.width, mlp.bias
-        self.gate_up_proj = Linear(e, 2 * m, use_bias=b, key=k1, dtype=dtype)
-        self.down_proj = Linear(m, e, use_bias=b, key=k2, dtype=dtype)
-        self.activation = mlp.activation
-
-    def __call__(self, x: Array) -> Array:
-        act = activation(self.activation)
-
-        def token(t: Array) -> Array:
-            gate, up = jnp.split(self.gate_up_proj(t), 2)
-            return self.down_proj(up * act(gate))
-
-        return jax.vmap(token)(x)
+def make_mlp(spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any) -> MLP:
+    names = tuple(layer.name for layer in mlp_projections(spec, mlp).layers)
+    return named(MLP, names)(spec, mlp, key=key, dtype=dtype)
 
 
 class Experts(eqx.Module):
@@ -331,48 +251,6 @@ def make_moe(spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any) 
     return named(SparseMoE, fields)(spec, mlp, key=key, dtype=dtype)
 
 
-class QueryKeyValue(SelfAttention):
-    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
-    `ResidualOutput`)."""
-
-    query: Linear
-    key: Linear
-    value: Linear
-
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        kq, kk, kv = jax.random.split(key, 3)
-        a, e = spec.attention, spec.hidden_size
-        q = a.heads * a.head_dim
-        self.query = Linear(e, q, use_bias=a.qkv_bias, key=kq, dtype=dtype)
-        self.key = Linear(e, q, use_bias=a.qkv_bias, key=kk, dtype=dtype)
-        self.value = Linear(e, q, use_bias=a.qkv_bias, key=kv, dtype=dtype)
-        self.dropout = eqx.nn.Dropout(a.dropout)
-        self.spec = spec
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        a, length = self.spec.attention, x.shape[0]
-        return tuple(_tokenwise(p, x).reshape(length, a.heads, a.head_dim)
-                     for p in (self.query, self.key, self.value))
-
-    def output(self, h: Array) -> Array:
-        return h
-
-
-class DenseMLP(eqx.Module):
-    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
-
-    dense: Linear
-    activation: str = eqx.field(static=True)
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
-                 ) -> None:
-        self.dense = Linear(spec.hidden_size, mlp.width, use_bias=mlp.bias, key=key, dtype=dtype)
-        self.activation = mlp.activation
-
-    def __call__(self, x: Array) -> Array:
-        return activation(self.activation)(_tokenwise(self.dense, x))
-
-
 class ResidualOutput(eqx.Module):
     """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
     `BertOutput`)."""
@@ -391,60 +269,8 @@ class ResidualOutput(eqx.Module):
         return _tokenwise(self.LayerNorm, self.dropout(_tokenwise(self.dense, h), key=key) + x)
 
 
-class OutProjAttention(SelfAttention):
-    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
-
-    k_proj: Linear
-    v_proj: Linear
-    q_proj: Linear
-    out_proj: Linear
-
-    def __init__(self, spec: DecoderSpec, *, key: PRNGKeyArray, dtype: Any) -> None:
-        kk, kv, kq, ko = jax.random.split(key, 4)
-        a, e = spec.attention, spec.hidden_size
-        q, g, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
-        self.k_proj = Linear(e, g, use_bias=b, key=kk, dtype=dtype)
-        self.v_proj = Linear(e, g, use_bias=b, key=kv, dtype=dtype)
-        self.q_proj = Linear(e, q, use_bias=b, key=kq, dtype=dtype)
-        self.out_proj = Linear(q, e, use_bias=a.out_bias, key=ko, dtype=dtype)
-        self.dropout = eqx.nn.Dropout(a.dropout)
-        self.spec = spec
-
-    def project(self, x: Array) -> tuple[Array, Array, Array]:
-        d, length = self.spec.attention.head_dim, x.shape[0]
-        return tuple(_tokenwise(p, x).reshape(length, -1, d)
-                     for p in (self.q_proj, self.k_proj, self.v_proj))
-
-    def output(self, h: Array) -> Array:
-        return _tokenwise(self.out_proj, h)
-
-
-class FcMLP(eqx.Module):
-    """CLIP's and SigLIP's `fc2(act(fc1(x)))`, over a sequence."""
-
-    fc1: Linear
-    fc2: Linear
-    activation: str = eqx.field(static=True)
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, key: PRNGKeyArray, dtype: Any
-                 ) -> None:
-        k1, k2 = jax.random.split(key)
-        e, m, b = spec.hidden_size, mlp.width, mlp.bias
-        self.fc1 = Linear(e, m, use_bias=b, key=k1, dtype=dtype)
-        self.fc2 = Linear(m, e, use_bias=b, key=k2, dtype=dtype)
-        self.activation = mlp.activation
-
-    def __call__(self, x: Array) -> Array:
-        act = activation(self.activation)
-        return jax.vmap(lambda t: self.fc2(act(self.fc1(t))))(x)
-
-
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
-                                              "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue,
-                                              "out_proj": OutProjAttention}
-MLPS: dict[str, Callable[..., eqx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                              "dense": DenseMLP, "fc": FcMLP, "moe": make_moe}
+MLPS: dict[str, Callable[..., eqx.Module]] = {**dict.fromkeys(MLP_KINDS, make_mlp),
+                                              "moe": make_moe}
 
 
 class Block(eqx.Module):
@@ -461,8 +287,7 @@ class Block(eqx.Module):
         e = spec.hidden_size
         norm = lambda: make_norm(spec, e, dtype)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
-                "attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
-                                                                       dtype=dtype),
+                "attention": lambda: make_attention(spec, key=k1, dtype=dtype),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp, key=k2, dtype=dtype)}
         for name, module in nest([(name, make[role]()) for name, role in spec.names.block]):
             setattr(self, name, module)
@@ -503,8 +328,7 @@ class PostNormBlock(eqx.Module):
                  ) -> None:
         k1, k2, k3, k4 = jax.random.split(key, 4)
         q = spec.attention.heads * spec.attention.head_dim
-        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec, key=k1,
-                                                                       dtype=dtype),
+        make = {"attention": lambda: make_attention(spec, key=k1, dtype=dtype),
                 "attention_output": lambda: ResidualOutput(spec, q, key=k2, dtype=dtype),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp, key=k3, dtype=dtype),
                 "mlp_output": lambda: ResidualOutput(spec, mlp.width, key=k4, dtype=dtype)}

@@ -26,7 +26,16 @@ from zoo.layers.linen import (
 )
 from zoo.layers.moe import DISPATCHES, route
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
+from zoo.models.decoder.spec import (
+    MLP_KINDS,
+    POST_ROLES,
+    DecoderSpec,
+    MLPSpec,
+    Projections,
+    attention_projections,
+    mlp_projections,
+    padded_positions,
+)
 
 NORMS: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
                                      "offset_rms_norm": OffsetRMSNorm}
@@ -75,148 +84,71 @@ def at(module: Any, path: str) -> Any:
     return functools.reduce(getattr, path.split("."), module)
 
 
-class SelfAttention(nn.Module):
-    """Causal self-attention (grouped key/value heads, rotary positions with the layer's
-    inverse frequencies `inv_freq` when it has them, a sliding window through the mask, the
-    spec's scale and soft-capping); a layout adds its projections in `setup` and defines
-    `project` (queries, keys, values `(N, L, heads, D)`) and `output`."""
+def make_projections(p: Projections, dtype: Any) -> list[tuple[str, nn.Module]]:
+    """`p`'s layers, in definition order (`Conv1D` or `nn.Dense`)."""
+    return [(layer.name, (Conv1D if layer.conv1d else nn.Dense)(
+        layer.outputs, use_bias=layer.bias, param_dtype=dtype)) for layer in p.layers]
+
+
+def parts(module: nn.Module, p: Projections, x: jax.Array) -> list[jax.Array]:
+    """The parts of `x`: one per projection, or one projection's output split."""
+    outs = [getattr(module, name)(x) for name in p.parts]
+    return outs if not p.splits else jnp.split(outs[0], p.splits, axis=-1)
+
+
+class Attention(nn.Module):
+    """Self-attention, its projections as the spec's layout says (`attention_projections`):
+    grouped key/value heads, per-head `q_norm` / `k_norm` with `qk_norm`, rotary positions with
+    the layer's inverse frequencies `inv_freq` when it has them, a sliding window through the
+    mask, the spec's scale and soft-capping."""
 
     spec: DecoderSpec
     param_dtype: str = "float32"
     decode: bool = False
 
     def setup(self) -> None:
-        self.dropout = nn.Dropout(self.spec.attention.dropout)
+        dt, a = dtype_of(self.param_dtype), self.spec.attention
+        for name, layer in make_projections(attention_projections(self.spec), dt):
+            setattr(self, name, layer)
+        if a.qk_norm:
+            self.q_norm, self.k_norm = make_norm(self.spec, dt), make_norm(self.spec, dt)
+        self.dropout = nn.Dropout(a.dropout)
 
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
                  inv_freq: np.ndarray | None, train: bool, index: jax.Array | int = 0
                  ) -> jax.Array:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q, k, v = self.project(x)
+        a, p, (n, length, _) = self.spec.attention, attention_projections(self.spec), x.shape
+        q, k, v = (t.reshape(n, length, -1, a.head_dim) for t in parts(self, p, x))
+        if a.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if inv_freq is not None:
             q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if self.decode:
             k, v = cached_kv(self, k, v, index)
         out = attend(q, k, v, mask, a.scaling, lambda w: self.dropout(w, deterministic=not train),
-                     a.logit_softcap)
-        return self.output(out.reshape(n, length, -1))
-
-
-class FusedAttention(SelfAttention):
-    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
-
-    def setup(self) -> None:
-        super().setup()
-        dt, e = dtype_of(self.param_dtype), self.spec.hidden_size
-        self.c_attn = Conv1D(3 * e, param_dtype=dt)
-        self.c_proj = Conv1D(e, param_dtype=dt)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        n, length, _ = x.shape
-        return tuple(t.reshape(n, length, self.spec.attention.heads, -1)
-                     for t in jnp.split(self.c_attn(x), 3, axis=-1))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.c_proj(h)
-
-
-class Attention(SelfAttention):
-    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
-    `k_norm` over `head_dim`."""
-
-    def setup(self) -> None:
-        super().setup()
-        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
-        self.q_proj = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.k_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.v_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
-        self.q_norm = make_norm(self.spec, dt) if a.qk_norm else None
-        self.k_norm = make_norm(self.spec, dt) if a.qk_norm else None
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q = self.q_proj(x).reshape(n, length, a.heads, a.head_dim)
-        k = self.k_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
-        v = self.v_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.o_proj(h)
-
-
-class FusedQKVAttention(SelfAttention):
-    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
-
-    def setup(self) -> None:
-        super().setup()
-        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
-        self.o_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
-        self.qkv_proj = nn.Dense(sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q, kv, _ = a.qkv_sizes
-        return tuple(t.reshape(n, length, -1, a.head_dim)
-                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.o_proj(h)
+                     a.logit_softcap).reshape(n, length, -1)
+        return out if p.output is None else getattr(self, p.output)(out)
 
 
 class MLP(nn.Module):
-    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+    """An MLP, its projections as its kind says (`mlp_projections`): `out(act(up(x)))`, or
+    `out(act(gate(x)) * up(x))` gated, without `out` where it has none."""
 
     spec: DecoderSpec
     mlp: MLPSpec
     param_dtype: str = "float32"
 
     def setup(self) -> None:
-        dt = dtype_of(self.param_dtype)
-        self.c_fc = Conv1D(self.mlp.width, param_dtype=dt)
-        self.c_proj = Conv1D(self.spec.hidden_size, param_dtype=dt)
+        p = mlp_projections(self.spec, self.mlp)
+        for name, layer in make_projections(p, dtype_of(self.param_dtype)):
+            setattr(self, name, layer)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.c_proj(activation(self.mlp.activation)(self.c_fc(x)))
-
-
-class GatedMLP(nn.Module):
-    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
-
-    spec: DecoderSpec
-    mlp: MLPSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        m, dt = self.mlp, dtype_of(self.param_dtype)
-        self.gate_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
-        self.up_proj = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
-        self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        act = activation(self.mlp.activation)
-        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class GateUpMLP(nn.Module):
-    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
-
-    spec: DecoderSpec
-    mlp: MLPSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        m, dt = self.mlp, dtype_of(self.param_dtype)
-        self.gate_up_proj = nn.Dense(2 * m.width, use_bias=m.bias, param_dtype=dt)
-        self.down_proj = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
-        return self.down_proj(up * activation(self.mlp.activation)(gate))
+        p, act = mlp_projections(self.spec, self.mlp), activation(self.mlp.activation)
+        h = parts(self, p, x)
+        h = act(h[0]) * h[1] if self.mlp.gated else act(h[0])
+        return h if p.output is None else getattr(self, p.output)(h)
 
 
 class Experts(nn.Module):
@@ -272,41 +204,6 @@ class SparseMoE(nn.Module):
         return self.experts(flat, weights, experts).reshape(x.shape)
 
 
-class QueryKeyValue(SelfAttention):
-    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
-    `ResidualOutput`)."""
-
-    def setup(self) -> None:
-        super().setup()
-        a, dt = self.spec.attention, dtype_of(self.param_dtype)
-        self.query = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.key = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.value = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).reshape(n, length, a.heads, a.head_dim)
-                     for p in (self.query, self.key, self.value))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return h
-
-
-class DenseMLP(nn.Module):
-    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
-
-    spec: DecoderSpec
-    mlp: MLPSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        m = self.mlp
-        self.dense = nn.Dense(m.width, use_bias=m.bias, param_dtype=dtype_of(self.param_dtype))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return activation(self.mlp.activation)(self.dense(x))
-
-
 class ResidualOutput(nn.Module):
     """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
     `BertOutput`)."""
@@ -324,48 +221,7 @@ class ResidualOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(h), deterministic=not train) + x)
 
 
-class OutProjAttention(SelfAttention):
-    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
-
-    def setup(self) -> None:
-        super().setup()
-        a, dt, e = self.spec.attention, dtype_of(self.param_dtype), self.spec.hidden_size
-        self.k_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.v_proj = nn.Dense(a.kv_heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.q_proj = nn.Dense(a.heads * a.head_dim, use_bias=a.qkv_bias, param_dtype=dt)
-        self.out_proj = nn.Dense(e, use_bias=a.out_bias, param_dtype=dt)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).reshape(n, length, -1, a.head_dim)
-                     for p in (self.q_proj, self.k_proj, self.v_proj))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.out_proj(h)
-
-
-class FcMLP(nn.Module):
-    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
-
-    spec: DecoderSpec
-    mlp: MLPSpec
-    param_dtype: str = "float32"
-
-    def setup(self) -> None:
-        m, dt = self.mlp, dtype_of(self.param_dtype)
-        self.fc1 = nn.Dense(m.width, use_bias=m.bias, param_dtype=dt)
-        self.fc2 = nn.Dense(self.spec.hidden_size, use_bias=m.bias, param_dtype=dt)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.fc2(activation(self.mlp.activation)(self.fc1(x)))
-
-
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
-                                              "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue,
-                                              "out_proj": OutProjAttention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                    "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
+MLPS: dict[str, type[nn.Module]] = {**dict.fromkeys(MLP_KINDS, MLP), "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -381,8 +237,7 @@ class Block(nn.Module):
         s, dt, mlp = self.spec, dtype_of(self.param_dtype), self.mlp_spec or self.spec.mlp
         norm = lambda: make_norm(s, dt)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
-                "attention": lambda: ATTENTIONS[s.attention.layout](
-                    s, self.param_dtype, self.decode),
+                "attention": lambda: Attention(s, self.param_dtype, self.decode),
                 "mlp": lambda: MLPS[mlp.kind](s, mlp, self.param_dtype)}
         for name, maker in nest([(n, make[role]) for n, role in s.names.block]):
             setattr(self, name, maker())  # transformers' definition order
@@ -415,7 +270,7 @@ class PostNormBlock(nn.Module):
 
     def setup(self) -> None:
         s, dt, mlp = self.spec, self.param_dtype, self.mlp_spec or self.spec.mlp
-        make = {"attention": lambda: ATTENTIONS[s.attention.layout](s, dt, self.decode),
+        make = {"attention": lambda: Attention(s, dt, self.decode),
                 "attention_output": lambda: ResidualOutput(s, dt),
                 "mlp": lambda: MLPS[mlp.kind](s, mlp, dt),
                 "mlp_output": lambda: ResidualOutput(s, dt)}

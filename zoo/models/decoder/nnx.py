@@ -25,7 +25,16 @@ from zoo.layers.nnx import (
     init_kv_cache,
 )
 from zoo.models.common import activation, dtype_of
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
+from zoo.models.decoder.spec import (
+    MLP_KINDS,
+    POST_ROLES,
+    DecoderSpec,
+    MLPSpec,
+    Projections,
+    attention_projections,
+    mlp_projections,
+    padded_positions,
+)
 
 Rngs = nnx.Rngs | jax.Array | None
 NORMS: dict[str, type[nnx.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm,
@@ -55,142 +64,69 @@ def at(module: Any, path: str) -> Any:
     return functools.reduce(getattr, path.split("."), module)
 
 
-class SelfAttention(nnx.Module):
-    """Causal self-attention (grouped key/value heads, rotary positions with the layer's
-    inverse frequencies `inv_freq` when it has them, a sliding window through the mask, the
-    spec's scale and soft-capping); a layout adds its projections and defines `project`
-    (queries, keys, values `(N, L, heads, D)`) and `output`."""
+def make_projections(p: Projections, dtype: Any, rngs: nnx.Rngs
+                     ) -> list[tuple[str, nnx.Module]]:
+    """`p`'s layers, in definition order (`Conv1D` or `nnx.Linear`)."""
+    return [(layer.name, (Conv1D if layer.conv1d else nnx.Linear)(
+        layer.inputs, layer.outputs, use_bias=layer.bias, param_dtype=dtype, rngs=rngs))
+        for layer in p.layers]
 
-    def __init__(self, spec: DecoderSpec) -> None:
+
+def parts(module: nnx.Module, p: Projections, x: jax.Array) -> list[jax.Array]:
+    """The parts of `x`: one per projection, or one projection's output split."""
+    outs = [getattr(module, name)(x) for name in p.parts]
+    return outs if not p.splits else jnp.split(outs[0], p.splits, axis=-1)
+
+
+class Attention(nnx.Module):
+    """Self-attention, its projections as the spec's layout says (`attention_projections`):
+    grouped key/value heads, per-head `q_norm` / `k_norm` with `qk_norm`, rotary positions with
+    the layer's inverse frequencies `inv_freq` when it has them, a sliding window through the
+    mask, the spec's scale and soft-capping."""
+
+    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
+        a = spec.attention
         self.spec = spec
-        self.dropout = nnx.Dropout(spec.attention.dropout)
+        self.dropout = nnx.Dropout(a.dropout)
         self.cached_key: nnx.Cache | None = nnx.data(None)  # init_kv_cache
         self.cached_value: nnx.Cache | None = nnx.data(None)
+        for name, layer in make_projections(attention_projections(spec), param_dtype, rngs):
+            setattr(self, name, layer)
+        if a.qk_norm:
+            self.q_norm, self.k_norm = (make_norm(spec, a.head_dim, param_dtype, rngs)
+                                        for _ in "qk")
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
                  inv_freq: np.ndarray | None, rngs: Rngs = None, index: jax.Array | int = 0
                  ) -> jax.Array:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q, k, v = self.project(x)
+        a, p, (n, length, _) = self.spec.attention, attention_projections(self.spec), x.shape
+        q, k, v = (t.reshape(n, length, -1, a.head_dim) for t in parts(self, p, x))
+        if a.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if inv_freq is not None:
             q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         k, v = cached_kv(self, k, v, index)
         out = attend(q, k, v, mask, a.scaling, lambda w: self.dropout(w, rngs=rngs),
-                     a.logit_softcap)
-        return self.output(out.reshape(n, length, -1))
-
-
-class FusedAttention(SelfAttention):
-    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
-
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        super().__init__(spec)
-        e = spec.hidden_size
-        self.c_attn = Conv1D(e, 3 * e, param_dtype=param_dtype, rngs=rngs)
-        self.c_proj = Conv1D(e, e, param_dtype=param_dtype, rngs=rngs)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        n, length, _ = x.shape
-        return tuple(t.reshape(n, length, self.spec.attention.heads, -1)
-                     for t in jnp.split(self.c_attn(x), 3, axis=-1))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.c_proj(h)
-
-
-class Attention(SelfAttention):
-    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
-    `k_norm` over `head_dim`."""
-
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        super().__init__(spec)
-        a, e, dt = spec.attention, spec.hidden_size, param_dtype
-        q, kv, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
-        self.q_proj = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.k_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.v_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.o_proj = nnx.Linear(q, e, use_bias=a.out_bias, param_dtype=dt, rngs=rngs)
-        self.q_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
-        self.k_norm = make_norm(spec, a.head_dim, dt, rngs) if a.qk_norm else None
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q = self.q_proj(x).reshape(n, length, a.heads, a.head_dim)
-        k = self.k_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
-        v = self.v_proj(x).reshape(n, length, a.kv_heads, a.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.o_proj(h)
-
-
-class FusedQKVAttention(SelfAttention):
-    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
-
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        super().__init__(spec)
-        a, e, dt = spec.attention, spec.hidden_size, param_dtype
-        self.o_proj = nnx.Linear(a.heads * a.head_dim, e, use_bias=a.out_bias, param_dtype=dt,
-                                 rngs=rngs)
-        self.qkv_proj = nnx.Linear(e, sum(a.qkv_sizes), use_bias=a.qkv_bias, param_dtype=dt,
-                                   rngs=rngs)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q, kv, _ = a.qkv_sizes
-        return tuple(t.reshape(n, length, -1, a.head_dim)
-                     for t in jnp.split(self.qkv_proj(x), (q, q + kv), axis=-1))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.o_proj(h)
+                     a.logit_softcap).reshape(n, length, -1)
+        return out if p.output is None else getattr(self, p.output)(out)
 
 
 class MLP(nnx.Module):
-    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+    """An MLP, its projections as its kind says (`mlp_projections`): `out(act(up(x)))`, or
+    `out(act(gate(x)) * up(x))` gated, without `out` where it has none."""
 
     def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
                  ) -> None:
-        e, m = spec.hidden_size, mlp.width
-        self.activation = mlp.activation
-        self.c_fc = Conv1D(e, m, param_dtype=param_dtype, rngs=rngs)
-        self.c_proj = Conv1D(m, e, param_dtype=param_dtype, rngs=rngs)
+        self.activation, self.gated = mlp.activation, mlp.gated
+        self.projections = mlp_projections(spec, mlp)
+        for name, layer in make_projections(self.projections, param_dtype, rngs):
+            setattr(self, name, layer)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.c_proj(activation(self.activation)(self.c_fc(x)))
-
-
-class GatedMLP(nnx.Module):
-    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
-                 ) -> None:
-        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
-        self.activation = mlp.activation
-        self.gate_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.up_proj = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        act = activation(self.activation)
-        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class GateUpMLP(nnx.Module):
-    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
-                 ) -> None:
-        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
-        self.activation = mlp.activation
-        self.gate_up_proj = nnx.Linear(e, 2 * m, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.down_proj = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        gate, up = jnp.split(self.gate_up_proj(x), 2, axis=-1)
-        return self.down_proj(up * activation(self.activation)(gate))
+        p, act = self.projections, activation(self.activation)
+        h = parts(self, p, x)
+        h = act(h[0]) * h[1] if self.gated else act(h[0])
+        return h if p.output is None else getattr(self, p.output)(h)
 
 
 class Experts(nnx.Module):
@@ -243,40 +179,6 @@ class SparseMoE(nnx.Module):
         return self.experts(flat, weights, experts).reshape(x.shape)
 
 
-class QueryKeyValue(SelfAttention):
-    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
-    `ResidualOutput`)."""
-
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        super().__init__(spec)
-        a, e, dt = spec.attention, spec.hidden_size, param_dtype
-        q, b = a.heads * a.head_dim, a.qkv_bias
-        self.query = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.key = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.value = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).reshape(n, length, a.heads, a.head_dim)
-                     for p in (self.query, self.key, self.value))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return h
-
-
-class DenseMLP(nnx.Module):
-    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
-                 ) -> None:
-        self.activation = mlp.activation
-        self.dense = nnx.Linear(spec.hidden_size, mlp.width, use_bias=mlp.bias,
-                                param_dtype=param_dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return activation(self.activation)(self.dense(x))
-
-
 class ResidualOutput(nnx.Module):
     """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
     `BertOutput`)."""
@@ -292,47 +194,7 @@ class ResidualOutput(nnx.Module):
         return self.LayerNorm(self.dropout(self.dense(h), rngs=rngs) + x)
 
 
-class OutProjAttention(SelfAttention):
-    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
-
-    def __init__(self, spec: DecoderSpec, *, rngs: nnx.Rngs, param_dtype: Any) -> None:
-        super().__init__(spec)
-        a, e, dt = spec.attention, spec.hidden_size, param_dtype
-        q, kv, b = a.heads * a.head_dim, a.kv_heads * a.head_dim, a.qkv_bias
-        self.k_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.v_proj = nnx.Linear(e, kv, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.q_proj = nnx.Linear(e, q, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.out_proj = nnx.Linear(q, e, use_bias=a.out_bias, param_dtype=dt, rngs=rngs)
-
-    def project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).reshape(n, length, -1, a.head_dim)
-                     for p in (self.q_proj, self.k_proj, self.v_proj))
-
-    def output(self, h: jax.Array) -> jax.Array:
-        return self.out_proj(h)
-
-
-class FcMLP(nnx.Module):
-    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
-                 ) -> None:
-        e, m, b, dt = spec.hidden_size, mlp.width, mlp.bias, param_dtype
-        self.activation = mlp.activation
-        self.fc1 = nnx.Linear(e, m, use_bias=b, param_dtype=dt, rngs=rngs)
-        self.fc2 = nnx.Linear(m, e, use_bias=b, param_dtype=dt, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.fc2(activation(self.activation)(self.fc1(x)))
-
-
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
-                                              "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue,
-                                              "out_proj": OutProjAttention}
-MLPS: dict[str, type[nnx.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                     "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
+MLPS: dict[str, type[nnx.Module]] = {**dict.fromkeys(MLP_KINDS, MLP), "moe": SparseMoE}
 
 
 class Block(nnx.Module):
@@ -344,8 +206,7 @@ class Block(nnx.Module):
         e, dt = spec.hidden_size, param_dtype
         norm = lambda: make_norm(spec, e, dt, rngs)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
-                "attention": lambda: ATTENTIONS[spec.attention.layout](
-                    spec, rngs=rngs, param_dtype=dt),
+                "attention": lambda: Attention(spec, rngs=rngs, param_dtype=dt),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp, rngs=rngs, param_dtype=dt)}
         for name, role in spec.names.block:  # transformers' definition order
             place(self, name, make[role]())
@@ -380,8 +241,7 @@ class PostNormBlock(nnx.Module):
     def __init__(self, spec: DecoderSpec, mlp: MLPSpec, *, rngs: nnx.Rngs, param_dtype: Any
                  ) -> None:
         dt, q = param_dtype, spec.attention.heads * spec.attention.head_dim
-        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](
-                    spec, rngs=rngs, param_dtype=dt),
+        make = {"attention": lambda: Attention(spec, rngs=rngs, param_dtype=dt),
                 "attention_output": lambda: ResidualOutput(spec, q, rngs=rngs, param_dtype=dt),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp, rngs=rngs, param_dtype=dt),
                 "mlp_output": lambda: ResidualOutput(spec, mlp.width, rngs=rngs,

@@ -17,22 +17,18 @@ per library, chosen by the spec's kind:
 
 - norm (`norm`): `layer_norm` (weight and bias), `rms_norm` (transformers' `LlamaRMSNorm`) or
   `offset_rms_norm` (transformers' `GemmaRMSNorm`: times `1 + weight`, in float32);
-- attention (`AttentionSpec.layout`): `c_attn` (GPT-2's fused `c_attn` and `c_proj`,
-  transformers' `Conv1D`), `qkvo` (`q_proj`, `k_proj`, `v_proj`, `o_proj` linear layers,
-  optional per-head `q_norm` / `k_norm`), `qkv_proj` (Phi-3's: one `qkv_proj` linear layer,
-  its output queries, keys, values stacked, `heads * head_dim` then twice
-  `kv_heads * head_dim`, and `o_proj`), `query_key_value` (BERT's `query`, `key`, `value`;
-  its output projection is the block's `attention_output`) or `out_proj` (CLIP's and
-  SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj`, in transformers' definition order);
-  causal, or bidirectional with `causal=False` (only the padding masked); grouped key/value
-  heads, biases, a sliding window, the scores' scale (`scale`, default `head_dim ** -0.5`)
-  and soft-capping (`logit_softcap`);
-- MLP (`MLPSpec.kind`): `c_fc` (`c_fc` -> activation -> `c_proj`, `Conv1D`), `gated`
-  (`down_proj(act(gate_proj(x)) * up_proj(x))`), `gate_up` (Phi-3's: the same with the
-  gate and up projections in one `gate_up_proj`, gate first), `fc` (CLIP's and SigLIP's
-  `fc2(act(fc1(x)))`, biased as `bias`), `dense` (BERT's intermediate,
-  `act(dense(x))`; its second matrix is the block's `mlp_output`) or `moe` (a mixture of gated
-  experts, `MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers'
+- attention (`AttentionSpec.layout`) and MLP (`MLPSpec.kind`): their projections, the table
+  `LAYOUTS` (`projections`: names and roles in transformers' definition order, sizes and biases
+  from the spec, `Conv1D` for GPT-2's `c_attn` and `c_fc`, always biased). Queries, keys and
+  values come from `q`, `k`, `v` or one fused `qkv` output (GPT-2's `c_attn`, Phi-3's
+  `qkv_proj`) split by `qkv_sizes`, optionally per-head `q_norm` / `k_norm` (`qk_norm`), then
+  the `out` projection (none for BERT's: the block's `attention_output`); causal, or
+  bidirectional with `causal=False` (only the padding masked); grouped key/value heads, a
+  sliding window, the scores' `scale` (default `head_dim ** -0.5`) and soft-capping
+  (`logit_softcap`). An MLP is `out(act(up(x)))`, or `out(act(gate(x)) * up(x))` when gated
+  (`gated`; Phi-3's `gate_up_proj`: one fused output, gate first), without `out` for BERT's
+  intermediate (its second matrix: the block's `mlp_output`); `moe` is a mixture of gated
+  experts (`MoESpec`: the router `gate`, a Linear without bias, and `experts`, transformers'
   fused `gate_up_proj` / `down_proj` stacked on an expert axis); layers may differ in their MLP
   (`layer_mlps`, one `MLPSpec` per layer: Qwen3-MoE's dense layers among sparse ones). With
   `output_router_logits` a model returns `(logits, router_logits)`, the sparse layers' router
@@ -61,6 +57,7 @@ family.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -301,6 +298,82 @@ class DecoderSpec:
     def role(self, role: str) -> str:
         """The name of the block's module playing `role`."""
         return next(name for name, r in self.names.block if r == role)
+
+
+# Each attention layout's and MLP kind's projections, `(name, role)` in transformers' definition
+# order (its `state_dict`'s); its kind names transformers' `Conv1D` layers (`CONV1D`).
+LAYOUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "c_attn": (("c_attn", "qkv"), ("c_proj", "out")),  # GPT-2's
+    "qkvo": (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("o_proj", "out")),
+    "qkv_proj": (("o_proj", "out"), ("qkv_proj", "qkv")),  # Phi-3's
+    "query_key_value": (("query", "q"), ("key", "k"), ("value", "v")),  # BERT's
+    "out_proj": (("k_proj", "k"), ("v_proj", "v"), ("q_proj", "q"), ("out_proj", "out")),
+    "c_fc": (("c_fc", "up"), ("c_proj", "out")),  # GPT-2's
+    "gated": (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "out")),
+    "gate_up": (("gate_up_proj", "gate_up"), ("down_proj", "out")),  # Phi-3's, gate first
+    "dense": (("dense", "up"),),  # BERT's intermediate
+    "fc": (("fc1", "up"), ("fc2", "out")),  # CLIP's and SigLIP's
+}
+CONV1D = ("c_attn", "c_fc")
+MLP_KINDS = ("c_fc", "gated", "gate_up", "dense", "fc")  # and "moe", a mixture of experts
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projection: transformers' name, its role, sizes, bias and whether it is a `Conv1D`
+    (weight `(in, out)`), else a linear layer."""
+
+    name: str
+    role: str
+    inputs: int
+    outputs: int
+    bias: bool
+    conv1d: bool
+
+
+@dataclass(frozen=True)
+class Projections:
+    """A layer's projections in definition order (`layers`); `parts`: the names whose outputs
+    are the parts (queries, keys, values; gate and up; up), one each or one fused output split
+    at `splits`; `output`: the output projection's name (None: none)."""
+
+    layers: tuple[Projection, ...]
+    parts: tuple[str, ...]
+    splits: tuple[int, ...]
+    output: str | None
+
+
+def _projections(kind: str, order: tuple[str, ...], sizes: dict[str, tuple[int, int, bool]],
+                 part_sizes: tuple[int, ...]) -> Projections:
+    """`LAYOUTS[kind]`, its roles' `(inputs, outputs, bias)` from `sizes`, its parts taken in
+    the roles' `order`, a fused output split into `part_sizes`."""
+    conv = kind in CONV1D
+    layers = tuple(Projection(name, role, *sizes[role][:2], sizes[role][2] or conv, conv)
+                   for name, role in LAYOUTS[kind])
+    names = tuple(p.name for r in order for p in layers if p.role == r)
+    fused = len(names) < len(part_sizes)
+    splits = tuple(np.cumsum(part_sizes[:-1]).tolist()) if fused else ()
+    return Projections(layers, names, splits,
+                       next((p.name for p in layers if p.role == "out"), None))
+
+
+@functools.cache
+def attention_projections(spec: DecoderSpec) -> Projections:
+    """The attention's projections (`LAYOUTS[spec.attention.layout]`)."""
+    a, e = spec.attention, spec.hidden_size
+    q, kv, _ = a.qkv_sizes
+    sizes = {"q": (e, q, a.qkv_bias), "k": (e, kv, a.qkv_bias), "v": (e, kv, a.qkv_bias),
+             "qkv": (e, sum(a.qkv_sizes), a.qkv_bias), "out": (q, e, a.out_bias)}
+    return _projections(a.layout, ("qkv", "q", "k", "v"), sizes, a.qkv_sizes)
+
+
+@functools.cache
+def mlp_projections(spec: DecoderSpec, mlp: MLPSpec) -> Projections:
+    """The projections of an MLP (not a mixture: `LAYOUTS[mlp.kind]`)."""
+    e, m, b = spec.hidden_size, mlp.width, mlp.bias
+    sizes = {"gate": (e, m, b), "up": (e, m, b), "gate_up": (e, 2 * m, b), "out": (m, e, b)}
+    return _projections(mlp.kind, ("gate_up", "gate", "up"), sizes,
+                        (m, m) if mlp.gated else (m,))
 
 
 def padded_positions(input_ids: Any, padding_idx: int) -> Any:

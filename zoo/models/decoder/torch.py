@@ -26,7 +26,16 @@ from zoo.layers.torch import (
     rotary,
     softcap,
 )
-from zoo.models.decoder.spec import POST_ROLES, DecoderSpec, MLPSpec, padded_positions
+from zoo.models.decoder.spec import (
+    MLP_KINDS,
+    POST_ROLES,
+    DecoderSpec,
+    MLPSpec,
+    Projections,
+    attention_projections,
+    mlp_projections,
+    padded_positions,
+)
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -62,134 +71,63 @@ def place(owner: nn.Module, path: str, module: nn.Module) -> None:
     owner.add_module(name, module)
 
 
-class SelfAttention(nn.Module):
-    """Causal self-attention (transformers' eager attention, grouped key/value heads, rotary
-    positions with the layer's inverse frequencies `inv_freq` when it has them, the spec's
-    scale and soft-capping); a layout adds its projections and defines `project` (queries,
-    keys, values `(N, L, heads, D)`) and `output`."""
+def make_projections(p: Projections) -> list[tuple[str, nn.Module]]:
+    """`p`'s layers, in definition order (`Conv1D` or `nn.Linear`)."""
+    return [(layer.name, Conv1D(layer.outputs, layer.inputs) if layer.conv1d else
+             nn.Linear(layer.inputs, layer.outputs, bias=layer.bias)) for layer in p.layers]
+
+
+def parts(module: nn.Module, p: Projections, x: torch.Tensor) -> list[torch.Tensor]:
+    """The parts of `x`: one per projection, or one projection's output split (views)."""
+    outs = [getattr(module, name)(x) for name in p.parts]
+    return outs if not p.splits else list(outs[0].tensor_split(p.splits, dim=-1))
+
+
+class Attention(nn.Module):
+    """Self-attention (transformers' eager attention), its projections as the spec's layout
+    says (`attention_projections`): grouped key/value heads, per-head `q_norm` / `k_norm` with
+    `qk_norm`, rotary positions with the layer's inverse frequencies `inv_freq` when it has
+    them, the spec's scale and soft-capping."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
-        self.spec = spec
-        self.dropout = nn.Dropout(spec.attention.dropout)
+        a, self.spec, self.projections = spec.attention, spec, attention_projections(spec)
+        self.dropout = nn.Dropout(a.dropout)
+        for name, layer in make_projections(self.projections):
+            self.add_module(name, layer)
+        if a.qk_norm:
+            self.q_norm, self.k_norm = make_norm(spec, a.head_dim), make_norm(spec, a.head_dim)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 inv_freq: np.ndarray | None, cache: LayerCache | None = None) -> torch.Tensor:
-        a = self.spec.attention
-        q, k, v = (t.transpose(1, 2) for t in self.project(x))  # (N, heads, L, D)
+        a, p, (n, length, _) = self.spec.attention, self.projections, x.shape
+        q, k, v = (t.view(n, length, -1, a.head_dim) for t in parts(self, p, x))
+        if a.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (N, heads, L, D)
         if inv_freq is not None:
             q, k = rotary(q, positions, inv_freq), rotary(k, positions, inv_freq)
         if cache is not None:
             k, v = cache.write(k, v)
-        return self.output(attend(q, k, v, mask, a.scaling, self.dropout, a.logit_softcap))
-
-
-class FusedAttention(SelfAttention):
-    """GPT-2's `c_attn` (queries, keys and values in one `Conv1D`) and `c_proj`."""
-
-    def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__(spec)
-        e = spec.hidden_size
-        self.c_attn = Conv1D(3 * e, e)
-        self.c_proj = Conv1D(e, e)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n, length, e = x.shape
-        return tuple(t.view(n, length, self.spec.attention.heads, -1)
-                     for t in self.c_attn(x).split(e, dim=2))
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(h)
-
-
-class Attention(SelfAttention):
-    """`q_proj`, `k_proj`, `v_proj`, `o_proj` and, with `qk_norm`, per-head `q_norm` and
-    `k_norm` over `head_dim`."""
-
-    def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__(spec)
-        a, e = spec.attention, spec.hidden_size
-        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        self.q_proj = nn.Linear(e, q, bias=a.qkv_bias)
-        self.k_proj = nn.Linear(e, kv, bias=a.qkv_bias)
-        self.v_proj = nn.Linear(e, kv, bias=a.qkv_bias)
-        self.o_proj = nn.Linear(q, e, bias=a.out_bias)
-        self.q_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
-        self.k_norm = make_norm(spec, a.head_dim) if a.qk_norm else None
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        q = self.q_proj(x).view(n, length, a.heads, a.head_dim)
-        k = self.k_proj(x).view(n, length, a.kv_heads, a.head_dim)
-        v = self.v_proj(x).view(n, length, a.kv_heads, a.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        return self.o_proj(h)
-
-
-class FusedQKVAttention(SelfAttention):
-    """Phi-3's `qkv_proj` (queries, keys, values stacked along its output: `heads * head_dim`,
-    then twice `kv_heads * head_dim`) and `o_proj` (defined first, as transformers does)."""
-
-    def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__(spec)
-        a, e = spec.attention, spec.hidden_size
-        self.o_proj = nn.Linear(a.heads * a.head_dim, e, bias=a.out_bias)
-        self.qkv_proj = nn.Linear(e, sum(a.qkv_sizes), bias=a.qkv_bias)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(t.view(n, length, -1, a.head_dim)
-                     for t in self.qkv_proj(x).split(a.qkv_sizes, dim=-1))
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        return self.o_proj(h)
+        out = attend(q, k, v, mask, a.scaling, self.dropout, a.logit_softcap)
+        return out if p.output is None else getattr(self, p.output)(out)
 
 
 class MLP(nn.Module):
-    """GPT-2's `c_proj(act(c_fc(x)))` (`Conv1D`s)."""
+    """An MLP, its projections as its kind says (`mlp_projections`): `out(act(up(x)))`, or
+    `out(act(gate(x)) * up(x))` gated, without `out` where it has none."""
 
     def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
-        self.c_fc = Conv1D(mlp.width, spec.hidden_size)
-        self.c_proj = Conv1D(spec.hidden_size, mlp.width)
+        self.gated, self.projections = mlp.gated, mlp_projections(spec, mlp)
+        for name, layer in make_projections(self.projections):
+            self.add_module(name, layer)
         self.act = ACTIVATIONS[mlp.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(self.act(self.c_fc(x)))
-
-
-class GatedMLP(nn.Module):
-    """`down_proj(act(gate_proj(x)) * up_proj(x))` (SwiGLU with `silu`)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
-        super().__init__()
-        e, m, b = spec.hidden_size, mlp.width, mlp.bias
-        self.gate_proj = nn.Linear(e, m, bias=b)
-        self.up_proj = nn.Linear(e, m, bias=b)
-        self.down_proj = nn.Linear(m, e, bias=b)
-        self.act = ACTIVATIONS[mlp.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class GateUpMLP(nn.Module):
-    """Phi-3's `down_proj(act(gate) * up)`, gate and up from one `gate_up_proj` (gate first)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
-        super().__init__()
-        e, m, b = spec.hidden_size, mlp.width, mlp.bias
-        self.gate_up_proj = nn.Linear(e, 2 * m, bias=b)
-        self.down_proj = nn.Linear(m, e, bias=b)
-        self.act = ACTIVATIONS[mlp.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(up * self.act(gate))
+        p, h = self.projections, parts(self, self.projections, x)
+        h = self.act(h[0]) * h[1] if self.gated else self.act(h[0])
+        return h if p.output is None else getattr(self, p.output)(h)
 
 
 class Experts(nn.Module):
@@ -248,39 +186,6 @@ class SparseMoE(nn.Module):
         return self.experts(flat, experts, weights).reshape(x.shape)
 
 
-class QueryKeyValue(SelfAttention):
-    """BERT's `query`, `key`, `value` (its output projection: the block's `attention_output`,
-    `ResidualOutput`)."""
-
-    def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__(spec)
-        a, e = spec.attention, spec.hidden_size
-        q = a.heads * a.head_dim
-        self.query = nn.Linear(e, q, bias=a.qkv_bias)
-        self.key = nn.Linear(e, q, bias=a.qkv_bias)
-        self.value = nn.Linear(e, q, bias=a.qkv_bias)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).view(n, length, a.heads, a.head_dim)
-                     for p in (self.query, self.key, self.value))
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-
-class DenseMLP(nn.Module):
-    """BERT's intermediate, `act(dense(x))` (its second matrix: the block's `mlp_output`)."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
-        super().__init__()
-        self.dense = nn.Linear(spec.hidden_size, mlp.width, bias=mlp.bias)
-        self.act = ACTIVATIONS[mlp.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
-
-
 class ResidualOutput(nn.Module):
     """A post-norm branch's end, `LayerNorm(dropout(dense(h)) + x)` (BERT's `BertSelfOutput`,
     `BertOutput`)."""
@@ -295,46 +200,7 @@ class ResidualOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(h)) + x)
 
 
-class OutProjAttention(SelfAttention):
-    """CLIP's and SigLIP's `k_proj`, `v_proj`, `q_proj`, `out_proj` (transformers' order)."""
-
-    def __init__(self, spec: DecoderSpec) -> None:
-        super().__init__(spec)
-        a, e = spec.attention, spec.hidden_size
-        q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        self.k_proj = nn.Linear(e, kv, bias=a.qkv_bias)
-        self.v_proj = nn.Linear(e, kv, bias=a.qkv_bias)
-        self.q_proj = nn.Linear(e, q, bias=a.qkv_bias)
-        self.out_proj = nn.Linear(q, e, bias=a.out_bias)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, (n, length, _) = self.spec.attention, x.shape
-        return tuple(p(x).view(n, length, -1, a.head_dim)
-                     for p in (self.q_proj, self.k_proj, self.v_proj))
-
-    def output(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(h)
-
-
-class FcMLP(nn.Module):
-    """CLIP's and SigLIP's `fc2(act(fc1(x)))`."""
-
-    def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(spec.hidden_size, mlp.width, bias=mlp.bias)
-        self.fc2 = nn.Linear(mlp.width, spec.hidden_size, bias=mlp.bias)
-        self.act = ACTIVATIONS[mlp.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
-
-
-ATTENTIONS: dict[str, type[SelfAttention]] = {"c_attn": FusedAttention, "qkvo": Attention,
-                                              "qkv_proj": FusedQKVAttention,
-                                              "query_key_value": QueryKeyValue,
-                                              "out_proj": OutProjAttention}
-MLPS: dict[str, type[nn.Module]] = {"c_fc": MLP, "gated": GatedMLP, "gate_up": GateUpMLP,
-                                    "dense": DenseMLP, "fc": FcMLP, "moe": SparseMoE}
+MLPS: dict[str, type[nn.Module]] = {**dict.fromkeys(MLP_KINDS, MLP), "moe": SparseMoE}
 
 
 class Block(nn.Module):
@@ -345,7 +211,7 @@ class Block(nn.Module):
         super().__init__()
         norm = lambda: make_norm(spec, spec.hidden_size)
         make = {"attention_norm": norm, "mlp_norm": norm, **dict.fromkeys(POST_ROLES, norm),
-                "attention": lambda: ATTENTIONS[spec.attention.layout](spec),
+                "attention": lambda: Attention(spec),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp)}
         for name, role in spec.names.block:  # transformers' definition order
             place(self, name, make[role]())
@@ -381,7 +247,7 @@ class PostNormBlock(nn.Module):
     def __init__(self, spec: DecoderSpec, mlp: MLPSpec) -> None:
         super().__init__()
         q = spec.attention.heads * spec.attention.head_dim
-        make = {"attention": lambda: ATTENTIONS[spec.attention.layout](spec),
+        make = {"attention": lambda: Attention(spec),
                 "attention_output": lambda: ResidualOutput(spec, q),
                 "mlp": lambda: MLPS[mlp.kind](spec, mlp),
                 "mlp_output": lambda: ResidualOutput(spec, mlp.width)}
