@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
     models = {impl: trained if impl == args.impl else
               converters.convert(trained, args.impl, impl) for impl in IMPLS}
+    if args.out_dir is not None:  # made as the other examples make theirs
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.out_dir or tmp) / "tiny-gpt2-hf"
         hub_folder(trained, args.impl, tokenizer, folder)

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     tuned = train(lora, args.impl, ids, args.steps, "LoRA fine-tuning", args,
                   trainable=zoo.lora.TRAINABLE)
     prompt = np.asarray([tokenizer.encode(args.prompt).ids], np.int32)
+    if args.out_dir is not None:  # made as the other examples make theirs
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out_dir or tmp)
