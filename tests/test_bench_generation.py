@@ -174,3 +174,28 @@ def test_a_step_lost_in_the_noise_prints_dashes_not_a_negative_time() -> None:
     assert "-0" not in linen and linen.split()[3:7] == ["-", "-", "-", "-"]
     eqx = next(line for line in lines if line.startswith("eqx")).split()
     assert eqx[3:7] == ["0.63", "12702.7", "297.59", "0.02"]
+
+
+def test_a_decode_step_is_timed_between_two_loop_programs(monkeypatch) -> None:
+    """A loop program's call: 0.5 s once (XLA's hoisted weight conversions), then 10 ms a
+    step; the 1-token program has no loop (nor its 0.5 s). The step is timed between two
+    loop programs (16 and 32 tokens): 10 ms, not charged the 0.5 s, which is the record's
+    `loop_setup_s` and the table's last line."""
+    def seconds(n: int) -> float:
+        return 0.1 + (0.5 if n >= 3 else 0.0) + 0.01 * (n - 1)
+
+    monkeypatch.setattr(generation, "_seconds", lambda fn: seconds(fn()))
+    timed = generation._Timed("eqx", "loop", lambda n: n)
+    run = generation.GenerationRun("llama", ("eqx",), {}, new=32, repeat=1)
+    r = timed.measure(run)
+    assert r["decode_from"] == 16 and sorted(timed.first) == [1, 16, 32]
+    assert r["decode_s"] == pytest.approx(0.01) and r["loop_setup_s"] == pytest.approx(0.5)
+    assert r["decode_tokens_per_s"] == pytest.approx(100.0)
+    assert [generation.base_tokens(n) for n in (3, 5, 6, 32)] == [1, 1, 3, 16]
+    record = {"config": {"arch": "llama", "batch": 1, "prompt": 32, "new": 32,
+                         "dtype": "bfloat16"}, "floor": {"decode_s": 5e-3, "weights": 1e6},
+              "bandwidth_bytes_per_s": 1e10,
+              "results": [{**r, "floor_ratio": 2.0, "impl": i} for i in ("eqx", "linen")]}
+    lines = generation.table(record)
+    assert lines[-1] == "once a call, before its steps (ms): eqx loop 500, linen loop 500"
+    assert max(map(len, lines)) <= 80
