@@ -700,3 +700,18 @@ def test_decoder_flops_are_each_familys_count_from_its_own_fields(name):
                    + 2 * t * e * vocab)
     assert decoder_flops(c, 2, "forward") == forward
     assert decoder_flops(c, 2, "train") == 3 * forward
+
+
+def test_the_committed_report_names_every_committed_record():
+    """bench/README.md is `zoo.bench report`'s rendering of bench/results/: each record it
+    renders (model and dispatch) is named there, shown or superseded. A record committed
+    without running the report (as the H100 CNN record once was) fails here."""
+    from pathlib import Path
+
+    from zoo.bench.report import load_records
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    readme = (bench / "README.md").read_text()
+    missing = [str(Path(p).relative_to(bench)) for p, _ in load_records(str(bench / "results"))
+               if str(Path(p).relative_to(bench)) not in readme]
+    assert not missing, f"run python -m zoo.bench report: bench/README.md lacks {missing}"
