@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
+from zoo.bench.generation import base_tokens
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
@@ -118,15 +119,17 @@ class Entry:
         impls = IMPLS if impl == "all" else tuple(impl.split(","))
         n_jax = sum(1 for i in impls if i in JAX_IMPLS)
         if _value(argv, "--mode") in ("prefill", "decode"):
-            # Each JAX library's generation styles compile a whole generate of 1 and of `new`
-            # tokens; every style (and PyTorch's two) runs `repeat` generates of each.
+            # Each JAX library's generation styles compile a whole generate of 1, of
+            # `base_tokens(new)` and of `new` tokens; every style (and PyTorch's two) runs
+            # `repeat` generates of each.
             new = int(_value(argv, "--new-tokens") or 32)
+            lengths = {1, base_tokens(new), new}
             repeat = int(_value(argv, "--repeat") or 3)
             styles = GENERATION_STYLES * n_jax + 2 * ("torch" in impls)
             generate = c["jax"] if self.compile_s is not None and size == "full" else (
                 c["generate"])
-            return (c["entry"] + GENERATION_STYLES * n_jax * 2 * generate
-                    + styles * repeat * (new + 1) * c["step"])
+            return (c["entry"] + GENERATION_STYLES * n_jax * len(lengths) * generate
+                    + styles * repeat * sum(lengths) * c["step"])
         modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
         method = _value(argv, "--method")
         methods = len(CHOICES) if method == "all" else max(1, len(method.split(",")))
