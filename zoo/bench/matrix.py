@@ -31,6 +31,7 @@ from typing import Any
 
 import zoo
 from zoo.bench.generation import base_tokens
+from zoo.bench.generation import styles as generation_styles
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
@@ -49,7 +50,6 @@ COMPILE_S = {"quick": {"jax": 0.6, "torch_compile": 0.0, "entry": 1.0, "dispatch
              "full": {"jax": 2.1, "torch_compile": 15.0, "entry": 3.0, "dispatch": 3.0,
                       "step": 0.005, "generate": 2.1}}
 JAX_STYLES_ALL = 10  # call styles of the three JAX libraries with --call all
-GENERATION_STYLES = 3  # a JAX library's generation styles (zoo.bench.generation.STYLES)
 DISPATCH_ROWS = 24  # timed rows of one dispatch workload (styles of every library, floors)
 
 
@@ -119,16 +119,17 @@ class Entry:
         impls = IMPLS if impl == "all" else tuple(impl.split(","))
         n_jax = sum(1 for i in impls if i in JAX_IMPLS)
         if _value(argv, "--mode") in ("prefill", "decode"):
-            # Each JAX library's generation styles compile a whole generate of 1, of
-            # `base_tokens(new)` and of `new` tokens; every style (and PyTorch's two) runs
-            # `repeat` generates of each.
+            # Each JAX library's timed generation styles (`--call`: the fastest by default)
+            # compile a whole generate of 1, of `base_tokens(new)` and of `new` tokens; every
+            # style (and PyTorch's two) runs `repeat` generates of each.
             new = int(_value(argv, "--new-tokens") or 32)
             lengths = {1, base_tokens(new), new}
             repeat = int(_value(argv, "--repeat") or 3)
-            styles = GENERATION_STYLES * n_jax + 2 * ("torch" in impls)
+            per_lib = len(generation_styles(_value(argv, "--call") or "default"))
+            styles = per_lib * n_jax + 2 * ("torch" in impls)
             generate = c["jax"] if self.compile_s is not None and size == "full" else (
                 c["generate"])
-            return (c["entry"] + GENERATION_STYLES * n_jax * len(lengths) * generate
+            return (c["entry"] + per_lib * n_jax * len(lengths) * generate
                     + styles * repeat * sum(lengths) * c["step"])
         modes = 1 if _value(argv, "--mode") in ("forward", "train") else 2
         method = _value(argv, "--method")
