@@ -7,11 +7,14 @@ import importlib
 import math
 import sys
 
+from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
+from zoo.bench.fairness import FairnessError
 from zoo.bench.mesh import MeshError, parse_mesh, request_devices
 from zoo.bench.options import bench_parser, config_from_args
 from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
+from zoo.bench.tables import print_model_record
 from zoo.bench.xla_flags import apply as apply_xla_flags
 from zoo.cli import ArgumentParser
 from zoo.runtime.malloc import keep_freed_memory
@@ -23,10 +26,7 @@ __all__ = ["EXIT_UNFAIR", "bench_parser", "config_from_args", "main"]
 def bench_main(argv: list[str]) -> int:
     from rich.console import Console
 
-    from zoo.bench.accel import configure_allocator
-    from zoo.bench.fairness import FairnessError
     from zoo.bench.runner import run
-    from zoo.bench.tables import print_model_record
 
     parser = bench_parser()
     args = parser.parse_args(argv)

@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from zoo.bench.records import record_base
 from zoo.cli import ArgumentParser
+from zoo.names import make_config
+from zoo.registry import schema
 
 GB = 10**9
 RSS_FACTOR, RSS_SLACK, WALL_FACTOR = 1.25, 0.5 * GB, 1.5
@@ -94,7 +97,6 @@ class Generated:
 def generate(config: Any, path: Path) -> int:
     """Write a random float32 checkpoint of `config` as PyTorch safetensors, one tensor at a
     time (the header first: every shape is known); its size in bytes."""
-    from zoo.registry import schema
 
     spec = schema(config)[1]
     arrays = [Generated(s.shape, i) for i, s in enumerate(spec.values())]
@@ -195,7 +197,6 @@ def remove(path: Path) -> None:
 
 def run_size(size: str, sources: list[str], targets: list[str], scratch: Path,
              log: Any, back_only: bool = False) -> dict[str, Any]:
-    from zoo.names import make_config
 
     config = make_config("vit", **SIZES[size])
     work = Path(tempfile.mkdtemp(prefix=f"zoo-convert-{size}-", dir=scratch))
@@ -254,7 +255,6 @@ def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
 
 
 def convert_main(argv: list[str]) -> int:
-    from zoo.bench.records import record_base
 
     p = ArgumentParser(prog="python -m zoo.bench convert", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="vit-b,vit-l", help=f"comma list of {', '.join(SIZES)}")

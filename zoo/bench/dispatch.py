@@ -55,6 +55,13 @@ from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
 from zoo.bench.records import OWN, record_base, save
+from zoo.bench.styles import (
+    available_styles,
+    default_style,
+    idiomatic_style,
+    skipped_styles,
+    styles,
+)
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, round_orders, settle, summarize
@@ -186,7 +193,6 @@ def _optimizer_bound(leaves: list[jax.Array], steps: int) -> Prepared:
 def _entries(impl: str, subject: Subject, mode: str) -> tuple[dict[Row, Prepared], Row | None]:
     """Every style of `impl` in `mode` (training: also the fused rows) and its own-program
     floor (the compiled program of `zoo.runtime.fast` called raw; None for PyTorch)."""
-    from zoo.bench.styles import available_styles, default_style, styles
 
     entries: dict[Row, Prepared] = {}
     own = None
@@ -288,7 +294,6 @@ def _result(wname: str, mode: str, row: Row, p: Prepared, values: list[float],
             floor_s: float, own_s: float | None) -> dict[str, Any]:
     """One row of the record: its role (and library), times and ratios (to the library's own
     program: None for rows that have none)."""
-    from zoo.bench.styles import idiomatic_style
 
     stats = summarize(values)
     median = stats["median_s"]
@@ -337,7 +342,6 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                  progress: bool = True, tiny: bool = False) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from zoo.bench.styles import skipped_styles
 
     results: list[dict[str, Any]] = []
     with Progress(console=console, transient=True, disable=not progress) as bar:

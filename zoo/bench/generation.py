@@ -44,7 +44,9 @@ import numpy as np
 
 import zoo
 from zoo.bench.fairness import FairnessError
-from zoo.bench.records import record_base
+from zoo.bench.options import parse_impls
+from zoo.bench.presets import PresetError, find_preset
+from zoo.bench.records import record_base, write_json
 from zoo.bench.subjects import build_config, build_models
 from zoo.libraries import library
 from zoo.runtime import precision as policy
@@ -407,8 +409,6 @@ def run_from_args(args: Any) -> GenerationRun:
     model's positions."""
     import json
 
-    from zoo.bench.options import parse_impls
-    from zoo.bench.presets import PresetError, find_preset
 
     preset = find_preset(args.preset, args.arch) if args.preset else None
     arch = preset.arch if preset else args.arch
@@ -453,7 +453,6 @@ def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
     """`python -m zoo.bench ARCH --mode prefill|decode`: run, print, save."""
     from rich.console import Console
 
-    from zoo.bench.records import write_json
 
     status = (lambda s: None) if args.no_progress else (
         lambda s: console.print(s, style="dim", highlight=False))

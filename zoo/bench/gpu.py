@@ -45,6 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zoo.bench import testlog
+from zoo.bench.accel import configure_allocator
+from zoo.bench.display import make_console
 from zoo.bench.matrix import (
     Entry,
     Schedule,
@@ -56,6 +59,8 @@ from zoo.bench.matrix import (
     run_entry,
     run_slots,
 )
+from zoo.bench.peaks import device_slug
+from zoo.bench.records import record_base, write_json
 from zoo.cli import ArgumentParser
 from zoo.layers.conv_transpose import METHODS
 
@@ -530,8 +535,6 @@ def worker_main(args: Any) -> int:
     orchestrator stops it at the last bench part's end); events go to `args.progress`."""
     import jax
 
-    from zoo.bench.accel import configure_allocator
-    from zoo.bench.display import make_console
 
     allocator = configure_allocator(torch_in_process=True)
     cache = None
@@ -638,7 +641,6 @@ def _header(run: Run, title: str, end: float, doc: str = "") -> None:
 def _env_part(run: Run, missing: dict[str, list[str]]) -> None:
     import jax
 
-    from zoo.bench.records import record_base, write_json
 
     record = record_base("environment")
     dev = record["device"]
@@ -671,8 +673,6 @@ def _env_part(run: Run, missing: dict[str, list[str]]) -> None:
 
 
 def _tests_part(run: Run, part: Part, window: tuple[float, float]) -> None:
-    from zoo.bench import testlog
-    from zoo.bench.records import record_base, write_json
 
     log = os.path.join(run.device_dir, "gpu-tests.jsonl")
     junit = os.path.join(run.device_dir, "gpu-tests.junit.xml")
@@ -820,8 +820,6 @@ def gpu_main(argv: list[str]) -> int:
     start = time.time()
     env = dict(os.environ)  # the children configure their own allocator
     require_backend(args.dry_run, parser)
-    from zoo.bench.display import make_console
-    from zoo.bench.peaks import device_slug
 
     root = project_root()
     out = os.path.abspath(args.out or (tempfile.mkdtemp(prefix="zoo-gpu-dry-run-")

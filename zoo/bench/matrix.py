@@ -30,9 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
+from zoo.bench.accel import configure_allocator
+from zoo.bench.display import make_console
+from zoo.bench.fairness import FairnessError
 from zoo.bench.generation import base_tokens
 from zoo.bench.generation import styles as generation_styles
+from zoo.bench.options import bench_parser, config_from_args, parse_impls
+from zoo.bench.records import save, write_json
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
+from zoo.bench.tables import print_model_record
 from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
 from zoo.libraries import IMPLS, JAX_IMPLS
@@ -349,11 +355,7 @@ def run_entry(entry: Entry, out: str, console: Any, allocator: dict[str, Any],
     """Run one entry in this process and write its record (with `extra` fields and the entry's
     wall time, `wall_s`); returns a problem or None."""
     from zoo.bench.dispatch import WORKLOADS, run_dispatch
-    from zoo.bench.fairness import FairnessError
-    from zoo.bench.options import bench_parser, config_from_args, parse_impls
-    from zoo.bench.records import save, write_json
     from zoo.bench.runner import run
-    from zoo.bench.tables import print_model_record
 
     start = time.perf_counter()
     path = None
@@ -425,8 +427,6 @@ def measured_times(directory: str) -> dict[str, float]:
 
 
 def matrix_main(argv: list[str]) -> int:
-    from zoo.bench.accel import configure_allocator
-    from zoo.bench.display import make_console
 
     p = ArgumentParser(prog="python -m zoo.bench matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, metavar="DIR",

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
+from zoo.bench.xla_flags import backend_started
 from zoo.runtime import sharding
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -60,7 +61,6 @@ def request_devices(n: int) -> str | None:
     """Before JAX's backend starts: ask the CPU platform for `n` host devices (XLA_FLAGS; other
     platforms are not affected). Returns the flag set, None when the backend has started or the
     user set a device count already (`make_mesh` then checks that there are enough)."""
-    from zoo.bench.xla_flags import backend_started
 
     current = os.environ.get("XLA_FLAGS", "")
     if backend_started() or DEVICE_COUNT_FLAG in current:

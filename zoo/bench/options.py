@@ -12,6 +12,8 @@ import zoo
 from zoo.bench.mesh import MeshError, parse_mesh
 from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
 from zoo.bench.records import RESULTS_DIR
+from zoo.bench.runner import BenchConfig, parse_methods
+from zoo.bench.styles import available_styles, benched, default_style, idiomatic_style
 from zoo.cli import (
     ArgumentParser,
     non_negative_float,
@@ -68,7 +70,6 @@ def resolve_calls(value: str, impls: tuple[str, ...], *, torch_compile: bool = F
     in a comma list, "default" and "idiomatic" name each library's own (`--call
     default,idiomatic`: the fastest and the documented way side by side).
     With `steps_per_call` > 1, every JAX library also gets the "fused" style."""
-    from zoo.bench.styles import available_styles, benched, default_style, idiomatic_style
 
     out: dict[str, list[str]] = {}
     wanted = [v.strip() for v in value.split(",") if v.strip()]
@@ -185,7 +186,6 @@ def bench_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from zoo.bench.runner import BenchConfig, parse_methods
 
     preset = find_preset(args.preset, args.arch) if args.preset else None
     arch = preset.arch if preset else args.arch

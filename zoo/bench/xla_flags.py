@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from zoo.cli import ArgumentParser
+
 # Measured on CPU in docs/investigations/conv_transpose.md; `none` is XLA's own default.
 PRESETS: dict[str, str] = {
     "none": "",
@@ -92,7 +94,6 @@ def apply(value: str) -> str:
 
 def xla_flags_main(argv: list[str]) -> int:
     """`python -m zoo.bench xla-flags`: the presets and whether this XLA accepts their flags."""
-    from zoo.cli import ArgumentParser
 
     ArgumentParser(prog="python -m zoo.bench xla-flags",
                    description="the XLA:CPU flag presets, each flag probed").parse_args(argv)

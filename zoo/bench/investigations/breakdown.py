@@ -22,6 +22,8 @@ from typing import Any
 
 import jax
 
+from zoo.bench.presets import PresetError, find_preset
+from zoo.bench.styles import torch_eager
 from zoo.cli import ArgumentParser, positive_int
 
 IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
@@ -147,8 +149,6 @@ def torch_breakdown(run: Any, steps: int) -> dict[str, float]:
 
 
 def breakdown_main(argv: list[str]) -> int:
-    from zoo.bench.presets import PresetError, find_preset
-    from zoo.bench.styles import torch_eager
     from zoo.bench.subjects import Subject, build_config, build_models, make_task
 
     p = ArgumentParser(prog="python -m zoo.bench breakdown",

@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 from jax.experimental.layout import Format, Layout
 
+from zoo.bench.display import make_console
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
 from zoo.cli import ArgumentParser, positive_int
@@ -396,7 +397,6 @@ def run_repros(names: list[str], rounds: int, console: Any) -> None:
 
 
 def xla_cpu_main(argv: list[str]) -> int:
-    from zoo.bench.display import make_console
 
     names = [r.name for r in REPROS]
     p = ArgumentParser(prog="python -m zoo.bench xla-cpu",
