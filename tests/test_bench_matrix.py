@@ -69,14 +69,18 @@ def test_full_matrix_plan():
 
 
 def test_allocator_is_set_before_jax_starts():
-    """Importing the benchmark starts no JAX backend, so the allocator setting made by the
-    commands (PyTorch in the process: no preallocation) reaches JAX; once the backend has
-    started, the record says it came too late. Run in a fresh interpreter."""
+    """Importing the benchmark (every module of `zoo.bench`, their imports at the top) starts
+    no JAX backend, so the allocator setting made by the commands (PyTorch in the process: no
+    preallocation) and their XLA flags reach JAX; once the backend has started, the record
+    says it came too late. Run in a fresh interpreter."""
     code = """
-import json, os
+import importlib, json, os, pkgutil
 os.environ.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
 os.environ.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
-import zoo.bench.cli, zoo.bench.matrix, zoo.bench.runner, zoo.bench.dispatch
+import zoo.bench
+for m in pkgutil.walk_packages(zoo.bench.__path__, "zoo.bench."):
+    if m.name != "zoo.bench.__main__":
+        importlib.import_module(m.name)
 from zoo.bench import accel
 before = accel.jax_backend_started()
 first = accel.configure_allocator(torch_in_process=True)
