@@ -197,7 +197,6 @@ def remove(path: Path) -> None:
 
 def run_size(size: str, sources: list[str], targets: list[str], scratch: Path,
              log: Any, back_only: bool = False) -> dict[str, Any]:
-
     config = make_config("vit", **SIZES[size])
     work = Path(tempfile.mkdtemp(prefix=f"zoo-convert-{size}-", dir=scratch))
     run = Run(size, config, work)
@@ -255,7 +254,6 @@ def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
 
 
 def convert_main(argv: list[str]) -> int:
-
     p = ArgumentParser(prog="python -m zoo.bench convert", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="vit-b,vit-l", help=f"comma list of {', '.join(SIZES)}")
     p.add_argument("--sources", default=",".join(FORMATS), help="source formats")

@@ -342,7 +342,6 @@ def run_dispatch(impls: tuple[str, ...], rounds: int = 100, budget_s: float = 0.
                  progress: bool = True, tiny: bool = False) -> dict[str, Any]:
     from rich.progress import Progress
 
-
     results: list[dict[str, Any]] = []
     with Progress(console=console, transient=True, disable=not progress) as bar:
         task_id = bar.add_task("dispatch", total=rounds * len(workloads))

@@ -409,7 +409,6 @@ def run_from_args(args: Any) -> GenerationRun:
     model's positions."""
     import json
 
-
     preset = find_preset(args.preset, args.arch) if args.preset else None
     arch = preset.arch if preset else args.arch
     if arch is None:
@@ -452,7 +451,6 @@ def styles(call: str) -> tuple[str, ...]:
 def generation_main(run: GenerationRun, args: Any, console: Any) -> int:
     """`python -m zoo.bench ARCH --mode prefill|decode`: run, print, save."""
     from rich.console import Console
-
 
     status = (lambda s: None) if args.no_progress else (
         lambda s: console.print(s, style="dim", highlight=False))

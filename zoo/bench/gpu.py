@@ -535,7 +535,6 @@ def worker_main(args: Any) -> int:
     orchestrator stops it at the last bench part's end); events go to `args.progress`."""
     import jax
 
-
     allocator = configure_allocator(torch_in_process=True)
     cache = None
     if args.dry_run:  # code paths, not speed: compile as the test suite does (~40% less time)
@@ -641,7 +640,6 @@ def _header(run: Run, title: str, end: float, doc: str = "") -> None:
 def _env_part(run: Run, missing: dict[str, list[str]]) -> None:
     import jax
 
-
     record = record_base("environment")
     dev = record["device"]
     gpu = dev.get("gpu") or {}
@@ -673,7 +671,6 @@ def _env_part(run: Run, missing: dict[str, list[str]]) -> None:
 
 
 def _tests_part(run: Run, part: Part, window: tuple[float, float]) -> None:
-
     log = os.path.join(run.device_dir, "gpu-tests.jsonl")
     junit = os.path.join(run.device_dir, "gpu-tests.junit.xml")
     for path in (log, junit):

@@ -427,7 +427,6 @@ def measured_times(directory: str) -> dict[str, float]:
 
 
 def matrix_main(argv: list[str]) -> int:
-
     p = ArgumentParser(prog="python -m zoo.bench matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, metavar="DIR",
                    help="records go to DIR/<device>/ (bench/results for the committed ones)")

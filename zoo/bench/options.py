@@ -186,7 +186,6 @@ def bench_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-
     preset = find_preset(args.preset, args.arch) if args.preset else None
     arch = preset.arch if preset else args.arch
     if arch is None:

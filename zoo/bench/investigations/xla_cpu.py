@@ -397,7 +397,6 @@ def run_repros(names: list[str], rounds: int, console: Any) -> None:
 
 
 def xla_cpu_main(argv: list[str]) -> int:
-
     names = [r.name for r in REPROS]
     p = ArgumentParser(prog="python -m zoo.bench xla-cpu",
                        description="minimal reproductions of XLA:CPU's limits")
