@@ -153,6 +153,10 @@ def test_default_prompt_fits_a_tiny_preset_and_a_bad_one_gets_one_line(capsys) -
     assert generation.styles("all") == tuple(generation.STYLES)
     with pytest.raises(ValueError, match="--call fast"):
         generation.styles("fast")
+    with pytest.raises(SystemExit):  # a vision model: one line, not an AttributeError
+        main(["vit", "--preset", "tiny", "--mode", "decode"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "vit does not generate text (not a language model)" in err[0]
 
 
 def test_a_step_lost_in_the_noise_prints_dashes_not_a_negative_time() -> None:

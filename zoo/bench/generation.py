@@ -417,9 +417,11 @@ def run_from_args(args: Any) -> GenerationRun:
     if args.config:
         overrides.update(json.loads(args.config))
     config = build_config(arch, overrides, "auto")
-    if not getattr(config, "GENERATES", True):
-        raise ValueError(f"{arch} does not generate text (an encoder: its config's GENERATES "
-                         "is false); --mode forward or train times it")
+    if not getattr(config, "GENERATES", False):
+        why = ("an encoder: its config's GENERATES is false" if hasattr(config, "GENERATES")
+               else "not a language model")
+        raise ValueError(f"{arch} does not generate text ({why}); --mode forward or train "
+                         "times it")
     limit = getattr(config, "max_length", None)
     prompt = args.prompt or (PROMPT if limit is None else min(PROMPT, limit // 2))
     new = args.new_tokens or (NEW if limit is None else max(1, min(NEW, limit - prompt)))
