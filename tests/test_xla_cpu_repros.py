@@ -58,6 +58,16 @@ def test_a_bfloat16_weight_is_converted_whole_before_the_product():
     product, each weight converted to a float32 copy at every call."""
     assert xla_cpu.weight_converted()
 
+@pytest.mark.pinned("jax", "jaxlib")
+def test_a_kv_cache_is_transposed_or_copied_whole_at_every_decode_step():
+    """Why the zoo's KV caches stay slot-major `(N, L, heads, D)`: in a decode loop XLA:CPU
+    transposes such a cache once a step for the attention's products; head-major, which those
+    products read as it lies, it is copied whole several times a step instead."""
+    assert xla_cpu.cache_loop_ops(head_major=False) == (0, 1)
+    copies, transposes = xla_cpu.cache_loop_ops(head_major=True)
+    assert transposes == 0 and copies > 1, (copies, transposes)
+
+
 _YNN_PROBE = """
 import jax, jax.numpy as jnp
 from jax import lax

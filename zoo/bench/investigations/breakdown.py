@@ -45,7 +45,7 @@ _NO_WORK = frozenset({"while", "call", "conditional", "parameter", "constant", "
                       "get-tuple-element", "bitcast"})
 
 
-def _parse(hlo: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+def parse_hlo(hlo: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """HLO text -> (computation -> its instruction lines, instruction -> its line)."""
     computations: dict[str, list[str]] = {}
     lines: dict[str, str] = {}
@@ -81,7 +81,7 @@ def _ops(line: str, computations: dict[str, list[str]], seen: set[str]) -> set[s
 def classify(hlo: str) -> dict[str, str]:
     """instruction name -> category, for every instruction of the compiled HLO text `hlo` that
     does work (loops and calls are left out: their bodies are traced on their own)."""
-    computations, lines = _parse(hlo)
+    computations, lines = parse_hlo(hlo)
     out = {}
     for name, line in lines.items():
         own = _INSTRUCTION.match(line).group(2)

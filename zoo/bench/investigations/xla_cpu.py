@@ -30,14 +30,15 @@ from jax import lax
 from jax.experimental.layout import Format, Layout
 
 from zoo.bench.display import make_console
+from zoo.bench.investigations.breakdown import parse_hlo
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
 from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
-__all__ = ["REPROS", "column_major_copied", "concatenate_fusions", "conv_transposes",
-           "fusion_operands", "residual_stack_loss", "transpose_kept", "weight_converted",
-           "xla_cpu_main"]
+__all__ = ["REPROS", "cache_loop_ops", "column_major_copied", "concatenate_fusions",
+           "conv_transposes", "fusion_operands", "residual_stack_loss", "transpose_kept",
+           "weight_converted", "xla_cpu_main"]
 
 
 Rows = list[tuple[str, str]]
@@ -273,6 +274,70 @@ def _bf16_gemv(rounds: int) -> Rows:
     return rows
 
 
+# -- kv-cache ------------------------------------------------------------------------------------
+
+def _decode_loop(head_major: bool, steps: int) -> Callable:
+    """`steps` decode steps of one attention layer over a KV cache (keys = values, enough
+    here), each writing its token's slot in place and attending over every slot: the cache
+    kept slot-major `(N, L, heads, D)` (Flax's layout, and the zoo's) or head-major
+    `(N, heads, L, D)` (`transformers`'), read by the same two batched products."""
+    axis = 2 if head_major else 1
+
+    def step(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        cache, x = carry  # x: (N, heads, D)
+        cache = lax.dynamic_update_slice_in_dim(cache, jnp.expand_dims(jnp.tanh(x), axis),
+                                                i, axis)
+        keys = cache if head_major else jnp.swapaxes(cache, 1, 2)  # (N, heads, L, D)
+        weights = jax.nn.softmax(jnp.einsum("ngd,ngkd->ngk", x, keys), axis=-1)
+        return cache, x + jnp.einsum("ngk,ngkd->ngd", weights, keys)
+
+    return jax.jit(lambda cache, x: lax.fori_loop(0, steps, step, (cache, x)))
+
+
+def _cache_args(head_major: bool, slots: int, heads: int = 12, d: int = 64
+                ) -> tuple[jax.Array, jax.Array]:
+    shape = (1, heads, slots, d) if head_major else (1, slots, heads, d)
+    return jnp.zeros(shape), jnp.full((1, heads, d), 0.01)
+
+
+def cache_loop_ops(head_major: bool, slots: int = 64) -> tuple[int, int]:
+    """(copies, transposes) of a whole cache in the compiled decode loop's body (and the
+    fusions it calls), each a pass over the cache at every step (a transpose's own copy to
+    its layout counted once, as the transpose)."""
+    cache, x = _cache_args(head_major, slots)
+    hlo = _decode_loop(head_major, 4).lower(cache, x).compile().as_text()
+    computations, _ = parse_hlo(hlo)
+    body = re.search(r"while\(.*?body=%?([\w.\-]+)", hlo).group(1)
+    lines = list(computations[body])
+    for line in computations[body]:
+        for called in re.findall(r"calls=%?([\w.\-]+)", line):
+            lines += computations.get(called, [])
+    same_size = [ln for ln in lines if re.search(r"= f32\[[\d,]+\]\S* (?:copy|transpose)\(", ln)
+                 and np.prod([int(d) for d in re.search(r"f32\[([\d,]+)\]", ln).group(1)
+                              .split(",")]) == cache.size]
+    return (sum(" copy(" in ln and " copy(%transpose" not in ln for ln in same_size),
+            sum(" transpose(" in ln for ln in same_size))
+
+
+def _kv_cache(rounds: int) -> Rows:
+    rows: Rows = []
+    steps = 16
+    for slots in (64, 1024):
+        calls = {name: Prepared(_decode_loop(major, steps), _cache_args(major, slots))
+                 for name, major in (("slot", False), ("head", True))}
+        t = _interleaved(calls, rounds, "slot")
+        mb = 12 * 64 * slots * 4 / 1e6
+        rows += [(f"GPT-2's attention (12 heads of 64), {slots} slots ({mb:.1f} MB), a step: "
+                  "(N, L, heads, D) cache", f"{t['slot'][0] / steps * 1e6:.0f} us"),
+                 ("  (N, heads, L, D) cache", f"{t['head'][0] / steps * 1e6:.0f} us"),
+                 ("  head-major / slot-major", _ratio(t["head"][1]))]
+    for name, major in (("slot-major", False), ("head-major", True)):
+        copies, transposes = cache_loop_ops(major)
+        rows.append((f"passes over the whole cache in a step, {name}",
+                     f"copies: {copies}, transposes: {transposes}"))
+    return rows
+
+
 # -- fresh-pages and ynn-conv: each setting in a fresh process ------------------------------------
 
 _PAGES_CHILD = """
@@ -376,6 +441,11 @@ REPROS: tuple[Repro, ...] = (
           "is converted whole to float32 at every call, then multiplied (batch-1 decoding in "
           "bfloat16 reads and writes more bytes than in float32).",
           "not reported yet: file with this output", _bf16_gemv),
+    Repro("kv-cache", "In a decode loop, XLA:CPU transposes a slot-major KV cache "
+          "(N, L, heads, D) whole at every step for the attention's batched products; a "
+          "head-major cache (N, heads, L, D), which they read as it lies, is copied whole at "
+          "every step instead (its one-slot write is not done in place), and is slower.",
+          "not reported yet: file with this output", _kv_cache),
 )
 
 
