@@ -71,8 +71,23 @@ def test_breakdown_command(capsys):
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
+def test_breakdown_of_a_decode_step(capsys):
+    """`--mode decode`: `zoo.generate`'s step, its state carried from call to call (it donates
+    it), in the JAX libraries by default."""
+    assert main(["breakdown", "gpt2", "--preset", "tiny", "--mode", "decode", "--steps",
+                 "2"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt2 decode, batch 1" in out and "matmul" in out
+    heads = [line.split(":")[0].strip() for line in out.splitlines()[1:]
+             if not line.endswith("%")]
+    assert heads == ["eqx", "linen", "nnx"] and "ms a step in these ops" in out
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["mlp", "--impl", "jax"], "unknown --impl ['jax']"),
+    (["vit", "--mode", "decode"], "--mode decode: vit does not generate text"),
+    (["gpt2", "--preset", "tiny", "--mode", "decode", "--impl", "nnx,torch"],
+     "--mode decode profiles the JAX libraries' step"),
     (["mlp", "--preset", "nope"], "no preset 'nope'"),
     (["mlp", "--steps", "0"], "--steps: expected an int >= 1, got '0'"),
     (["mlp", "--torch-threads", "0"], "--torch-threads: expected an int >= 1, got '0'"),

@@ -403,6 +403,35 @@ def _number(value: float | None, width: int, digits: int = 1) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:{width}.{digits}f}"
 
 
+def default_prompt(config: Any) -> int:
+    """The default prompt's tokens: `PROMPT`, or half the model's positions if fewer."""
+    limit = getattr(config, "max_length", None)
+    return PROMPT if limit is None else min(PROMPT, limit // 2)
+
+
+def default_new(config: Any, prompt: int) -> int:
+    """The default new tokens after `prompt`: `NEW`, or what the model's positions leave."""
+    limit = getattr(config, "max_length", None)
+    return NEW if limit is None else max(1, min(NEW, limit - prompt))
+
+
+def decode_step(impl: str, model: Any, config: Any, batch: int = 1
+                ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """One decode step of `zoo.generate`'s loop in a JAX library (`Generator.step`: it donates
+    its state and returns the next) and its arguments `(weights, state)`, the state after a
+    prefill of a random default-length prompt."""
+    prompt = default_prompt(config)
+    new = default_new(config, prompt)
+    gen = Generator(zoo.interface(impl).decoding(model, batch, prompt + new),
+                    Settings(max_new_tokens=new))
+    p = gen.prepared
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, (batch, prompt))
+    slots = np.zeros((batch, p.max_length), np.int32)
+    slots[:, :prompt] = 1
+    state = gen.prefill(p.weights, p.cache, ids.astype(np.int32), slots, jax.random.key(0))
+    return gen.step, (p.weights, state)
+
+
 def run_from_args(args: Any) -> GenerationRun:
     """The run the command line asks for (`PresetError`, `ValueError`, `ArgumentTypeError`
     for bad values: the caller's one-line error). The default prompt and new tokens fit the
@@ -423,8 +452,8 @@ def run_from_args(args: Any) -> GenerationRun:
         raise ValueError(f"{arch} does not generate text ({why}); --mode forward or train "
                          "times it")
     limit = getattr(config, "max_length", None)
-    prompt = args.prompt or (PROMPT if limit is None else min(PROMPT, limit // 2))
-    new = args.new_tokens or (NEW if limit is None else max(1, min(NEW, limit - prompt)))
+    prompt = args.prompt or default_prompt(config)
+    new = args.new_tokens or default_new(config, prompt)
     if limit is not None and prompt + new > limit:
         asked = f"--prompt {prompt}" + (f" and --new-tokens {new}" if args.new_tokens else "")
         raise ValueError(f"{asked}: {prompt + new} tokens (prompt and new) exceed the model's "

@@ -6,7 +6,8 @@
 JAX: a `jax.profiler` trace of a few `zoo.runtime.fast` steps; every trace event (one XLA:CPU thunk)
 is looked up in the compiled HLO and classified by the ops its (fused) computation contains
 (`classify`). PyTorch: `torch.profiler` self CPU time of the `aten::` ops (`torch_category`).
-Shares of a step are printed: unlike absolute times they survive a loaded machine.
+Shares of a step are printed (unlike absolute times they survive a loaded machine), and the
+time a step spends in the ops classified (not the gaps between them).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import jax
 
+from zoo.bench.generation import decode_step
 from zoo.bench.presets import PresetError, find_preset
 from zoo.bench.styles import torch_eager
 from zoo.cli import ArgumentParser, positive_int
@@ -123,20 +125,30 @@ def _trace_times(directory: str, steps: int) -> dict[str, float]:
     return dict(times)
 
 
-def jax_breakdown(step: Any, args: tuple[Any, ...], steps: int) -> dict[str, float]:
-    """Shares per HLO category of `step(*args)` (a `zoo.runtime.fast` forward or train step)."""
+def jax_breakdown(step: Any, args: tuple[Any, ...], steps: int, chained: bool = False
+                  ) -> tuple[dict[str, float], float]:
+    """Shares per HLO category of `step(*args)` (a `zoo.runtime.fast` forward or train step;
+    `chained`: a step that donates its last argument and returns its next value, as a decode
+    step its state) and the seconds a step of the ops classified."""
     categories = classify(step.lower(*args).compile().as_text())
+
+    def run(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = jax.block_until_ready(step(*args))
+        return (*args[:-1], out) if chained else args
+
     for _ in range(2):
-        jax.block_until_ready(step(*args))
+        args = run(args)
     with tempfile.TemporaryDirectory() as directory:
         with jax.profiler.trace(directory):
             for _ in range(steps):
-                jax.block_until_ready(step(*args))
-        return shares(_trace_times(directory, steps), categories)
+                args = run(args)
+        times = _trace_times(directory, steps)
+    return shares(times, categories), sum(t for n, t in times.items() if n in categories)
 
 
-def torch_breakdown(run: Any, steps: int) -> dict[str, float]:
-    """Shares per category of the `aten::` ops' self CPU time over `steps` calls of `run`."""
+def torch_breakdown(run: Any, steps: int) -> tuple[dict[str, float], float]:
+    """Shares per category of the `aten::` ops' self CPU time over `steps` calls of `run`, and
+    their seconds a call."""
     from torch.profiler import ProfilerActivity, profile
 
     run()
@@ -145,7 +157,8 @@ def torch_breakdown(run: Any, steps: int) -> dict[str, float]:
             run()
     times = {e.key: e.self_cpu_time_total for e in prof.key_averages()
              if e.key.startswith("aten::")}
-    return shares(times, {op: torch_category(op) for op in times})
+    return (shares(times, {op: torch_category(op) for op in times}),
+            sum(times.values()) / 1e6 / steps)
 
 
 def breakdown_main(argv: list[str]) -> int:
@@ -156,8 +169,11 @@ def breakdown_main(argv: list[str]) -> int:
     p.add_argument("arch")
     p.add_argument("--preset", default=None)
     p.add_argument("--batch", type=positive_int, default=None)
-    p.add_argument("--impl", default="nnx,torch", help="comma list of eqx,linen,nnx,torch")
-    p.add_argument("--mode", choices=("forward", "train"), default="train")
+    p.add_argument("--impl", default=None, help="comma list of eqx,linen,nnx,torch (default: "
+                   "nnx,torch; decode: eqx,linen,nnx)")
+    p.add_argument("--mode", choices=("forward", "train", "decode"), default="train",
+                   help="decode: a step of zoo.generate's loop (JAX libraries; after a prompt "
+                   "of 32 tokens or half the positions, batch 1 unless --batch)")
     p.add_argument("--steps", type=positive_int, default=5,
                    help="profiled steps (after 2 warm-ups)")
     p.add_argument("--torch-threads", type=positive_int, default=None, metavar="N",
@@ -168,16 +184,22 @@ def breakdown_main(argv: list[str]) -> int:
         config = build_config(args.arch, dict(preset.config) if preset else {}, "auto")
     except (PresetError, ValueError) as err:
         p.error(str(err))
-    impls = tuple(args.impl.split(","))
+    impls = tuple((args.impl or ("eqx,linen,nnx" if args.mode == "decode" else "nnx,torch"))
+                  .split(","))
     unknown = sorted(set(impls) - set(IMPLS))
     if unknown:
         p.error(f"unknown --impl {unknown} (use {', '.join(IMPLS)})")
+    if args.mode == "decode":
+        if not getattr(config, "GENERATES", False):
+            p.error(f"--mode decode: {args.arch} does not generate text")
+        if "torch" in impls:
+            p.error("--mode decode profiles the JAX libraries' step (--impl eqx,linen,nnx)")
     threads = args.torch_threads
     if threads is not None and "torch" in impls:
         import torch
 
         torch.set_num_threads(threads)
-    batch = args.batch or (preset.batch if preset else 8)
+    batch = args.batch or (1 if args.mode == "decode" else preset.batch if preset else 8)
     dtype = preset.dtype if preset else "float32"
     task = make_task(config, batch, dtype)
     models = build_models(config, impls, dtype=dtype)
@@ -186,12 +208,16 @@ def breakdown_main(argv: list[str]) -> int:
     for impl in impls:
         subject = Subject(impl, models[impl], task)
         if subject.is_torch:
-            result = torch_breakdown(torch_eager(subject, args.mode).fn, args.steps)
+            result, seconds = torch_breakdown(torch_eager(subject, args.mode).fn, args.steps)
+        elif args.mode == "decode":
+            result, seconds = jax_breakdown(*decode_step(impl, models[impl], config, batch),
+                                            args.steps, chained=True)
         elif args.mode == "train":
-            result = jax_breakdown(subject.fast_train(), subject.train_args(), args.steps)
+            result, seconds = jax_breakdown(subject.fast_train(), subject.train_args(),
+                                            args.steps)
         else:
-            result = jax_breakdown(subject.fast_forward(), (subject.x,), args.steps)
-        print(f"  {impl}")
+            result, seconds = jax_breakdown(subject.fast_forward(), (subject.x,), args.steps)
+        print(f"  {impl}: {1e3 * seconds:.2f} ms a step in these ops")
         for cat, share in result.items():
             print(f"    {cat:34s} {100 * share:5.1f}%")
     return 0
