@@ -195,6 +195,9 @@ def test_bad_input_gets_one_line(impl: str) -> None:
         with pytest.raises(ValueError, match=message) as raised:
             zoo.generate(model, impl, ids, **kwargs)
         assert "\n" not in str(raised.value)
+    vision = zoo.create(zoo.tiny_config("mlp"), impl)  # not an AttributeError from inside
+    with pytest.raises(ValueError, match=r"a mlp model does not generate text \(not one of"):
+        zoo.generate(vision, impl, ids)
 
 
 def _backend_compiles(fn) -> int:

@@ -41,10 +41,13 @@ def generate(model: Any, impl: str, input_ids: Any, attention_mask: Any = None, 
     """
     from zoo.libraries import native_interface
 
-    config = getattr(model[0] if isinstance(model, tuple) else model, "config", None)
-    if not getattr(config, "GENERATES", True):  # Linen's native model: (module, variables)
-        raise ValueError(f"a {config.arch} model does not generate text (an encoder: its "
-                         "config's GENERATES is false)")
+    native = model[0] if isinstance(model, tuple) else model  # Linen's: (module, variables)
+    config = getattr(native, "config", None)
+    if not getattr(config, "GENERATES", False):
+        what = type(native).__name__ if config is None else f"{config.arch} model"
+        why = ("an encoder: its config's GENERATES is false" if hasattr(config, "GENERATES")
+               else "not one of the zoo's language models")
+        raise ValueError(f"a {what} does not generate text ({why})")
     settings = Settings.of(max_new_tokens=max_new_tokens, temperature=temperature,
                            top_k=top_k, top_p=top_p, seed=seed, eos_token_id=eos_token_id,
                            pad_token_id=pad_token_id, max_length=max_length)
