@@ -30,7 +30,7 @@ __all__ = [
 # Checkpoint files: formats eqx / linen / nnx / canonical / torch, `python -m converters`.
 # Bring your own checkpoint: layer matching for models and trees the zoo did not build.
 from converters import matching
-from converters.adapters.hub import config_json
+from converters.adapters.config_readers import config_json
 from converters.checkpoints import (
     FORMATS,
     Checkpoint,

@@ -60,14 +60,14 @@ from converters.checkpoints import (
     format_names,
 )
 from converters.checkpoints import inspect_checkpoint as inspect_file
-from converters.checkpoints.base import Detection
+from converters.checkpoints.checkpoint import Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detecting_once
 from converters.checkpoints.format import for_detection
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.sources import local
 from converters.core import ConversionError, KeyMismatchError
-from converters.matching.cli import (
+from converters.matching.commands import (
     convert_foreign_cli,
     convert_like_cli,
     describe,
@@ -76,7 +76,7 @@ from converters.matching.cli import (
     propose,
 )
 from converters.matching.match import MatchError
-from zoo.cli import ArgumentParser
+from zoo.arguments import ArgumentParser
 from zoo.configs import Config, ConfigError, PaddingWarning, config_from_dict
 from zoo.progress import progress as progress_display
 from zoo.weights.sources import Source

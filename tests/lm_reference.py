@@ -77,9 +77,9 @@ def hf_config(config: zoo.Config):
     transformers, with eager attention."""
     import transformers
 
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    data = hub.writer_for(config).hub_config(config)
+    data = config_readers.writer_for(config).hub_config(config)
     hf = transformers.AutoConfig.for_model(**data)
     hf._attn_implementation = "eager"
     return hf

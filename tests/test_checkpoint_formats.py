@@ -21,7 +21,7 @@ from converters import Checkpoint, read, write
 from converters.__main__ import main
 from converters.checkpoints import DestinationWarning, format_names, inspect_checkpoint
 from converters.checkpoints import format as fmt_registry
-from converters.checkpoints.base import Detection
+from converters.checkpoints.checkpoint import Detection
 from converters.checkpoints.format import CheckpointFormat, Entry, Probe
 from converters.checkpoints.io import ProgressFn
 from converters.core import canonical_spec

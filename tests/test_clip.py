@@ -50,9 +50,9 @@ LABELS = ("cat", "dog", "bird")
 
 
 def hf_config(config: zoo.Config):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    return transformers.AutoConfig.for_model(**hub.writer_for(config).hub_config(config))
+    return transformers.AutoConfig.for_model(**config_readers.writer_for(config).hub_config(config))
 
 
 @functools.cache
@@ -248,28 +248,28 @@ def test_a_folder_written_loads_strictly_in_transformers(family, impl, root, tmp
     (None, "a_new_option", 1, "a_new_option")])
 def test_config_json_fields_the_zoo_does_not_compute_are_refused_by_name(where, field, value,
                                                                          named):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    raw = hub.writer_for(FAMILIES["siglip"]).hub_config(FAMILIES["siglip"])
+    raw = config_readers.writer_for(FAMILIES["siglip"]).hub_config(FAMILIES["siglip"])
     if where is None:
         raw[field] = value
     else:
         raw[where] = {**raw[where], field: value}
     with pytest.raises(ConfigError, match=named):
-        hub.reader_for(raw).config(raw, "config.json")
+        config_readers.reader_for(raw).config(raw, "config.json")
 
 
 @pytest.mark.parametrize("name", NAMED)
 def test_named_models_match_their_published_config_and_transformers(name):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
     raw = json.loads((FIXTURES / f"{name}.json").read_text())
-    assert hub.reader_for(raw).config(raw, name) == zoo.make_config(name)
+    assert config_readers.reader_for(raw).config(raw, name) == zoo.make_config(name)
     with torch.device("meta"):
         reference = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(**raw))
     spec = converters.canonical_spec(zoo.make_config(name))
     shapes = {k: np.broadcast_to(np.float32(0), v.shape) for k, v in spec.items()}  # no data
-    written = hub.reader_for(raw).adapter.from_zoo(shapes)
+    written = config_readers.reader_for(raw).adapter.from_zoo(shapes)
     assert {k: v.shape for k, v in written.items()} == {
         k: tuple(v.shape) for k, v in reference.state_dict().items()}
     assert sum(int(np.prod(v.shape)) for v in spec.values()) == sum(

@@ -77,9 +77,9 @@ def rotated(libraries: tuple[str, ...], per_variant: int) -> list:
 
 
 def hf_config(config: zoo.Config):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    data = hub.writer_for(config).hub_config(config)
+    data = config_readers.writer_for(config).hub_config(config)
     return transformers.AutoConfig.for_model(**data)
 
 
@@ -321,11 +321,11 @@ def test_hf_folder_to_a_library_and_back_loads_in_transformers(name, impl, tmp_p
     ("architectures", ["BertForTokenClassification"]), ("num_experts", 4),
     ("a_new_option", 1)])
 def test_config_json_fields_the_zoo_does_not_compute_are_refused_by_name(field, value):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    raw = {**hub.writer_for(VARIANTS[QUICK]).hub_config(VARIANTS[QUICK]), field: value}
+    raw = {**config_readers.writer_for(VARIANTS[QUICK]).hub_config(VARIANTS[QUICK]), field: value}
     with pytest.raises(ConfigError, match=field if field != "num_experts" else "experts"):
-        hub.reader_for(raw).config(raw, "config.json")
+        config_readers.reader_for(raw).config(raw, "config.json")
 
 
 @pytest.mark.parametrize("name", NAMED)
@@ -333,10 +333,10 @@ def test_named_models_match_their_published_config_and_transformers(name):
     """The named model's config is the published config.json's (read by the zoo's reader),
     and its canonical keys, shapes and parameter count are transformers' model's on the meta
     device (no weights)."""
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
     raw = json.loads((FIXTURES / NAMED[name]).read_text())
-    read = hub.reader_for(raw).config(raw, NAMED[name])
+    read = config_readers.reader_for(raw).config(raw, NAMED[name])
     named = zoo.make_config(name)
     assert read.to_dict() == {**named.to_dict(), "pooling": None}
     with torch.device("meta"):

@@ -225,14 +225,14 @@ def test_rotary_settings_of_both_families_are_read_by_one_rule():
 def test_the_llama_reader_takes_both_rotary_spellings():
     """transformers 4's top-level `rope_theta` (what the zoo writes) and transformers 5's
     `rope_parameters` give the same config, a base other than the default included."""
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
     cfg = dataclasses.replace(zoo.tiny_config("llama", rope_type="default", rope_theta=1e6),
                               seq_len=None)
-    v4 = hub.writer_for(cfg).hub_config(cfg)
+    v4 = config_readers.writer_for(cfg).hub_config(cfg)
     assert v4["rope_theta"] == 1e6 and "rope_parameters" not in v4
     v5 = {k: v for k, v in v4.items() if k not in ("rope_theta", "rope_scaling")}
     v5["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
-    read = [hub.reader_for(raw).config(raw, "config.json") for raw in (v4, v5)]
+    read = [config_readers.reader_for(raw).config(raw, "config.json") for raw in (v4, v5)]
     assert read[0] == read[1] and read[0].decoder == cfg.decoder  # rotary frequencies included
     assert (read[0].rope_type, read[0].rope_theta) == ("default", 1e6)

@@ -105,9 +105,9 @@ def test_the_configs_read_are_the_named_towers_options():
     """What each reader makes of transformers' defaults: DINOv2's LayerScale, SwiGLU and
     interpolated position embedding, CLIP's pre-norm and QuickGELU, SigLIP's attention pool
     and tanh GELU, no head for the headless models."""
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
-    read = {name: hub.reader_for(cfg).config(cfg, name) for name, cfg in {
+    read = {name: config_readers.reader_for(cfg).config(cfg, name) for name, cfg in {
         "dinov2": {"model_type": "dinov2", "architectures": ["Dinov2Model"],
                    "use_swiglu_ffn": True, "hidden_size": 1536, "num_hidden_layers": 40,
                    "num_attention_heads": 24, "image_size": 518},
@@ -176,7 +176,7 @@ def test_a_vit_model_converts_without_a_head(tmp_path, capsys):
     ({"model_type": "dinov2", "frobnicate": 1}, r"field\(s\) frobnicate have no counterpart"),
 ])
 def test_configs_without_counterpart_are_refused_by_name(cfg, named):
-    from converters.adapters import hub
+    from converters.adapters import config_readers
 
     with pytest.raises(zoo.ConfigError, match=named):
-        hub.reader_for(cfg).config(cfg, "config.json")
+        config_readers.reader_for(cfg).config(cfg, "config.json")

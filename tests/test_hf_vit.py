@@ -227,7 +227,7 @@ def test_zoo_vit_written_in_a_foreign_layout_by_one_command(tmp_path, capsys):
 
 
 def test_reshape_is_exact_both_ways():
-    rule = adapters.base.reshape((-1,), (-1, 1, 1))
+    rule = adapters.adapter.reshape((-1,), (-1, 1, 1))
     a = np.arange(6, dtype=np.float32).reshape(6, 1, 1) / 7
     assert rule.to_zoo(a).shape == (6,)
     assert rule.to_foreign(rule.to_zoo(a)).tobytes() == a.tobytes()

@@ -1,4 +1,4 @@
-"""The layout adapters' mechanism (`converters.adapters.base`), one declaration per layout for
+"""The layout adapters' mechanism (`converters.adapters.adapter`), one declaration per layout for
 both directions: renames with value changes (`Transform`), fuses, unequal splits, left-out keys
 (`Drop`, with the reason), index offsets (`{i+1}`), stripped prefixes and scanned (stacked)
 layers; read-only value changes refuse to write; refusals name the keys."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from converters import adapters
-from converters.adapters.base import (
+from converters.adapters.adapter import (
     HEADS_IN,
     TRANSPOSE,
     Adapter,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import zoo
-from converters.adapters import hub
+from converters.adapters import config_readers
 from converters.core import canonical_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,7 +33,7 @@ def test_named_model_is_the_published_one(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     raw = json.loads((FIXTURES / "hf_configs" / f"{name}.json").read_text())
-    config = hub.reader_for(raw).config(raw, f"{name}.json")
+    config = config_readers.reader_for(raw).config(raw, f"{name}.json")
     assert config == zoo.make_config(name)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(

@@ -19,7 +19,7 @@ import pytest
 
 import converters
 import zoo
-from converters.adapters import hub
+from converters.adapters import config_readers
 from tests.lm_reference import VARIANTS, hf_config, hf_logits, hf_state, padded_batch, relative
 from zoo.testing import assert_close, tolerance
 
@@ -68,12 +68,12 @@ def test_dropout_is_off_in_eval_and_keyed_in_training(impl):
 
 
 def _read(raw: dict):
-    return hub.reader_for(raw).config(raw, "config.json")
+    return config_readers.reader_for(raw).config(raw, "config.json")
 
 
 def test_the_reader_takes_both_rotary_spellings_and_ignores_inert_fields():
     cfg = dataclasses.replace(VARIANTS["phi3-partial-rope-tied"], seq_len=None)
-    raw = hub.writer_for(cfg).hub_config(cfg)
+    raw = config_readers.writer_for(cfg).hub_config(cfg)
     assert _read(raw) == cfg
     assert hf_config(cfg).rope_parameters["partial_rotary_factor"] == 0.5
     v5 = {k: v for k, v in raw.items() if k not in ("rope_theta", "partial_rotary_factor")}
@@ -97,14 +97,14 @@ def test_the_reader_takes_both_rotary_spellings_and_ignores_inert_fields():
 def test_the_reader_refuses_what_the_zoo_does_not_compute_in_one_line(fields, message):
     cfg = VARIANTS["phi3-gqa-window"]
     with pytest.raises(zoo.ConfigError, match=message):
-        _read({**hub.writer_for(cfg).hub_config(cfg), **fields})
+        _read({**config_readers.writer_for(cfg).hub_config(cfg), **fields})
 
 
 @pytest.mark.parametrize("name", ["phi-3-mini-128k", "phi-3.5-mini"])
 def test_the_longrope_releases_are_refused_naming_longrope_and_the_field(name):
     raw = json.loads((FIXTURES / f"{name}.json").read_text())
     with pytest.raises(zoo.ConfigError) as err:
-        hub.reader_for(raw).config(raw, f"{name}.json")
+        config_readers.reader_for(raw).config(raw, f"{name}.json")
     line = str(err.value)
     assert "\n" not in line and line.startswith(f"{name}.json: rope_scaling type 'longrope'")
     assert name not in zoo.list_models("phi*")

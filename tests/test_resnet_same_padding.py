@@ -14,7 +14,7 @@ from rich.console import Console
 import converters
 import zoo
 from converters.matching import transfer
-from converters.matching.cli import print_mapping
+from converters.matching.commands import print_mapping
 from converters.matching.verify import forward, max_difference, random_input, tolerance
 from tests.flax_imagenet import BottleneckResNetBlock, ResNet, ResNetBlock
 from zoo.configs import PaddingWarning

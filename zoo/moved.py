@@ -16,7 +16,8 @@ MOVED = {"zoo.fast": "zoo.runtime.fast", "zoo.training": "zoo.runtime.training",
          "zoo.sharding": "zoo.runtime.sharding", "zoo.precision": "zoo.runtime.precision",
          "zoo.malloc": "zoo.runtime.malloc", "zoo.generation": "zoo.runtime.generation",
          "zoo.init": "zoo.weights.init", "zoo.adapters": "zoo.weights.adaptation",
-         "zoo.hub": "zoo.weights.sources", "zoo.pretrained": "zoo.weights.pretrained"}
+         "zoo.hub": "zoo.weights.sources", "zoo.pretrained": "zoo.weights.pretrained",
+         "converters.adapters.hub": "converters.adapters.config_readers"}
 
 
 def new_name(name: str) -> str | None:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.cli import ArgumentParser
+from zoo.arguments import ArgumentParser
 from zoo.configs import ConfigError
 from zoo.weights.pretrained import (
     Pretrained,

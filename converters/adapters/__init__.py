@@ -4,17 +4,17 @@ chosen by content (which adapter's rules cover the keys), and written back with 
 torch format) where every value change has an inverse: HF transformers' ViT, DINOv2, CLIP and
 SigLIP image towers and Swin, big_vision's ViT (read only), torchvision's ConvNeXt,
 EfficientNet and MobileNetV3; and the hub folders' `config.json` readers
-(`converters.adapters.hub`: HF transformers' ViT, DINOv2, CLIP and SigLIP image towers, Swin and
-language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3; `hf_gemma`: gemma, gemma2,
-gemma3_text; `hf_phi3`: phi3; `hf_moe`: mixtral, qwen3_moe, with the layouts of their
-per-expert files; `hf_bert`: bert, roberta; `hf_clip_model`: the two-tower clip and siglip,
+(`converters.adapters.config_readers`: HF transformers' ViT, DINOv2, CLIP and SigLIP image
+towers, Swin and language models (`hf_lm`: gpt2, llama, mistral, qwen2, qwen3; `hf_gemma`:
+gemma, gemma2, gemma3_text; `hf_phi3`: phi3; `hf_moe`: mixtral, qwen3_moe, with the layouts of
+their per-expert files; `hf_bert`: bert, roberta; `hf_clip_model`: the two-tower clip and siglip,
 with their layouts), timm, the zoo's own).
 
 One module per source family (`hf_vit`, `hf_dinov2`, `hf_clip`, `hf_swin`, `big_vision`); a
 new layout is one `Adapter` value and one `register` call below, a new hub family one
-`HubReader` subclass registered with `converters.adapters.hub.register`. `to_canonical_names`
-is the one place a foreign state dict is renamed: the checkpoint readers (the command line,
-`converters.load`) and `converters.import_state` both call it.
+`HubReader` subclass registered with `converters.adapters.config_readers.register`.
+`to_canonical_names` is the one place a foreign state dict is renamed: the checkpoint readers
+(the command line, `converters.load`) and `converters.import_state` both call it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from converters.adapters import hub
-from converters.adapters.base import (
+from converters.adapters import config_readers
+from converters.adapters.adapter import (
     Adapter,
     AdapterError,
     Drop,
@@ -115,7 +115,7 @@ for _adapter in (HF_VIT, HF_VIT_MODULES, HF_DINOV2, HF_DINOV2_MODULES, HF_CLIP_V
 for _reader in (HFViTReader(), HFDinov2Reader(), HFCLIPVisionReader(), HFSiglipVisionReader(),
                 HFSwinReader(), TimmReader(), *LM_READERS, *GEMMA_READERS, *PHI3_READERS,
                 *MOE_READERS, *ENCODER_READERS, *TWO_TOWER_READERS, ZooReader()):
-    hub.register(_reader)
+    config_readers.register(_reader)
 
 __all__ = ["Adapter", "AdapterError", "Drop", "Fuse", "Rename", "Split", "Stack", "Transform",
            "adapters", "find", "get", "hub", "register", "to_canonical_names"]

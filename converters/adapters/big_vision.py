@@ -17,7 +17,7 @@ read, not written. A two-tower file's text tower and logit scale and bias are le
 
 from __future__ import annotations
 
-from converters.adapters.base import (
+from converters.adapters.adapter import (
     CONV_KERNEL,
     FLATTEN,
     HEADS_IN,

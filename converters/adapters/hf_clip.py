@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import LEADING, Adapter, Drop, Fuse, Rename, Split, reshape
+from converters.adapters.adapter import LEADING, Adapter, Drop, Fuse, Rename, Split, reshape
+from converters.adapters.config_readers import HubReader
 from converters.adapters.hf_common import activation, fields, pair
-from converters.adapters.hub import HubReader
 from zoo.configs import Config, ConfigError
 from zoo.models.vit.config import ViTConfig
 

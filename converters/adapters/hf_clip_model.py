@@ -19,11 +19,11 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter, Drop, Rename, Split
+from converters.adapters.adapter import Adapter, Drop, Rename, Split
+from converters.adapters.config_readers import HubReader, ModelTypeReader
 from converters.adapters.hf_clip import HF_CLIP_VISION, HF_SIGLIP_VISION
 from converters.adapters.hf_common import pair
 from converters.adapters.hf_lm import build_config, must, refuse_fields
-from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.clip.config import ClipConfig
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from converters.adapters.config_readers import HubReader, ModelTypeReader
 from converters.adapters.hf_lm import build_config, must, refuse_fields, rope_fields
-from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gemma.config import FULL, GEMMA2, GEMMA3, SLIDING, GemmaConfig, pattern
 

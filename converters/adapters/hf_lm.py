@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hub import HubReader, ModelTypeReader
+from converters.adapters.config_readers import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.gpt2.config import GPT2Config
 from zoo.models.llama.config import LlamaConfig

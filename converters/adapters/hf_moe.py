@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter, Rename, Stack
+from converters.adapters.adapter import Adapter, Rename, Stack
+from converters.adapters.config_readers import ModelTypeReader
 from converters.adapters.hf_lm import build_config, must, refuse_fields, rope_fields
-from converters.adapters.hub import ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.mixtral.config import MixtralConfig
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from converters.adapters.config_readers import HubReader, ModelTypeReader
 from converters.adapters.hf_lm import build_config, must, refuse_fields, rope_fields
-from converters.adapters.hub import HubReader, ModelTypeReader
 from zoo.configs import Config, ConfigError
 from zoo.models.phi3.config import Phi3Config
 

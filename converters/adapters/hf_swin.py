@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter, Drop, Fuse, Rename
+from converters.adapters.adapter import Adapter, Drop, Fuse, Rename
+from converters.adapters.config_readers import HubReader
 from converters.adapters.hf_common import activation, classes, fields, pair
-from converters.adapters.hub import HubReader
 from zoo.configs import Config, ConfigError
 from zoo.models.swin.config import SwinConfig
 

@@ -1,4 +1,4 @@
-"""The `HubReader` of timm's hub folders (`converters.adapters.hub`).
+"""The `HubReader` of timm's hub folders (`converters.adapters.config_readers`).
 
 timm's ``config.json`` (``timm.models.push_to_hf_hub`` / ``save_for_hf``) maps as follows:
 
@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hub import HubReader
+from converters.adapters.config_readers import HubReader
 from zoo.configs import CONFIGS, Config, ConfigError, config_from_dict
 from zoo.names import resolve
 from zoo.weights.pretrained.table import SPATIAL_FIELDS

@@ -12,7 +12,7 @@ V2 and no 1x1-convolution MLP: zoo keys of those have no place here and are refu
 
 from __future__ import annotations
 
-from converters.adapters.base import Adapter, Rename, reshape
+from converters.adapters.adapter import Adapter, Rename, reshape
 
 _BLOCK = {"block.0": "conv_dw", "block.2": "norm", "block.3": "mlp.fc1", "block.5": "mlp.fc2"}
 

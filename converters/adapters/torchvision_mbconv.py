@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from converters.adapters.base import Adapter, Rename, Transform
+from converters.adapters.adapter import Adapter, Rename, Transform
 from zoo.models.efficientnet.config import EfficientNetConfig
 from zoo.models.mbconv.spec import BlockSpec
 from zoo.models.mobilenetv3.config import MobileNetV3Config

@@ -1,6 +1,6 @@
-"""The zoo's own ``config.json`` (`converters.adapters.hub`): a hub folder of any architecture,
-written by ``--to hub`` where no family writes that architecture, the weights in the canonical
-(PyTorch `state_dict`) names:
+"""The zoo's own ``config.json`` (`converters.adapters.config_readers`): a hub folder of any
+architecture, written by ``--to hub`` where no family writes that architecture, the weights in
+the canonical (PyTorch `state_dict`) names:
 
     {"zoo_checkpoint": 1, "library": "jax-model-zoo", "arch": "resnet", "config": {...}}
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.hub import HubReader
+from converters.adapters.config_readers import HubReader
 from converters.checkpoints.io import FORMAT_VERSION, SIDECAR_MARKER
 from zoo.configs import Config, ConfigError, config_from_dict
 

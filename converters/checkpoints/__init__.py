@@ -36,8 +36,8 @@ JSON for metadata. Output is atomic: written next to the
 destination under a temporary name and renamed at the end.
 """
 
-from converters.adapters.hub import HubReader
-from converters.adapters.hub import register as register_hub_reader
+from converters.adapters.config_readers import HubReader
+from converters.adapters.config_readers import register as register_hub_reader
 from converters.checkpoints.api import (
     as_checkpoint,
     convert_file,
@@ -47,7 +47,7 @@ from converters.checkpoints.api import (
     save,
     save_canonical,
 )
-from converters.checkpoints.base import FORMAT_VERSION, Checkpoint, Detection
+from converters.checkpoints.checkpoint import FORMAT_VERSION, Checkpoint, Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detect
 from converters.checkpoints.format import (

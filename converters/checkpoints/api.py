@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Placement, numpy_state
+from converters.checkpoints.checkpoint import Checkpoint, Placement, numpy_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import check_pair
 from converters.checkpoints.format import for_writing

@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 import converters.checkpoints.formats  # noqa: F401  (registers the formats)
-from converters.checkpoints.base import Detection
+from converters.checkpoints.checkpoint import Detection
 from converters.checkpoints.format import Probe, registered
 from converters.checkpoints.io import CheckpointError
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Detection, Placement
+from converters.checkpoints.checkpoint import Checkpoint, Detection, Placement
 from converters.checkpoints.io import CheckpointError, ProgressFn, UsageError
 from converters.checkpoints.metadata import describe
 from converters.checkpoints.staging import digest

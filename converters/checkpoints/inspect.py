@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint
+from converters.checkpoints.checkpoint import Checkpoint
 from converters.checkpoints.configs import guess_arch, parse_config, resolve_config
 from converters.checkpoints.detect import detect
 from converters.checkpoints.format import Entry, for_detection

@@ -11,7 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from converters.checkpoints.base import FORMAT_VERSION, Checkpoint
+from converters.checkpoints.checkpoint import FORMAT_VERSION, Checkpoint
 from converters.checkpoints.io import (
     SIDECAR_MARKER,
     CheckpointError,

@@ -12,7 +12,7 @@ import canonical
 from canonical.errors import StateMismatchError
 from converters import adapters
 from converters.checkpoints import backbone
-from converters.checkpoints.base import Checkpoint, Placement, ordered_state
+from converters.checkpoints.checkpoint import Checkpoint, Placement, ordered_state
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.destination import publishing
 from converters.checkpoints.detect import detect

@@ -1,10 +1,8 @@
 """Sources wherever a checkpoint path is accepted: ``hf-hub:ORG/REPO[@REVISION]`` and
 ``local-dir:PATH`` (`zoo.weights.sources.Source`) become the local folder that holds them, fetched
-through
-``huggingface_hub``'s cache and checked there (`zoo.weights.sources`). A folder's ``config.json``
-decides its reader (`converters.adapters.hub`: timm, transformers' families, the zoo's own); one
-that
-no reader claims is refused in one line naming what it is."""
+through ``huggingface_hub``'s cache and checked there (`zoo.weights.sources`). A folder's
+``config.json`` decides its reader (`converters.adapters.config_readers`: timm, transformers'
+families, the zoo's own); one that no reader claims is refused in one line naming what it is."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from converters.adapters import hub
+from converters.adapters import config_readers
 from converters.checkpoints.io import CheckpointError, UsageError
 from zoo.configs import Config, ConfigError
 from zoo.weights.sources import CONFIG, BadSourceError, Source, SourceError, read_json
@@ -37,7 +35,7 @@ def kind_of(raw: Mapping[str, Any]) -> str:
 
 
 def readers_line() -> str:
-    return "; ".join(f"{r.name} ({r.claims_what})" for r in hub.readers())
+    return "; ".join(f"{r.name} ({r.claims_what})" for r in config_readers.readers())
 
 
 def check_kind(folder: Path, where: str) -> dict[str, Any] | None:
@@ -50,7 +48,7 @@ def check_kind(folder: Path, where: str) -> dict[str, Any] | None:
         raw = read_json(path, f"{where}: {CONFIG}")
     except SourceError as e:
         raise CheckpointError(str(e)) from e
-    if hub.reader_for(raw) is None:
+    if config_readers.reader_for(raw) is None:
         raise CheckpointError(f"{where}: {CONFIG} is {kind_of(raw)}, which no zoo reader "
                               f"reads (readers: {readers_line()})")
     return raw
@@ -83,7 +81,7 @@ def source_config(src: str | Source) -> Config:
     if raw is None:
         raise CheckpointError(f"{source}: no {CONFIG}: give the architecture (the name of a "
                               "model) and pass the source as weights=")
-    reader = hub.reader_for(raw)
+    reader = config_readers.reader_for(raw)
     try:
         return reader.config(raw, f"{source}: {CONFIG}")
     except ConfigError as e:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from converters.checkpoints.api import detect_impl
-from converters.checkpoints.base import Checkpoint
+from converters.checkpoints.checkpoint import Checkpoint
 from converters.checkpoints.destination import check_pair, publishing
 from converters.checkpoints.detect import detect
 from converters.checkpoints.format import ForeignTree, for_detection, for_writing

@@ -7,6 +7,7 @@ import importlib
 import math
 import sys
 
+from zoo.arguments import ArgumentParser
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.fairness import FairnessError
@@ -16,7 +17,6 @@ from zoo.bench.presets import PRESETS, PresetError
 from zoo.bench.records import save
 from zoo.bench.tables import print_model_record
 from zoo.bench.xla_flags import apply as apply_xla_flags
-from zoo.cli import ArgumentParser
 from zoo.runtime.malloc import keep_freed_memory
 
 EXIT_UNFAIR = 3

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from zoo.arguments import ArgumentParser
 from zoo.bench.records import record_base
-from zoo.cli import ArgumentParser
 from zoo.names import make_config
 from zoo.registry import schema
 

@@ -51,6 +51,7 @@ import optax
 from flax import nnx
 
 import zoo
+from zoo.arguments import ArgumentParser, positive_float, positive_int
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
@@ -65,7 +66,6 @@ from zoo.bench.styles import (
 from zoo.bench.subjects import LEARNING_RATE, Subject, Task, make_task
 from zoo.bench.tables import dispatch_table, to_rich
 from zoo.bench.timing import Prepared, round_orders, settle, summarize
-from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.libraries import library
 from zoo.registry import Architecture
 from zoo.runtime import precision as policy

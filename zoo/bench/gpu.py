@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zoo.arguments import ArgumentParser
 from zoo.bench import testlog
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
@@ -61,7 +62,6 @@ from zoo.bench.matrix import (
 )
 from zoo.bench.peaks import device_slug
 from zoo.bench.records import record_base, write_json
-from zoo.cli import ArgumentParser
 from zoo.layers.conv_transpose import METHODS
 
 BUDGET_MIN = 9.0

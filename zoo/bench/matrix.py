@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zoo
+from zoo.arguments import ArgumentParser, positive_float, positive_int
 from zoo.bench.accel import configure_allocator
 from zoo.bench.display import make_console
 from zoo.bench.fairness import FairnessError
@@ -39,7 +40,6 @@ from zoo.bench.options import bench_parser, config_from_args, parse_impls
 from zoo.bench.records import save, write_json
 from zoo.bench.spec import MatrixRun, bench_archs, bench_spec
 from zoo.bench.tables import print_model_record
-from zoo.cli import ArgumentParser, positive_float, positive_int
 from zoo.layers.conv_transpose import CHOICES
 from zoo.libraries import IMPLS, JAX_IMPLS
 from zoo.runtime import precision as policy

@@ -9,17 +9,17 @@ import json
 from typing import Any
 
 import zoo
-from zoo.bench.mesh import MeshError, parse_mesh
-from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
-from zoo.bench.records import RESULTS_DIR
-from zoo.bench.runner import BenchConfig, parse_methods
-from zoo.bench.styles import available_styles, benched, default_style, idiomatic_style
-from zoo.cli import (
+from zoo.arguments import (
     ArgumentParser,
     non_negative_float,
     non_negative_int,
     positive_int,
 )
+from zoo.bench.mesh import MeshError, parse_mesh
+from zoo.bench.presets import ARCHS, DEFAULT_BATCH, PresetError, find_preset
+from zoo.bench.records import RESULTS_DIR
+from zoo.bench.runner import BenchConfig, parse_methods
+from zoo.bench.styles import available_styles, benched, default_style, idiomatic_style
 from zoo.layers.conv_transpose import METHODS
 from zoo.libraries import library
 from zoo.runtime import precision as policy

@@ -29,11 +29,11 @@ import optax
 
 import zoo
 import zoo.lora
+from zoo.arguments import ArgumentParser, positive_int
 from zoo.bench.display import make_console
 from zoo.bench.options import parse_impls
 from zoo.bench.records import RESULTS_DIR, record_base, write_json
 from zoo.bench.timing import round_orders, summarize
-from zoo.cli import ArgumentParser, positive_int
 from zoo.libraries import interface
 from zoo.runtime import fast
 from zoo.runtime.training import next_token

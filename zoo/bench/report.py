@@ -13,6 +13,7 @@ import os
 import re
 from typing import Any
 
+from zoo.arguments import ArgumentParser
 from zoo.bench.display import fmt_num, fmt_time, method_columns, time_unit
 from zoo.bench.mesh import label as mesh_label
 from zoo.bench.records import OWN, host_load, is_loaded, record_name
@@ -26,7 +27,6 @@ from zoo.bench.tables import (
     precision_label,
     to_markdown,
 )
-from zoo.cli import ArgumentParser
 from zoo.libraries import IMPLS
 
 ROLE_COLORS = {"floor": "#7f7f7f", "bound": "#9467bd"}  # dispatch rows of no library

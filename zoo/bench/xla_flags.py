@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from zoo.cli import ArgumentParser
+from zoo.arguments import ArgumentParser
 
 # Measured on CPU in docs/investigations/conv_transpose.md; `none` is XLA's own default.
 PRESETS: dict[str, str] = {

@@ -317,7 +317,7 @@ def stale(files: dict[Path, str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from zoo.cli import ArgumentParser
+    from zoo.arguments import ArgumentParser
 
     parser = ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",

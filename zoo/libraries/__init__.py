@@ -1,6 +1,6 @@
 """One object per library: everything the project knows about Equinox, Linen, NNX and PyTorch.
 
-A `Library` (`zoo.libraries.base`) builds models (`native_init`, `skeleton`), recognises its
+A `Library` (`zoo.libraries.library`) builds models (`native_init`, `skeleton`), recognises its
 objects (`owns`), states its layout facts (`channels_last`, the parameter layout `family`),
 gives its canonical `walker`, its functional `interface`, its model contract (`check_class`)
 and its native checkpoint format (how a benchmark calls and draws it is that benchmark's to
@@ -11,7 +11,8 @@ docs/adding_a_library.md).
 
 from __future__ import annotations
 
-from zoo.libraries.base import (
+from zoo.libraries.eqx import EQX
+from zoo.libraries.library import (
     IMPLS,
     JAX_IMPLS,
     LIBRARIES,
@@ -25,7 +26,6 @@ from zoo.libraries.base import (
     register_library,
     registered,
 )
-from zoo.libraries.eqx import EQX
 from zoo.libraries.linen import LINEN
 from zoo.libraries.nnx import NNX
 from zoo.libraries.torch import TORCH

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from canonical.walkers import EqxWalker
 from zoo.configs import Config
 from zoo.interface import EqxInterface
-from zoo.libraries.base import Library
+from zoo.libraries.library import Library
 
 
 class EqxModel(Protocol):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from canonical.walkers import LinenWalker, in_order, leaf_paths
 from zoo.configs import Config
 from zoo.interface import LinenInterface
-from zoo.libraries.base import Library
+from zoo.libraries.library import Library
 
 
 class LinenModel(Protocol):

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from canonical.walkers import NNXWalker
 from zoo.configs import Config
 from zoo.interface import NNXInterface
-from zoo.libraries.base import Library
+from zoo.libraries.library import Library
 
 if TYPE_CHECKING:  # Flax is imported when an NNX model is built or handed in
     from flax import nnx

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from canonical.walkers import TorchWalker
 from zoo.configs import Config
 from zoo.interface import TorchInterface
-from zoo.libraries.base import Library
+from zoo.libraries.library import Library
 
 
 class TorchModel(Protocol):

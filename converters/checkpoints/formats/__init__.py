@@ -6,7 +6,7 @@ A new format is a `CheckpointFormat` subclass in a module here and one line belo
 
 from converters.checkpoints.format import register
 from converters.checkpoints.formats.equinox import EquinoxLeaves
-from converters.checkpoints.formats.hub import HubFolder, HubShards
+from converters.checkpoints.formats.hub_folder import HubFolder, HubShards
 from converters.checkpoints.formats.msgpack import FlaxMsgpack
 from converters.checkpoints.formats.native import NativeFormat
 from converters.checkpoints.formats.npz import Npz

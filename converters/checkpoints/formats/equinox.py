@@ -15,7 +15,7 @@ import numpy as np
 
 import canonical
 from canonical.paths import key_name
-from converters.checkpoints.base import OPT_PREFIX, Checkpoint, Detection, numpy_state
+from converters.checkpoints.checkpoint import OPT_PREFIX, Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe, checkpoint_bytes
 from converters.checkpoints.formats.layer_plan import (

@@ -21,7 +21,7 @@ import canonical
 from canonical import KINDS, ConversionError, Layer
 from canonical.paths import join, key_name
 from canonical.state import split_by_layer
-from converters.checkpoints.base import spread
+from converters.checkpoints.checkpoint import spread
 from converters.checkpoints.io import detached
 
 Arrays = dict[str, Any]

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from canonical.errors import KeyMismatchError, StateMismatchError
-from converters.checkpoints.base import Checkpoint, Detection, numpy_state
+from converters.checkpoints.checkpoint import Checkpoint, Detection, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import Entry, ForeignTree, Probe
 from converters.checkpoints.formats.native import NativeFormat, most_common, with_dtype

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint
+from converters.checkpoints.checkpoint import Checkpoint
 from converters.checkpoints.format import CheckpointFormat
 from converters.checkpoints.io import CheckpointError, detached
 from converters.core import from_canonical

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Detection, ordered_state
+from converters.checkpoints.checkpoint import Checkpoint, Detection, ordered_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import CheckpointFormat, Entry, ForeignTree, Probe
 from converters.checkpoints.io import CheckpointError, ProgressFn, ProgressTask, first_line

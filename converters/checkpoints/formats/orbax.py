@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import canonical
-from converters.checkpoints.base import Checkpoint, Detection, Placement, numpy_state
+from converters.checkpoints.checkpoint import Checkpoint, Detection, Placement, numpy_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import (
     Entry,

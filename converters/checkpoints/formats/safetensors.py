@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from converters.checkpoints.base import (
+from converters.checkpoints.checkpoint import (
     FORMAT_VERSION,
     OPT_PREFIX,
     Checkpoint,

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from converters.checkpoints.base import Checkpoint, Detection
+from converters.checkpoints.checkpoint import Checkpoint, Detection
 from converters.checkpoints.format import CheckpointFormat, Entry, Probe
 from converters.checkpoints.formats.safetensors import (
     DTYPES,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from canonical.torch_arrays import numpy_to_torch
-from converters.checkpoints.base import Checkpoint, Detection, numpy_state, stored_state
+from converters.checkpoints.checkpoint import Checkpoint, Detection, numpy_state, stored_state
 from converters.checkpoints.configs import resolve_config
 from converters.checkpoints.format import (
     CheckpointFormat,

@@ -23,10 +23,10 @@ from typing import Any
 
 import jax
 
+from zoo.arguments import ArgumentParser, positive_int
 from zoo.bench.generation import decode_step
 from zoo.bench.presets import PresetError, find_preset
 from zoo.bench.styles import torch_eager
-from zoo.cli import ArgumentParser, positive_int
 
 IMPLS: tuple[str, ...] = ("eqx", "linen", "nnx", "torch")
 # First match wins: a fusion holding a convolution is a convolution, whatever else it holds.

@@ -29,11 +29,11 @@ import numpy as np
 from jax import lax
 from jax.experimental.layout import Format, Layout
 
+from zoo.arguments import ArgumentParser, positive_int
 from zoo.bench.display import make_console
 from zoo.bench.investigations.breakdown import parse_hlo
 from zoo.bench.timing import Prepared, round_orders, round_ratios, run_steps, settle
 from zoo.bench.xla_flags import PRESETS, backend_started
-from zoo.cli import ArgumentParser, positive_int
 from zoo.layers.norm import normalize
 
 __all__ = ["REPROS", "cache_loop_ops", "column_major_copied", "concatenate_fusions",

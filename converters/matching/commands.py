@@ -15,7 +15,7 @@ from rich.table import Table
 from canonical.errors import ConversionError, StateMismatchError
 from converters import adapters
 from converters.checkpoints import Report
-from converters.checkpoints.base import Detection
+from converters.checkpoints.checkpoint import Detection
 from converters.checkpoints.configs import parse_config
 from converters.checkpoints.detect import detect
 from converters.checkpoints.format import for_detection

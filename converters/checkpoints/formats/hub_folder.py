@@ -1,5 +1,5 @@
-"""Hub folders: a `config.json` that a `converters.adapters.hub` reader claims (HF transformers'
-ViT and language models, timm, ...) beside the weights (`model.safetensors`, a sharded
+"""Hub folders: a `config.json` that a `converters.adapters.config_readers` reader claims (HF
+transformers' ViT and language models, timm, ...) beside the weights (`model.safetensors`, a sharded
 safetensors index with its shards, or `pytorch_model.bin`: the first found, read by its own
 format class) in the family's key layout. The config comes from `config.json`, so no
 ``--arch`` / ``--config`` is needed. `config.json` is read by `zoo.weights.sources.read_json`:
@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from converters.adapters import hub
-from converters.checkpoints.base import Checkpoint, Detection, ordered_state
+from converters.adapters.config_readers import CONFIG, WEIGHTS, reader_for, readers, writer_for
+from converters.checkpoints.checkpoint import Checkpoint, Detection, ordered_state
 from converters.checkpoints.format import (
     CheckpointFormat,
     Entry,
@@ -47,12 +47,12 @@ Found = tuple[dict[str, Any] | None, str, Path | None]  # config.json, why not, 
 def _hub_json(path: Path) -> Found:
     """The parsed `config.json` of a folder and its weights file, or None and why it is no hub
     folder."""
-    config = path / hub.CONFIG
+    config = path / CONFIG
     if not config.is_file():
-        return None, f"no {hub.CONFIG}", None
-    weights = next((path / w for w in hub.WEIGHTS if (path / w).is_file()), None)
+        return None, f"no {CONFIG}", None
+    weights = next((path / w for w in WEIGHTS if (path / w).is_file()), None)
     if weights is None:
-        return None, f"{hub.CONFIG} but none of {', '.join(hub.WEIGHTS)}", None
+        return None, f"{CONFIG} but none of {', '.join(WEIGHTS)}", None
     try:
         raw = read_json(config)
     except SourceError as e:
@@ -85,37 +85,37 @@ class HubFolder(CheckpointFormat):
 
     def detect(self, probe: Probe) -> Detection | None:
         raw, _, weights = self._found(probe)
-        reader = None if raw is None else hub.reader_for(raw)
+        reader = None if raw is None else reader_for(raw)
         if raw is not None and weights is not None and reader is None and "model_type" in raw:
             raise CheckpointError(  # a transformers folder of a family the zoo does not read
-                f"{probe.path / hub.CONFIG}: model_type {raw['model_type']!r} is not one the "
+                f"{probe.path / CONFIG}: model_type {raw['model_type']!r} is not one the "
                 f"zoo reads; known: {', '.join(_model_types())}")
         if reader is None or weights is None:
             return None
-        return self.detection(f"{hub.CONFIG} of the {reader.name} family beside {weights.name} "
+        return self.detection(f"{CONFIG} of the {reader.name} family beside {weights.name} "
                               f"(a {reader.name} hub folder)")
 
     def rejection(self, probe: Probe) -> str:
         raw, why, _ = self._found(probe)
         if raw is None:
             return f"not a hub folder ({why})"
-        return (f"not a hub folder of a known family ({hub.CONFIG} with model_type "
+        return (f"not a hub folder of a known family ({CONFIG} with model_type "
                 f"{raw.get('model_type')!r}, architecture {raw.get('architecture')!r}; known: "
-                f"{[r.name for r in hub.readers()]})")
+                f"{[r.name for r in readers()]})")
 
     def _parts(self, path: Path, given: Config | None) -> tuple[Config, Path, Detection]:
         """The folder's config (checked against `given`), weights file and its detection."""
         raw, _, weights = _hub_json(path)
-        reader = hub.reader_for(raw or {})
+        reader = reader_for(raw or {})
         if raw is None or reader is None or weights is None:
             raise CheckpointError(f"{path}: no longer a hub folder of a known family")
         try:
-            config = reader.config(raw, str(path / hub.CONFIG))
+            config = reader.config(raw, str(path / CONFIG))
         except ConfigError as e:
             raise CheckpointError(str(e)) from e
         if given is not None and given != config:
             raise CheckpointError(
-                f"{path / hub.CONFIG} gives {config.arch} {config.to_json()}, but --arch/--config "
+                f"{path / CONFIG} gives {config.arch} {config.to_json()}, but --arch/--config "
                 f"gave {given.arch} {given.to_json()}; drop --arch/--config to use the folder's")
         return config, weights, _detect_file(weights)
 
@@ -123,7 +123,7 @@ class HubFolder(CheckpointFormat):
              progress: ProgressFn | None) -> Checkpoint:
         config, weights, wdet = self._parts(path, given)
         ck = for_detection(wdet).read(weights, wdet, config, progress)
-        said = f"config from {path / hub.CONFIG}: {config.arch} {config.to_json()}"
+        said = f"config from {path / CONFIG}: {config.arch} {config.to_json()}"
         ck.notes = (said, *ck.notes)
         return ck
 
@@ -137,11 +137,11 @@ class HubFolder(CheckpointFormat):
     def refuse(self, ck: Checkpoint) -> None:
         if ck.training:
             raise CheckpointError("a hub folder holds model weights only: pass --model-only")
-        reader = hub.writer_for(ck.config)
+        reader = writer_for(ck.config)
         if reader is None:
             raise CheckpointError(
                 f"no hub family writes a {ck.config.arch}; families written: "
-                f"{[r.name for r in hub.readers() if r.arch is not None]}")
+                f"{[r.name for r in readers() if r.arch is not None]}")
         try:
             reader.hub_config(ck.config)  # a config its family's class cannot express
         except ConfigError as e:
@@ -151,7 +151,7 @@ class HubFolder(CheckpointFormat):
         self.write_counted(ck, data, lambda n: None)
 
     def write_counted(self, ck: Checkpoint, data: Path, advance: Any) -> None:
-        reader = hub.writer_for(ck.config)
+        reader = writer_for(ck.config)
         if reader is None:  # refused before staging (`refuse`)
             raise CheckpointError(f"no hub family writes a {ck.config.arch}")
         try:
@@ -162,12 +162,12 @@ class HubFolder(CheckpointFormat):
         if reader.adapter is not None:
             state = reader.adapter.from_zoo(state)
         data.mkdir()
-        (data / hub.CONFIG).write_text(json.dumps(hub_config, indent=2) + "\n")
+        (data / CONFIG).write_text(json.dumps(hub_config, indent=2) + "\n")
         self.write_weights(state, data, advance)
 
     def write_weights(self, state: dict[str, Any], data: Path, advance: Any) -> None:
         """`model.safetensors`, streamed tensor by tensor."""
-        write_stream(data / hub.WEIGHTS[0], state, HF_METADATA, advance)
+        write_stream(data / WEIGHTS[0], state, HF_METADATA, advance)
 
     def entries(self, path: Path, det: Detection, ck: Checkpoint | None) -> list[Entry]:
         weights = _hub_json(path)[2]
@@ -205,4 +205,4 @@ class HubShards(HubFolder):
 
 def _model_types() -> list[str]:
     """The `model_type`s of the readers of transformers' families."""
-    return [r.model_type for r in hub.readers() if r.model_type is not None]
+    return [r.model_type for r in readers() if r.model_type is not None]

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from converters.adapters.base import Adapter
+from converters.adapters.adapter import Adapter
 from zoo.configs import Config, ConfigError
 from zoo.weights.sources import CONFIG, WEIGHTS
 
