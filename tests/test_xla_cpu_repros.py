@@ -58,6 +58,7 @@ def test_a_bfloat16_weight_is_converted_whole_before_the_product():
     product, each weight converted to a float32 copy at every call."""
     assert xla_cpu.weight_converted()
 
+
 @pytest.mark.pinned("jax", "jaxlib")
 def test_a_kv_cache_is_transposed_or_copied_whole_at_every_decode_step():
     """Why the zoo's KV caches stay slot-major `(N, L, heads, D)`: in a decode loop XLA:CPU

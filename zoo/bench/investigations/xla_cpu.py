@@ -326,7 +326,7 @@ def _kv_cache(rounds: int) -> Rows:
         calls = {name: Prepared(_decode_loop(major, steps), _cache_args(major, slots))
                  for name, major in (("slot", False), ("head", True))}
         t = _interleaved(calls, rounds, "slot")
-        mb = 12 * 64 * slots * 4 / 1e6
+        mb = calls["slot"].args[0].nbytes / 1e6
         rows += [(f"GPT-2's attention (12 heads of 64), {slots} slots ({mb:.1f} MB), a step: "
                   "(N, L, heads, D) cache", f"{t['slot'][0] / steps * 1e6:.0f} us"),
                  ("  (N, heads, L, D) cache", f"{t['head'][0] / steps * 1e6:.0f} us"),
